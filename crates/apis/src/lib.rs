@@ -1,0 +1,30 @@
+//! The platform's custom resource types.
+//!
+//! Types only: no I/O and no controller logic, so every other crate (controllers, manifest
+//! generation, tests) can depend on them cheaply. Field documentation becomes the CRD's schema
+//! descriptions, which is what `kubectl explain` shows users.
+
+pub mod memcached;
+pub mod myapp;
+
+pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};
+pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
+
+use kube::CustomResourceExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// Every CRD this workspace defines, in a stable order (manifests are written in this order).
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Memcached::crd(), MyApp::crd()]
+}
+
+/// Condition types shared by the platform's resources, following the Kubernetes API conventions
+/// (`metav1.Condition`), so tooling like `kubectl wait --for=condition=Available` works.
+pub mod condition {
+    /// The workload is serving: every desired replica is ready.
+    pub const AVAILABLE: &str = "Available";
+    /// The workload is moving towards the desired state (rolling out, scaling).
+    pub const PROGRESSING: &str = "Progressing";
+    /// Reconciliation is blocked on something a user must fix; the reason and message say what.
+    pub const DEGRADED: &str = "Degraded";
+}
