@@ -1,1 +1,141 @@
-pub fn placeholder() {}
+//! Renders the platform's install manifests from the Rust types.
+//!
+//! CRDs come from `apis`, the ClusterRole from the controllers' own RBAC declarations
+//! ([`controllers::all`]), and the manager's Deployment, Service and policies from the constants
+//! here, so what a user installs can never drift from what the code does. `cargo xtask manifests`
+//! writes the result under `deploy/`; [`generate`] in [`Mode::Check`] is what CI (and a test in
+//! this crate) runs to catch files that were not regenerated.
+
+mod crds;
+mod files;
+mod kustomize;
+mod manager;
+pub mod rbac;
+mod samples;
+mod yaml;
+
+use std::path::{Path, PathBuf};
+
+pub use files::{Mode, Outcome};
+
+/// Namespace the manager is installed into.
+pub const NAMESPACE: &str = "operator-system";
+/// Name shared by the manager's ServiceAccount, Deployment, ClusterRole and their bindings.
+pub const MANAGER_NAME: &str = "operator-manager";
+/// The Lease the manager replicas compete for.
+pub const LEADER_ELECTION_ID: &str = "operator-manager-leader";
+/// Image reference in the generated Deployment; override it with `kustomize edit set image`.
+pub const MANAGER_IMAGE: &str = "operator-manager";
+/// Port of `/metrics`.
+pub const METRICS_PORT: i32 = 8080;
+/// Port of `/healthz` and `/readyz`.
+pub const HEALTH_PORT: i32 = 8081;
+
+/// Errors while rendering or writing manifests.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A manifest could not be serialized to YAML.
+    #[error("cannot render {path} as YAML")]
+    Render {
+        /// The file being rendered.
+        path: PathBuf,
+        /// What the serializer reported.
+        #[source]
+        source: yaml_serde::Error,
+    },
+    /// A controller declared an RBAC rule with a wildcard, which the generated role never grants.
+    #[error("controller {controller} declares a wildcard `*` in its RBAC rules; list the exact {field} instead")]
+    WildcardRule {
+        /// The controller's name.
+        controller: String,
+        /// `apiGroups`, `resources` or `verbs`.
+        field: &'static str,
+    },
+    /// A controller declared an RBAC rule with an empty list, which grants nothing.
+    #[error("controller {controller} declares an RBAC rule with no {field}")]
+    EmptyRule {
+        /// The controller's name.
+        controller: String,
+        /// `apiGroups`, `resources` or `verbs`.
+        field: &'static str,
+    },
+    /// The output directory or a file in it could not be read or written.
+    #[error("cannot {action} {path}")]
+    Io {
+        /// What was being done: "create directory", "write", "read", "remove".
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One rendered file, with its path relative to the `deploy/` directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeneratedFile {
+    /// Path under `deploy/`, with `/` separators.
+    pub path: PathBuf,
+    /// The file's full text, header included.
+    pub contents: String,
+}
+
+/// Renders every manifest, in a stable order.
+///
+/// # Errors
+/// [`Error::WildcardRule`] or [`Error::EmptyRule`] for a bad controller RBAC declaration, or
+/// [`Error::Render`] if serialization fails.
+pub fn render() -> Result<Vec<GeneratedFile>, Error> {
+    let controllers = controllers::all();
+    let mut files = Vec::new();
+    files.extend(crds::render()?);
+    files.extend(rbac::render(&controllers)?);
+    files.extend(manager::render()?);
+    files.extend(samples::render()?);
+    files.extend(kustomize::render(&files)?);
+    Ok(files)
+}
+
+/// Renders every manifest and writes it under `deploy_dir` ([`Mode::Write`]), or compares it with
+/// what is there ([`Mode::Check`]).
+///
+/// # Errors
+/// Rendering errors from [`render`], or [`Error::Io`] when the directory cannot be read or written.
+pub fn generate(deploy_dir: &Path, mode: Mode) -> Result<Outcome, Error> {
+    let files = render()?;
+    files::sync(deploy_dir, &files, mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed `deploy/` matches what the code renders, so CI fails on drift.
+    #[test]
+    fn deploy_directory_is_up_to_date() {
+        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        let outcome = generate(&deploy, Mode::Check).expect("manifests render");
+        assert!(
+            outcome.stale.is_empty(),
+            "not up to date: run `cargo xtask manifests` and commit. Stale files: {:?}",
+            outcome.stale
+        );
+    }
+
+    #[test]
+    fn rendering_is_deterministic() {
+        assert_eq!(render().expect("renders"), render().expect("renders"));
+    }
+
+    #[test]
+    fn every_file_starts_with_the_generated_header() {
+        for file in render().expect("renders") {
+            assert!(
+                file.contents.starts_with(yaml::HEADER),
+                "{} lacks the header",
+                file.path.display()
+            );
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! RBAC: the ServiceAccount, a ClusterRole that is exactly the union of what the registered
+//! controllers declare, the leader-election Role in the manager's namespace, and the bindings.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use controllers::ManagedController;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::ObjectMeta;
+
+use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::labels, yaml};
+
+/// Name of the namespaced Role that lets the manager hold its Lease and record Events.
+pub const LEADER_ELECTION_ROLE: &str = "operator-manager-leader-election";
+
+pub(crate) fn render(controllers: &[Box<dyn ManagedController>]) -> Result<Vec<GeneratedFile>, Error> {
+    let role = cluster_role(controllers)?;
+    let files: Vec<(&str, Result<String, Error>)> = vec![
+        ("rbac/service_account.yaml", doc("rbac/service_account.yaml", &service_account())),
+        ("rbac/cluster_role.yaml", doc("rbac/cluster_role.yaml", &role)),
+        ("rbac/cluster_role_binding.yaml", doc("rbac/cluster_role_binding.yaml", &cluster_role_binding())),
+        ("rbac/leader_election_role.yaml", doc("rbac/leader_election_role.yaml", &leader_election_role())),
+        (
+            "rbac/leader_election_role_binding.yaml",
+            doc("rbac/leader_election_role_binding.yaml", &leader_election_role_binding()),
+        ),
+    ];
+    files
+        .into_iter()
+        .map(|(path, contents)| Ok(GeneratedFile { path: PathBuf::from(path), contents: contents? }))
+        .collect()
+}
+
+fn doc<T: serde::Serialize>(path: &str, value: &T) -> Result<String, Error> {
+    yaml::render_documents(std::path::Path::new(path), std::slice::from_ref(value))
+}
+
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(labels()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn service_account() -> ServiceAccount {
+    ServiceAccount { metadata: meta(MANAGER_NAME, Some(NAMESPACE)), ..ServiceAccount::default() }
+}
+
+fn manager_subject() -> Vec<Subject> {
+    vec![Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: MANAGER_NAME.to_owned(),
+        namespace: Some(NAMESPACE.to_owned()),
+        ..Subject::default()
+    }]
+}
+
+/// The manager's ClusterRole: the union of every controller's declared rules, merged so each
+/// API group and verb set appears once, sorted. Wildcards and empty lists are refused.
+///
+/// # Errors
+/// [`Error::WildcardRule`] or [`Error::EmptyRule`] naming the controller at fault.
+pub fn cluster_role(controllers: &[Box<dyn ManagedController>]) -> Result<ClusterRole, Error> {
+    Ok(ClusterRole {
+        metadata: meta(MANAGER_NAME, None),
+        rules: Some(union_of_rules(controllers)?),
+        ..ClusterRole::default()
+    })
+}
+
+/// Merges the rules of `controllers`: every (group, resource, verb) any controller declares, and
+/// nothing else, with resources that share a group and verb set folded into one rule.
+///
+/// # Errors
+/// As [`cluster_role`].
+pub fn union_of_rules(controllers: &[Box<dyn ManagedController>]) -> Result<Vec<PolicyRule>, Error> {
+    let mut verbs_by_resource: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
+    for controller in controllers {
+        for rule in controller.rbac_rules() {
+            validate(controller.name(), rule)?;
+            for group in rule.api_groups {
+                for resource in rule.resources {
+                    verbs_by_resource
+                        .entry((group, resource))
+                        .or_default()
+                        .extend(rule.verbs.iter().copied());
+                }
+            }
+        }
+    }
+    let mut resources_by_verbs: BTreeMap<(&str, BTreeSet<&str>), Vec<&str>> = BTreeMap::new();
+    for ((group, resource), verbs) in verbs_by_resource {
+        resources_by_verbs.entry((group, verbs)).or_default().push(resource);
+    }
+    Ok(resources_by_verbs
+        .into_iter()
+        .map(|((group, verbs), resources)| PolicyRule {
+            api_groups: Some(vec![group.to_owned()]),
+            resources: Some(resources.into_iter().map(str::to_owned).collect()),
+            verbs: verbs.into_iter().map(str::to_owned).collect(),
+            ..PolicyRule::default()
+        })
+        .collect())
+}
+
+fn validate(controller: &str, rule: &controllers::PolicyRule) -> Result<(), Error> {
+    let fields: [(&'static str, &[&str]); 3] =
+        [("apiGroups", rule.api_groups), ("resources", rule.resources), ("verbs", rule.verbs)];
+    for (field, values) in fields {
+        if values.is_empty() {
+            return Err(Error::EmptyRule { controller: controller.to_owned(), field });
+        }
+        if values.iter().any(|v| v.contains('*')) {
+            return Err(Error::WildcardRule { controller: controller.to_owned(), field });
+        }
+    }
+    Ok(())
+}
+
+fn cluster_role_binding() -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(MANAGER_NAME, None),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: MANAGER_NAME.to_owned(),
+        },
+        subjects: Some(manager_subject()),
+    }
+}
+
+/// Leases for leader election and Events about them, only in the manager's own namespace.
+fn leader_election_role() -> Role {
+    let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.to_owned()]),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    };
+    Role {
+        metadata: meta(LEADER_ELECTION_ROLE, Some(NAMESPACE)),
+        rules: Some(vec![
+            rule("", "events", &["create", "patch"]),
+            rule(
+                "coordination.k8s.io",
+                "leases",
+                &["create", "delete", "get", "list", "patch", "update", "watch"],
+            ),
+            rule("events.k8s.io", "events", &["create", "patch"]),
+        ]),
+    }
+}
+
+fn leader_election_role_binding() -> RoleBinding {
+    RoleBinding {
+        metadata: meta(LEADER_ELECTION_ROLE, Some(NAMESPACE)),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: LEADER_ELECTION_ROLE.to_owned(),
+        },
+        subjects: Some(manager_subject()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use controllers::{RunContext, all};
+
+    /// A controller that only declares rules, for testing the union.
+    struct Declares(&'static str, &'static [controllers::PolicyRule]);
+
+    impl ManagedController for Declares {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn rbac_rules(&self) -> &'static [controllers::PolicyRule] {
+            self.1
+        }
+        fn run(&self, _ctx: RunContext) -> futures::future::BoxFuture<'static, Result<(), controllers::Error>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// Every (group, resource, verb) in the rules, flattened.
+    fn triples<'a>(rules: impl IntoIterator<Item = &'a PolicyRule>) -> BTreeSet<(String, String, String)> {
+        let mut out = BTreeSet::new();
+        for rule in rules {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        out.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn declared(controllers: &[Box<dyn ManagedController>]) -> BTreeSet<(String, String, String)> {
+        let mut out = BTreeSet::new();
+        for c in controllers {
+            for rule in c.rbac_rules() {
+                for g in rule.api_groups {
+                    for r in rule.resources {
+                        for v in rule.verbs {
+                            out.insert(((*g).to_owned(), (*r).to_owned(), (*v).to_owned()));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn cluster_role_is_exactly_the_union_of_the_registered_controllers() {
+        let registered = all();
+        let role = cluster_role(&registered).expect("valid rules");
+        let rules = role.rules.expect("rules");
+        assert_eq!(triples(&rules), declared(&registered));
+        assert!(!rules.is_empty(), "the registered controllers need permissions");
+    }
+
+    #[test]
+    fn adding_a_rule_to_a_controller_changes_the_cluster_role() {
+        const BASE: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+            api_groups: &["apps"],
+            resources: &["deployments"],
+            verbs: &["get", "list", "watch"],
+        }];
+        const EXTENDED: &[controllers::PolicyRule] = &[
+            BASE[0],
+            controllers::PolicyRule { api_groups: &[""], resources: &["configmaps"], verbs: &["get"] },
+        ];
+        let before = union_of_rules(&[Box::new(Declares("a", BASE)) as Box<dyn ManagedController>]).expect("valid");
+        let after = union_of_rules(&[Box::new(Declares("a", EXTENDED)) as Box<dyn ManagedController>]).expect("valid");
+        assert_ne!(before, after);
+        assert!(triples(&after).contains(&("".into(), "configmaps".into(), "get".into())));
+    }
+
+    #[test]
+    fn overlapping_declarations_merge_into_one_rule_per_verb_set() {
+        const A: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+            api_groups: &["apps"],
+            resources: &["deployments"],
+            verbs: &["get", "watch", "list"],
+        }];
+        const B: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+            api_groups: &["apps"],
+            resources: &["deployments", "statefulsets"],
+            verbs: &["list", "get", "watch"],
+        }];
+        let rules = union_of_rules(&[
+            Box::new(Declares("a", A)) as Box<dyn ManagedController>,
+            Box::new(Declares("b", B)),
+        ])
+        .expect("valid");
+        assert_eq!(rules.len(), 1, "{rules:?}");
+        assert_eq!(rules[0].resources, Some(vec!["deployments".to_owned(), "statefulsets".to_owned()]));
+        assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+    }
+
+    #[test]
+    fn wildcards_are_refused_with_the_controller_named() {
+        const WILD: &[controllers::PolicyRule] =
+            &[controllers::PolicyRule { api_groups: &["apps"], resources: &["*"], verbs: &["get"] }];
+        let err = union_of_rules(&[Box::new(Declares("greedy", WILD)) as Box<dyn ManagedController>])
+            .expect_err("wildcard refused");
+        let message = err.to_string();
+        assert!(message.contains("greedy") && message.contains("resources"), "{message}");
+    }
+
+    #[test]
+    fn empty_lists_are_refused() {
+        const EMPTY: &[controllers::PolicyRule] =
+            &[controllers::PolicyRule { api_groups: &["apps"], resources: &["deployments"], verbs: &[] }];
+        let err = union_of_rules(&[Box::new(Declares("lazy", EMPTY)) as Box<dyn ManagedController>])
+            .expect_err("empty refused");
+        assert!(err.to_string().contains("verbs"), "{err}");
+    }
+
+    #[test]
+    fn leader_election_role_is_namespaced_to_leases_and_events() {
+        let role = leader_election_role();
+        assert_eq!(role.metadata.namespace.as_deref(), Some(NAMESPACE));
+        let t = triples(role.rules.iter().flatten());
+        assert!(t.contains(&("coordination.k8s.io".into(), "leases".into(), "update".into())));
+        assert!(t.iter().all(|(_, r, _)| r == "leases" || r == "events"));
+    }
+}
