@@ -1,5 +1,53 @@
 //! The manager binary: runs every enabled controller behind leader election.
+//!
+//! Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 2 for an invalid configuration or
+//! command line, 1 for any other failure (including lost leadership).
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("the manager is not assembled yet")
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use manager::config::{self, Flags};
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let all = controllers::all();
+    let names: Vec<&str> = all.iter().map(|c| c.name()).collect();
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let config = match config::load(&flags, env, &names) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let enabled = match manager::enabled_controllers(&config, all) {
+        Ok(enabled) => enabled,
+        Err(error) => {
+            eprintln!("error: invalid configuration: controllers: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = manager::telemetry::init_logging(config.log_format) {
+        eprintln!("error: {error}");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(manager::manager::run(config, enabled)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let code = error.exit_code();
+            eprintln!("error: {}", error.report());
+            ExitCode::from(code)
+        }
+    }
 }

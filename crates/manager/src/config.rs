@@ -1,0 +1,1156 @@
+//! The manager's configuration: defaults < file < environment < flags.
+//!
+//! Every setting has one key, spelled three ways:
+//!
+//! | key (file)                   | environment                          | flag                            | default                      |
+//! |------------------------------|--------------------------------------|---------------------------------|------------------------------|
+//! | `metrics_bind_address`       | `MANAGER_METRICS_BIND_ADDRESS`       | `--metrics-bind-address`        | `:8080` (`0` disables)       |
+//! | `health_probe_bind_address`  | `MANAGER_HEALTH_PROBE_BIND_ADDRESS`  | `--health-probe-bind-address`   | `:8081` (`0` disables)       |
+//! | `leader_elect`               | `MANAGER_LEADER_ELECT`               | `--leader-elect[=BOOL]`         | `false`                      |
+//! | `leader_election_id`         | `MANAGER_LEADER_ELECTION_ID`         | `--leader-election-id`          | `operator-manager-leader`    |
+//! | `leader_election_namespace`  | `MANAGER_LEADER_ELECTION_NAMESPACE`  | `--leader-election-namespace`   | see below                    |
+//! | `lease_duration`             | `MANAGER_LEASE_DURATION`             | `--lease-duration`              | `15s`                        |
+//! | `renew_deadline`             | `MANAGER_RENEW_DEADLINE`             | `--renew-deadline`              | `10s`                        |
+//! | `retry_period`               | `MANAGER_RETRY_PERIOD`               | `--retry-period`                | `2s`                         |
+//! | `log_format`                 | `MANAGER_LOG_FORMAT`                 | `--log-format`                  | `auto` (`json`, `text`)      |
+//! | `controllers`                | `MANAGER_CONTROLLERS`                | `--controllers`                 | `*` (all)                    |
+//! | `max_concurrent_reconciles`  | `MANAGER_MAX_CONCURRENT_RECONCILES`  | `--max-concurrent-reconciles`   | `4`                          |
+//! | `shutdown_timeout`           | `MANAGER_SHUTDOWN_TIMEOUT`           | `--shutdown-timeout`            | `30s`                        |
+//!
+//! The file is named by `--config PATH` (or `MANAGER_CONFIG`) and read as YAML (`.yaml`, `.yml`)
+//! or TOML (`.toml`) by its extension; its top level is a map of the keys above.
+//!
+//! - Addresses are `[HOST]:PORT` as in controller-runtime: `:8080` listens on all IPv4
+//!   interfaces (in-cluster), `127.0.0.1:8080` on loopback only, `[::]:8080` on all IPv6 (and,
+//!   on a dual-stack host, IPv4) interfaces, `0` serves nothing.
+//! - Durations are Go-style: `15s`, `500ms`, `1m30s`. The Lease stores whole seconds, so the
+//!   lease duration is rounded up to a second.
+//! - `leader_elect` defaults to `false`, as in Kubebuilder's scaffold, so a developer running
+//!   the manager against their own cluster does not need a Lease; the generated Deployment
+//!   passes `--leader-elect`.
+//! - `leader_election_namespace` defaults to `$POD_NAMESPACE` (set by the downward API in the
+//!   generated Deployment), else the client's default namespace: the service account's namespace
+//!   in-cluster, else the current kubeconfig context's namespace, else `default`.
+//! - `controllers` is a comma-separated list (or, in a file, a list): a name enables that
+//!   controller, `-name` disables it, `*` means every controller. `*,-myapp` runs all but MyApp.
+//!
+//! # Errors
+//! Any bad value stops start-up with a message that names the key and where its value came
+//! from (`file /etc/manager.yaml`, `env var MANAGER_LEASE_DURATION`, `flag --lease-duration`);
+//! the binary then exits with status 2.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+
+use crate::duration;
+
+/// Prefix of the environment variables the manager reads.
+pub const ENV_PREFIX: &str = "MANAGER_";
+
+/// The environment variable that names the configuration file when `--config` is not given.
+pub const CONFIG_ENV: &str = "MANAGER_CONFIG";
+
+/// Every key of [`Config`], in the order of its fields.
+pub const KEYS: &[&str] = &[
+    "metrics_bind_address",
+    "health_probe_bind_address",
+    "leader_elect",
+    "leader_election_id",
+    "leader_election_namespace",
+    "lease_duration",
+    "renew_deadline",
+    "retry_period",
+    "log_format",
+    "controllers",
+    "max_concurrent_reconciles",
+    "shutdown_timeout",
+];
+
+/// The manager's effective configuration. See the module documentation for every key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where `/metrics` is served.
+    pub metrics_bind_address: BindAddress,
+    /// Where `/healthz` and `/readyz` are served.
+    pub health_probe_bind_address: BindAddress,
+    /// Run controllers only while holding the leader-election Lease.
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[serde(deserialize_with = "lenient_string")]
+    pub leader_election_id: String,
+    /// Namespace of the Lease; `None` picks one at start-up (module docs).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_option_string"
+    )]
+    pub leader_election_namespace: Option<String>,
+    /// How long a non-leader waits after the last observed renewal before taking over.
+    #[serde(with = "duration::serde")]
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before giving up leadership.
+    #[serde(with = "duration::serde")]
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire and the leader renews.
+    #[serde(with = "duration::serde")]
+    pub retry_period: Duration,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// Which controllers run (module docs).
+    pub controllers: ControllerSelection,
+    /// Upper bound on concurrent reconciles per controller.
+    pub max_concurrent_reconciles: u16,
+    /// How long controllers get to finish in-flight reconciles at shutdown.
+    #[serde(with = "duration::serde")]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            metrics_bind_address: BindAddress::Listen(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                8080,
+            )),
+            health_probe_bind_address: BindAddress::Listen(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                8081,
+            )),
+            leader_elect: false,
+            leader_election_id: "operator-manager-leader".to_owned(),
+            leader_election_namespace: None,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            log_format: LogFormat::Auto,
+            controllers: ControllerSelection(vec!["*".to_owned()]),
+            max_concurrent_reconciles: 4,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Command-line flags. Every flag is optional: an absent flag leaves the value from the
+/// environment, the file or the default. Values are checked together with the other sources,
+/// so a bad flag is reported like any other bad value.
+#[derive(Debug, Clone, Default, clap::Parser)]
+// As with Go's flag package, a repeated flag takes its last value.
+#[command(
+    name = "manager",
+    version,
+    about = "Runs the platform's controllers behind leader election.",
+    args_override_self = true
+)]
+pub struct Flags {
+    /// Configuration file, YAML (.yaml, .yml) or TOML (.toml) [env: MANAGER_CONFIG]
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Address of the metrics endpoint, e.g. `:8080` or `127.0.0.1:8080`; `0` disables it
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_bind_address: Option<String>,
+    /// Address of the health probe endpoints; `0` disables them
+    #[arg(long, value_name = "ADDR")]
+    pub health_probe_bind_address: Option<String>,
+    /// Enable leader election (`--leader-elect` or `--leader-elect=false`)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub leader_elect: Option<String>,
+    /// Name of the leader-election Lease
+    #[arg(long, value_name = "NAME")]
+    pub leader_election_id: Option<String>,
+    /// Namespace of the leader-election Lease
+    #[arg(long, value_name = "NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Lease duration, e.g. `15s`
+    #[arg(long, value_name = "DURATION")]
+    pub lease_duration: Option<String>,
+    /// How long the leader retries renewing before giving up, e.g. `10s`
+    #[arg(long, value_name = "DURATION")]
+    pub renew_deadline: Option<String>,
+    /// Interval between acquire and renew attempts, e.g. `2s`
+    #[arg(long, value_name = "DURATION")]
+    pub retry_period: Option<String>,
+    /// Log format: `json`, `text` or `auto` (JSON unless stdout is a terminal)
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Controllers to run: comma-separated names, `-name` to disable one, `*` for all
+    #[arg(long, value_name = "LIST")]
+    pub controllers: Option<String>,
+    /// Maximum concurrent reconciles per controller
+    #[arg(long, value_name = "N")]
+    pub max_concurrent_reconciles: Option<String>,
+    /// Time controllers get to finish in-flight work at shutdown, e.g. `30s`
+    #[arg(long, value_name = "DURATION")]
+    pub shutdown_timeout: Option<String>,
+}
+
+impl Flags {
+    /// The flags that were given, as configuration keys and raw values.
+    fn values(&self) -> Vec<(&'static str, &str)> {
+        let all = [
+            ("metrics_bind_address", &self.metrics_bind_address),
+            ("health_probe_bind_address", &self.health_probe_bind_address),
+            ("leader_elect", &self.leader_elect),
+            ("leader_election_id", &self.leader_election_id),
+            ("leader_election_namespace", &self.leader_election_namespace),
+            ("lease_duration", &self.lease_duration),
+            ("renew_deadline", &self.renew_deadline),
+            ("retry_period", &self.retry_period),
+            ("log_format", &self.log_format),
+            ("controllers", &self.controllers),
+            ("max_concurrent_reconciles", &self.max_concurrent_reconciles),
+            ("shutdown_timeout", &self.shutdown_timeout),
+        ];
+        all.into_iter()
+            .filter_map(|(key, value)| value.as_deref().map(|v| (key, v)))
+            .collect()
+    }
+}
+
+/// A listen address, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindAddress {
+    /// `0`: the endpoint is not served.
+    Disabled,
+    /// Listen on this socket address.
+    Listen(SocketAddr),
+}
+
+impl BindAddress {
+    /// The socket address, unless disabled.
+    pub fn socket_addr(self) -> Option<SocketAddr> {
+        match self {
+            Self::Disabled => None,
+            Self::Listen(addr) => Some(addr),
+        }
+    }
+}
+
+impl FromStr for BindAddress {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        if text == "0" {
+            return Ok(Self::Disabled);
+        }
+        let bad = || {
+            format!(
+                "invalid address {text:?}: expected `[HOST]:PORT` such as `:8080` or `127.0.0.1:8080`, or `0` to disable"
+            )
+        };
+        let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let ip = match host {
+            "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            _ => {
+                let host = host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(host);
+                host.parse().map_err(|_| bad())?
+            }
+        };
+        Ok(Self::Listen(SocketAddr::new(ip, port)))
+    }
+}
+
+impl fmt::Display for BindAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Disabled => f.write_str("0"),
+            Self::Listen(addr) => write!(f, "{addr}"),
+        }
+    }
+}
+
+impl Serialize for BindAddress {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for BindAddress {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(i64),
+        }
+        match Raw::deserialize(deserializer) {
+            Ok(Raw::Text(text)) => text.parse().map_err(de::Error::custom),
+            Ok(Raw::Number(0)) => Ok(Self::Disabled),
+            Ok(Raw::Number(n)) => Err(de::Error::custom(format!(
+                "invalid address {n}: expected `[HOST]:PORT` such as `:{n}`, or `0` to disable"
+            ))),
+            Err(_) => Err(de::Error::custom(
+                "expected an address such as `:8080`, or `0` to disable",
+            )),
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+    /// JSON unless stdout is a terminal.
+    Auto,
+}
+
+/// Which controllers run: names, `-name` exclusions and `*` for all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ControllerSelection(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for ControllerSelection {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            List(Vec<String>),
+        }
+        let entries = match Raw::deserialize(deserializer) {
+            Ok(Raw::Text(text)) => text.split(',').map(str::to_owned).collect(),
+            Ok(Raw::List(list)) => list,
+            Err(_) => {
+                return Err(de::Error::custom(
+                    "expected a comma-separated list of controller names",
+                ));
+            }
+        };
+        Ok(Self(
+            entries
+                .into_iter()
+                .map(|e| e.trim().to_owned())
+                .filter(|e| !e.is_empty())
+                .collect(),
+        ))
+    }
+}
+
+impl ControllerSelection {
+    /// The enabled controllers among `known`, in `known`'s order.
+    ///
+    /// # Errors
+    /// A message naming the first unknown controller and listing the known ones.
+    pub fn resolve<'a>(&self, known: &[&'a str]) -> Result<Vec<&'a str>, String> {
+        let mut all = false;
+        let mut enabled = Vec::new();
+        let mut disabled = Vec::new();
+        for entry in &self.0 {
+            if entry == "*" {
+                all = true;
+                continue;
+            }
+            let (name, list) = match entry.strip_prefix('-') {
+                Some(name) => (name, &mut disabled),
+                None => (entry.as_str(), &mut enabled),
+            };
+            if !known.contains(&name) {
+                let known = if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                };
+                return Err(format!(
+                    "unknown controller {name:?}; known controllers: {known}"
+                ));
+            }
+            list.push(name);
+        }
+        Ok(known
+            .iter()
+            .copied()
+            .filter(|name| (all || enabled.contains(name)) && !disabled.contains(name))
+            .collect())
+    }
+}
+
+impl fmt::Display for ControllerSelection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(","))
+    }
+}
+
+fn lenient_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    // The environment and flags are parsed like YAML scalars, so `MANAGER_LEADER_ELECTION_ID=42`
+    // arrives as a number; a name is still what was meant.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        Unsigned(u64),
+        Signed(i64),
+        Bool(bool),
+    }
+    match Raw::deserialize(deserializer) {
+        Ok(Raw::Text(s)) => Ok(s),
+        Ok(Raw::Unsigned(n)) => Ok(n.to_string()),
+        Ok(Raw::Signed(n)) => Ok(n.to_string()),
+        Ok(Raw::Bool(b)) => Ok(b.to_string()),
+        Err(_) => Err(de::Error::custom("expected a string")),
+    }
+}
+
+fn lenient_option_string<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    lenient_string(deserializer).map(|s| Some(s).filter(|s| !s.is_empty()))
+}
+
+/// One problem in the configuration: which key, where its value came from, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The configuration key (file spelling).
+    pub key: String,
+    /// Where the value came from: `file PATH`, `env var NAME`, `flag --name`, `built-in default`.
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (from {}): {}", self.key, self.origin, self.message)
+    }
+}
+
+/// The configuration could not be loaded; every problem found is listed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// What is wrong, at least one entry.
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid configuration:")?;
+        for problem in &self.problems {
+            write!(f, "\n  {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ConfigError {
+    fn one(key: impl Into<String>, origin: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            problems: vec![Problem {
+                key: key.into(),
+                origin: origin.into(),
+                message: message.into(),
+            }],
+        }
+    }
+}
+
+/// Where a layer of configuration comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    Default,
+    File,
+    Env,
+    Flag,
+}
+
+impl Layer {
+    const DEFAULT_NAME: &'static str = "built-in default";
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Default => Self::DEFAULT_NAME,
+            Self::File => "file",
+            Self::Env => "env var",
+            Self::Flag => "flag",
+        }
+    }
+
+    /// How a key is spelled in this source.
+    fn spell(self, key: &str) -> String {
+        match self {
+            Self::Default | Self::File => key.to_owned(),
+            Self::Env => format!("{ENV_PREFIX}{}", key.to_ascii_uppercase()),
+            Self::Flag => format!("--{}", key.replace('_', "-")),
+        }
+    }
+}
+
+/// A figment provider for one layer, with metadata that lets errors name their source.
+struct LayerProvider {
+    layer: Layer,
+    path: Option<PathBuf>,
+    dict: Dict,
+}
+
+impl Provider for LayerProvider {
+    fn metadata(&self) -> Metadata {
+        let layer = self.layer;
+        let metadata = Metadata::named(layer.name())
+            .interpolater(move |_: &Profile, keys: &[&str]| layer.spell(&keys.join(".")));
+        match &self.path {
+            Some(path) => metadata.source(path.as_path()),
+            None => metadata,
+        }
+    }
+
+    fn data(&self) -> figment::Result<Map<Profile, Dict>> {
+        Ok(Profile::Default.collect(self.dict.clone()))
+    }
+}
+
+/// Describes where the value of `key` came from, e.g. `env var MANAGER_RETRY_PERIOD`.
+fn origin(metadata: &Metadata, key: &str) -> String {
+    if let Some(figment::Source::File(path)) = &metadata.source {
+        return format!("file {}", path.display());
+    }
+    if metadata.name == Layer::DEFAULT_NAME {
+        return Layer::DEFAULT_NAME.to_owned();
+    }
+    format!(
+        "{} {}",
+        metadata.name,
+        metadata.interpolate(&Profile::Default, &[key])
+    )
+}
+
+/// Loads the configuration from the defaults, the file named by `--config` (or `MANAGER_CONFIG`
+/// in `env`), the `MANAGER_*` variables in `env` and the flags, then checks it, including that
+/// every controller named is one of `known_controllers`.
+///
+/// # Errors
+/// [`ConfigError`] naming each bad key and its source.
+pub fn load(
+    flags: &Flags,
+    env: impl IntoIterator<Item = (String, String)>,
+    known_controllers: &[&str],
+) -> Result<Config, ConfigError> {
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let mut layers = vec![LayerProvider {
+        layer: Layer::Default,
+        path: None,
+        dict: defaults()?,
+    }];
+
+    let config_path = match (&flags.config, env.iter().find(|(k, _)| k == CONFIG_ENV)) {
+        (Some(path), _) => Some((path.clone(), "flag --config".to_owned())),
+        (None, Some((_, path))) if !path.is_empty() => {
+            Some((PathBuf::from(path), format!("env var {CONFIG_ENV}")))
+        }
+        _ => None,
+    };
+    if let Some((path, named_by)) = config_path {
+        layers.push(LayerProvider {
+            layer: Layer::File,
+            dict: read_file(&path, &named_by)?,
+            path: Some(path),
+        });
+    }
+
+    let mut env_dict = Dict::new();
+    for (name, value) in &env {
+        let Some(key) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        if name == CONFIG_ENV {
+            continue;
+        }
+        env_dict.insert(key.to_ascii_lowercase(), parse_scalar(value));
+    }
+    layers.push(LayerProvider {
+        layer: Layer::Env,
+        path: None,
+        dict: env_dict,
+    });
+
+    let flag_dict = flags
+        .values()
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), parse_scalar(value)))
+        .collect();
+    layers.push(LayerProvider {
+        layer: Layer::Flag,
+        path: None,
+        dict: flag_dict,
+    });
+
+    // Unknown keys first, so the message names the source precisely.
+    let mut problems = Vec::new();
+    for layer in &layers {
+        for key in layer.dict.keys() {
+            if !KEYS.contains(&key.as_str()) {
+                let origin = match &layer.path {
+                    Some(path) => format!("file {}", path.display()),
+                    None => format!("{} {}", layer.layer.name(), layer.layer.spell(key)),
+                };
+                problems.push(Problem {
+                    key: key.clone(),
+                    origin,
+                    message: format!("unknown key; known keys: {}", KEYS.join(", ")),
+                });
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ConfigError { problems });
+    }
+
+    let figment = layers.into_iter().fold(Figment::new(), Figment::merge);
+    let config: Config = figment.extract().map_err(|error| ConfigError {
+        problems: error
+            .into_iter()
+            .map(|e| {
+                let key = e.path.join(".");
+                let origin = e
+                    .metadata
+                    .as_ref()
+                    .map_or_else(|| "configuration".to_owned(), |md| origin(md, &key));
+                Problem {
+                    key,
+                    origin,
+                    message: e.kind.to_string(),
+                }
+            })
+            .collect(),
+    })?;
+    check(&config, &figment, known_controllers)?;
+    Ok(config)
+}
+
+/// Parses a value from the environment or a flag the way figment parses environment values:
+/// `true` is a boolean, `4` a number, anything else a string.
+fn parse_scalar(value: &str) -> Value {
+    match Value::from_str(value) {
+        Ok(parsed @ (Value::Bool(..) | Value::Num(..) | Value::String(..))) => parsed,
+        _ => Value::from(value.to_owned()),
+    }
+}
+
+fn defaults() -> Result<Dict, ConfigError> {
+    Value::serialize(Config::default())
+        .ok()
+        .and_then(Value::into_dict)
+        .ok_or_else(|| {
+            ConfigError::one(
+                "*",
+                Layer::DEFAULT_NAME,
+                "the built-in defaults do not serialize",
+            )
+        })
+}
+
+fn read_file(path: &Path, named_by: &str) -> Result<Dict, ConfigError> {
+    let origin = format!("file {}", path.display());
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::one(
+            "config",
+            named_by,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let parsed: Result<Option<Dict>, String> = match extension.as_deref() {
+        Some("yaml" | "yml") => {
+            yaml_serde::from_str(&text).map_err(|e| format!("invalid YAML: {e}"))
+        }
+        Some("toml") => {
+            use figment::providers::Format as _;
+            figment::providers::Toml::from_str(&text)
+                .map(Some)
+                .map_err(|e| format!("invalid TOML: {e}"))
+        }
+        _ => {
+            return Err(ConfigError::one(
+                "config",
+                named_by,
+                format!(
+                    "{}: unknown file type; use .yaml, .yml or .toml",
+                    path.display()
+                ),
+            ));
+        }
+    };
+    // An empty YAML document is an empty configuration.
+    parsed
+        .map(Option::unwrap_or_default)
+        .map_err(|message| ConfigError::one("config", origin, message))
+}
+
+/// Checks relations between values that serde cannot.
+fn check(
+    config: &Config,
+    figment: &Figment,
+    known_controllers: &[&str],
+) -> Result<(), ConfigError> {
+    let from = |key: &str| {
+        figment
+            .find_metadata(key)
+            .map_or_else(|| Layer::DEFAULT_NAME.to_owned(), |md| origin(md, key))
+    };
+    let show = |d: Duration| duration::Display(d).to_string();
+    let mut problems = Vec::new();
+    let mut problem = |key: &str, message: String| {
+        problems.push(Problem {
+            key: key.to_owned(),
+            origin: from(key),
+            message,
+        });
+    };
+
+    if config.lease_duration < Duration::from_secs(1) {
+        problem(
+            "lease_duration",
+            format!(
+                "{} is shorter than the minimum of 1s",
+                show(config.lease_duration)
+            ),
+        );
+    }
+    if config.renew_deadline >= config.lease_duration {
+        problem(
+            "renew_deadline",
+            format!(
+                "{} must be shorter than lease_duration ({} from {})",
+                show(config.renew_deadline),
+                show(config.lease_duration),
+                from("lease_duration")
+            ),
+        );
+    }
+    if config.retry_period.is_zero() {
+        problem("retry_period", "must be longer than 0s".to_owned());
+    } else if config.retry_period >= config.renew_deadline {
+        problem(
+            "retry_period",
+            format!(
+                "{} must be shorter than renew_deadline ({} from {})",
+                show(config.retry_period),
+                show(config.renew_deadline),
+                from("renew_deadline")
+            ),
+        );
+    }
+    if config.max_concurrent_reconciles == 0 {
+        problem("max_concurrent_reconciles", "must be at least 1".to_owned());
+    }
+    if config.leader_election_id.trim().is_empty() {
+        problem("leader_election_id", "must not be empty".to_owned());
+    }
+    if let Err(message) = config.controllers.resolve(known_controllers) {
+        problem("controllers", message);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError { problems })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use clap::Parser as _;
+
+    use super::*;
+
+    const KNOWN: &[&str] = &["memcached", "myapp"];
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        vars.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn flags(args: &[&str]) -> Flags {
+        Flags::try_parse_from(std::iter::once("manager").chain(args.iter().copied())).unwrap()
+    }
+
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, contents: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "manager-config-test-{}-{}",
+                std::process::id(),
+                fastrand::u64(..)
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(name);
+            std::fs::File::create(&path)
+                .unwrap()
+                .write_all(contents.as_bytes())
+                .unwrap();
+            Self(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    fn one_problem(result: Result<Config, ConfigError>) -> Problem {
+        let error = result.unwrap_err();
+        assert_eq!(error.problems.len(), 1, "{error}");
+        error.problems[0].clone()
+    }
+
+    #[test]
+    fn defaults_match_the_documentation() {
+        let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(config.metrics_bind_address.to_string(), "0.0.0.0:8080");
+        assert_eq!(config.health_probe_bind_address.to_string(), "0.0.0.0:8081");
+        assert!(!config.leader_elect);
+        assert_eq!(config.leader_election_id, "operator-manager-leader");
+        assert_eq!(
+            (
+                config.lease_duration,
+                config.renew_deadline,
+                config.retry_period
+            ),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+        assert_eq!(config.controllers.resolve(KNOWN).unwrap(), KNOWN);
+    }
+
+    #[test]
+    fn keys_cover_every_field() {
+        let mut serialized: Vec<String> = defaults().unwrap().into_keys().collect();
+        serialized.push("leader_election_namespace".to_owned());
+        serialized.sort();
+        let mut keys: Vec<String> = KEYS.iter().map(|k| (*k).to_owned()).collect();
+        keys.sort();
+        assert_eq!(serialized, keys);
+        let cli: Vec<&str> = Flags::default()
+            .values()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert!(cli.is_empty());
+    }
+
+    #[test]
+    fn file_then_env_then_flags() {
+        let file = TempFile::new(
+            "manager.yaml",
+            "lease_duration: 20s\nrenew_deadline: 12s\nretry_period: 3s\nleader_election_id: from-file\nmax_concurrent_reconciles: 7\n",
+        );
+        let path = file.0.to_string_lossy().into_owned();
+        let vars = env(&[
+            ("MANAGER_RENEW_DEADLINE", "11s"),
+            ("MANAGER_RETRY_PERIOD", "1s"),
+            ("OTHER", "x"),
+        ]);
+        let config = load(
+            &flags(&["--config", &path, "--retry-period=500ms", "--leader-elect"]),
+            vars,
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(
+            config.lease_duration,
+            Duration::from_secs(20),
+            "file over default"
+        );
+        assert_eq!(
+            config.renew_deadline,
+            Duration::from_secs(11),
+            "env over file"
+        );
+        assert_eq!(
+            config.retry_period,
+            Duration::from_millis(500),
+            "flag over env"
+        );
+        assert_eq!(config.leader_election_id, "from-file");
+        assert_eq!(config.max_concurrent_reconciles, 7);
+        assert!(config.leader_elect);
+    }
+
+    #[test]
+    fn toml_file_and_config_from_env() {
+        let file = TempFile::new(
+            "manager.toml",
+            "metrics_bind_address = \"127.0.0.1:9090\"\ncontrollers = [\"memcached\"]\n",
+        );
+        let vars = env(&[("MANAGER_CONFIG", &file.0.to_string_lossy())]);
+        let config = load(&Flags::default(), vars, KNOWN).unwrap();
+        assert_eq!(config.metrics_bind_address.to_string(), "127.0.0.1:9090");
+        assert_eq!(config.controllers.resolve(KNOWN).unwrap(), ["memcached"]);
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value() {
+        let config = load(
+            &flags(&["--retry-period=1s", "--retry-period=3s"]),
+            env(&[]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(config.retry_period, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn leader_elect_flag_forms() {
+        assert!(
+            load(&flags(&["--leader-elect"]), env(&[]), KNOWN)
+                .unwrap()
+                .leader_elect
+        );
+        let vars = env(&[("MANAGER_LEADER_ELECT", "true")]);
+        assert!(
+            !load(&flags(&["--leader-elect=false"]), vars, KNOWN)
+                .unwrap()
+                .leader_elect
+        );
+    }
+
+    #[test]
+    fn addresses() {
+        let parse = |s: &str| s.parse::<BindAddress>();
+        assert_eq!(parse("0"), Ok(BindAddress::Disabled));
+        assert_eq!(parse(":8080").unwrap().to_string(), "0.0.0.0:8080");
+        assert_eq!(
+            parse("127.0.0.1:1234").unwrap().to_string(),
+            "127.0.0.1:1234"
+        );
+        assert_eq!(
+            parse("localhost:1234").unwrap().to_string(),
+            "127.0.0.1:1234"
+        );
+        assert_eq!(parse("[::1]:1234").unwrap().to_string(), "[::1]:1234");
+        for bad in ["8080", "host:80", ":99999", "1.2.3.4", ""] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        let config = load(
+            &flags(&["--metrics-bind-address", "0"]),
+            env(&[("MANAGER_HEALTH_PROBE_BIND_ADDRESS", "0")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(config.metrics_bind_address, BindAddress::Disabled);
+        assert_eq!(config.health_probe_bind_address, BindAddress::Disabled);
+    }
+
+    #[test]
+    fn controller_selection() {
+        let sel = |s: &[&str]| ControllerSelection(s.iter().map(|e| (*e).to_owned()).collect());
+        assert_eq!(sel(&["*", "-myapp"]).resolve(KNOWN).unwrap(), ["memcached"]);
+        assert_eq!(sel(&["myapp"]).resolve(KNOWN).unwrap(), ["myapp"]);
+        assert_eq!(sel(&[]).resolve(KNOWN).unwrap(), Vec::<&str>::new());
+        let err = sel(&["memcache"]).resolve(KNOWN).unwrap_err();
+        assert!(
+            err.contains("\"memcache\"") && err.contains("memcached, myapp"),
+            "{err}"
+        );
+        let config = load(
+            &flags(&["--controllers", " myapp, memcached"]),
+            env(&[]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(config.controllers.resolve(KNOWN).unwrap(), KNOWN);
+    }
+
+    #[test]
+    fn bad_address_names_key_and_flag() {
+        let p = one_problem(load(
+            &flags(&["--metrics-bind-address", "nope"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("metrics_bind_address", "flag --metrics-bind-address")
+        );
+        assert!(p.message.contains("invalid address"), "{p}");
+    }
+
+    #[test]
+    fn bad_duration_names_key_and_env_var() {
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_LEASE_DURATION", "15")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("lease_duration", "env var MANAGER_LEASE_DURATION")
+        );
+        assert!(p.message.contains("missing unit"), "{p}");
+    }
+
+    #[test]
+    fn renew_deadline_must_be_shorter_than_lease_duration() {
+        let file = TempFile::new("m.yaml", "renew_deadline: 15s\n");
+        let path = file.0.to_string_lossy().into_owned();
+        let p = one_problem(load(&flags(&["--config", &path]), env(&[]), KNOWN));
+        assert_eq!(p.key, "renew_deadline");
+        assert_eq!(p.origin, format!("file {path}"));
+        assert!(
+            p.message
+                .contains("shorter than lease_duration (15s from built-in default)"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn retry_period_must_be_shorter_than_renew_deadline() {
+        let p = one_problem(load(&flags(&["--retry-period", "10s"]), env(&[]), KNOWN));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("retry_period", "flag --retry-period")
+        );
+        assert!(p.message.contains("shorter than renew_deadline"), "{p}");
+    }
+
+    #[test]
+    fn unknown_controller_lists_known_ones() {
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_CONTROLLERS", "memcached,nope")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("controllers", "env var MANAGER_CONTROLLERS")
+        );
+        assert!(
+            p.message.contains("\"nope\"") && p.message.contains("memcached, myapp"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn unreadable_file() {
+        let p = one_problem(load(
+            &flags(&["--config", "/nonexistent/manager.yaml"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("config", "flag --config")
+        );
+        assert!(
+            p.message.contains("cannot read /nonexistent/manager.yaml"),
+            "{p}"
+        );
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_CONFIG", "/nonexistent/m.toml")]),
+            KNOWN,
+        ));
+        assert_eq!(p.origin, "env var MANAGER_CONFIG");
+    }
+
+    #[test]
+    fn invalid_file_contents() {
+        let file = TempFile::new("m.yaml", "lease_duration: [unclosed\n");
+        let p = one_problem(load(
+            &flags(&["--config", &file.0.to_string_lossy()]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert!(
+            p.origin.starts_with("file ") && p.message.starts_with("invalid YAML"),
+            "{p}"
+        );
+        let file = TempFile::new("m.json", "{}");
+        let p = one_problem(load(
+            &flags(&["--config", &file.0.to_string_lossy()]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert!(p.message.contains("unknown file type"), "{p}");
+    }
+
+    #[test]
+    fn unknown_keys_in_file_and_env() {
+        let file = TempFile::new("m.yaml", "lease_duraton: 20s\n");
+        let path = file.0.to_string_lossy().into_owned();
+        let p = one_problem(load(&flags(&["--config", &path]), env(&[]), KNOWN));
+        assert_eq!(
+            (p.key.as_str(), p.origin.clone()),
+            ("lease_duraton", format!("file {path}"))
+        );
+        assert!(p.message.contains("unknown key"), "{p}");
+        let p = one_problem(load(&Flags::default(), env(&[("MANAGER_FOO", "1")]), KNOWN));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("foo", "env var MANAGER_FOO")
+        );
+    }
+
+    #[test]
+    fn wrong_types() {
+        let p = one_problem(load(
+            &flags(&["--max-concurrent-reconciles", "many"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            (
+                "max_concurrent_reconciles",
+                "flag --max-concurrent-reconciles"
+            )
+        );
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_LOG_FORMAT", "xml")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("log_format", "env var MANAGER_LOG_FORMAT")
+        );
+        let p = one_problem(load(&flags(&["--leader-elect=maybe"]), env(&[]), KNOWN));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("leader_elect", "flag --leader-elect")
+        );
+        let p = one_problem(load(
+            &flags(&["--max-concurrent-reconciles", "0"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(p.key, "max_concurrent_reconciles");
+    }
+
+    #[test]
+    fn numeric_lease_name_is_a_name() {
+        let config = load(
+            &Flags::default(),
+            env(&[("MANAGER_LEADER_ELECTION_ID", "42")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(config.leader_election_id, "42");
+    }
+}

@@ -1,0 +1,822 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics.
+//!
+//! - A candidate takes the Lease when it has no holder, or when it has not seen the record
+//!   change for `leaseDurationSeconds` on its own monotonic clock (the holder's clock and
+//!   `renewTime` are never compared with ours, exactly as client-go does).
+//! - Every write is a replace carrying the `resourceVersion` that was read: when two candidates
+//!   race, the API server accepts one and answers 409 Conflict to the other, so there is never
+//!   more than one holder.
+//! - The leader renews every retry period. If it cannot renew within the renew deadline, or
+//!   finds the Lease held by someone else, leadership is lost and the caller must stop its
+//!   controllers. As the renew deadline is shorter than the lease duration, a leader cut off
+//!   from the API server stops before any standby can take over.
+//! - `leaseTransitions` is incremented whenever the holder changes; `acquireTime` is set then.
+//! - Releasing (on SIGTERM) writes an empty holder and a one-second duration, as client-go's
+//!   `ReleaseOnCancel`, so a standby takes over at once.
+//! - Candidates watch the single Lease object besides polling every retry period, so a standby
+//!   notices a release within a round trip, and sleeps no longer than until the Lease it has
+//!   observed would expire.
+//!
+//! The decision itself ([`decide`], [`next_record`]) is pure and unit-tested; the
+//! [`LeaderElector`] does the I/O around it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher;
+use prometheus::IntGauge;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Leader election settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Name of the Lease.
+    pub lease_name: String,
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// This candidate's `holderIdentity`.
+    pub identity: String,
+    /// How long a standby waits, after it last saw the record change, before taking over.
+    pub lease_duration: Duration,
+    /// How long the leader tries to renew before giving up.
+    pub renew_deadline: Duration,
+    /// Interval between attempts.
+    pub retry_period: Duration,
+}
+
+impl Settings {
+    /// `leaseDurationSeconds` for this candidate's writes: the lease duration rounded up to
+    /// whole seconds.
+    pub fn lease_duration_seconds(&self) -> i32 {
+        let secs =
+            self.lease_duration.as_secs() + u64::from(self.lease_duration.subsec_nanos() > 0);
+        i32::try_from(secs).unwrap_or(i32::MAX)
+    }
+}
+
+/// The identity of this candidate: `$POD_NAME` (downward API) when set, else the host name
+/// plus a random suffix so that two processes on one host differ.
+pub fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.trim().is_empty()
+    {
+        return pod.trim().to_owned();
+    }
+    let host = hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "manager".to_owned());
+    format!("{host}_{:08x}", fastrand::u32(..))
+}
+
+/// Leadership as the rest of the process sees it: `/healthz` and the
+/// `leader_election_master_status` gauge.
+#[derive(Debug)]
+pub struct LeaderStatus {
+    leading: AtomicBool,
+    last_renew: Mutex<Option<Instant>>,
+    renew_deadline: Duration,
+    gauge: IntGauge,
+}
+
+impl LeaderStatus {
+    /// Not leading; `gauge` is set to 0.
+    pub fn new(gauge: IntGauge, renew_deadline: Duration) -> Self {
+        gauge.set(0);
+        Self {
+            leading: AtomicBool::new(false),
+            last_renew: Mutex::new(None),
+            renew_deadline,
+            gauge,
+        }
+    }
+
+    /// Whether this process holds the Lease.
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    fn renewed(&self, at: Instant) {
+        if let Ok(mut last) = self.last_renew.lock() {
+            *last = Some(at);
+        }
+        self.leading.store(true, Ordering::SeqCst);
+        self.gauge.set(1);
+    }
+
+    fn stepped_down(&self) {
+        self.leading.store(false, Ordering::SeqCst);
+        self.gauge.set(0);
+    }
+
+    /// Why the process is wedged, if it is: it believes it leads but its last successful
+    /// renewal is older than the renew deadline.
+    pub fn wedged(&self, now: Instant) -> Option<String> {
+        if !self.is_leading() {
+            return None;
+        }
+        let last = self.last_renew.lock().ok().and_then(|last| *last)?;
+        let since = now.saturating_duration_since(last);
+        (since > self.renew_deadline).then(|| {
+            format!(
+                "leader election: last renewal {:.1}s ago, renew deadline {:.1}s",
+                since.as_secs_f64(),
+                self.renew_deadline.as_secs_f64()
+            )
+        })
+    }
+}
+
+/// The fields of a Lease that leader election reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Record {
+    /// `holderIdentity`; empty when released or never held.
+    pub holder: String,
+    /// `leaseDurationSeconds`.
+    pub lease_duration_seconds: i32,
+    /// `acquireTime`.
+    pub acquire_time: Option<Timestamp>,
+    /// `renewTime`.
+    pub renew_time: Option<Timestamp>,
+    /// `leaseTransitions`.
+    pub transitions: i32,
+}
+
+impl Record {
+    /// Reads the record from a Lease (missing fields are empty / zero).
+    pub fn from_lease(lease: &Lease) -> Self {
+        let spec = lease.spec.clone().unwrap_or_default();
+        Self {
+            holder: spec.holder_identity.unwrap_or_default(),
+            lease_duration_seconds: spec.lease_duration_seconds.unwrap_or_default(),
+            acquire_time: spec.acquire_time.map(|t| t.0),
+            renew_time: spec.renew_time.map(|t| t.0),
+            transitions: spec.lease_transitions.unwrap_or_default(),
+        }
+    }
+
+    fn to_spec(&self) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.holder.clone()),
+            lease_duration_seconds: Some(self.lease_duration_seconds),
+            acquire_time: self.acquire_time.map(MicroTime),
+            renew_time: self.renew_time.map(MicroTime),
+            lease_transitions: Some(self.transitions),
+            ..LeaseSpec::default()
+        }
+    }
+}
+
+/// What a candidate should do about a Lease record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// This candidate holds it: renew.
+    Renew,
+    /// Nobody holds it, or the holder's lease expired: take it.
+    Acquire,
+    /// Another holder's lease is valid for `remaining` more (on our clock).
+    Wait {
+        /// The current holder.
+        holder: String,
+        /// Time until it expires unless renewed.
+        remaining: Duration,
+    },
+}
+
+/// Decides about `record`, first seen unchanged at `observed_at`, at time `now`.
+///
+/// The lease of another holder expires `leaseDurationSeconds` after this candidate first saw
+/// the record as it is (client-go's `observedTime`), never by comparing `renewTime` with the
+/// local wall clock, so clock skew between nodes does not matter.
+pub fn decide(record: &Record, observed_at: Instant, now: Instant, identity: &str) -> Decision {
+    if record.holder == identity {
+        return Decision::Renew;
+    }
+    if record.holder.is_empty() {
+        return Decision::Acquire;
+    }
+    let duration =
+        Duration::from_secs(u64::try_from(record.lease_duration_seconds).unwrap_or_default());
+    let expires = observed_at + duration;
+    if now >= expires {
+        Decision::Acquire
+    } else {
+        Decision::Wait {
+            holder: record.holder.clone(),
+            remaining: expires - now,
+        }
+    }
+}
+
+/// The record this candidate writes to take or renew `old` at wall-clock time `now`.
+pub fn next_record(
+    old: &Record,
+    identity: &str,
+    lease_duration_seconds: i32,
+    now: Timestamp,
+) -> Record {
+    let (acquire_time, transitions) = if old.holder == identity {
+        (old.acquire_time.or(Some(now)), old.transitions)
+    } else {
+        (Some(now), old.transitions.saturating_add(1))
+    };
+    Record {
+        holder: identity.to_owned(),
+        lease_duration_seconds,
+        acquire_time,
+        renew_time: Some(now),
+        transitions,
+    }
+}
+
+/// The record that releases `old`: no holder, a one-second duration (client-go's
+/// `ReleaseOnCancel`).
+pub fn released_record(old: &Record, now: Timestamp) -> Record {
+    Record {
+        holder: String::new(),
+        lease_duration_seconds: 1,
+        acquire_time: Some(now),
+        renew_time: Some(now),
+        transitions: old.transitions,
+    }
+}
+
+/// The outcome of one attempt to acquire or renew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Attempt {
+    /// This candidate holds the Lease now.
+    Leading,
+    /// Another candidate holds a valid lease.
+    HeldBy { holder: String, remaining: Duration },
+    /// Another write got there first (409); look again.
+    Conflict,
+}
+
+/// How leading ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeadershipEnd {
+    /// The caller asked to stop; the Lease is still held (release it with
+    /// [`LeaderElector::release`]).
+    Stopped,
+    /// Leadership was lost; the reason.
+    Lost(String),
+}
+
+/// What the watch on the Lease last reported.
+#[derive(Debug, Clone)]
+enum Watched {
+    Present(Box<Lease>),
+    Absent,
+}
+
+/// One candidate for one Lease.
+pub struct LeaderElector {
+    api: Api<Lease>,
+    settings: Settings,
+    status: Arc<LeaderStatus>,
+    /// The last record seen and when it was first seen unchanged.
+    observed: Option<(Record, Instant)>,
+    /// The `resourceVersion` of the last Lease read or written.
+    resource_version: Option<String>,
+    last_renew: Option<Instant>,
+    changes: watch::Receiver<Option<Watched>>,
+    watch_alive: bool,
+    watch_stop: CancellationToken,
+}
+
+impl std::fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for LeaderElector {
+    fn drop(&mut self) {
+        self.watch_stop.cancel();
+    }
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+impl LeaderElector {
+    /// A candidate; starts watching the Lease at once.
+    pub fn new(client: kube::Client, settings: Settings, status: Arc<LeaderStatus>) -> Self {
+        let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
+        let (sender, changes) = watch::channel(None);
+        let watch_stop = CancellationToken::new();
+        tokio::spawn(watch_lease(
+            api.clone(),
+            settings.lease_name.clone(),
+            sender,
+            watch_stop.clone(),
+        ));
+        Self {
+            api,
+            settings,
+            status,
+            observed: None,
+            resource_version: None,
+            last_renew: None,
+            changes,
+            watch_alive: true,
+            watch_stop,
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn observe(&mut self, lease: &Lease) {
+        let record = Record::from_lease(lease);
+        match &self.observed {
+            Some((seen, _)) if *seen == record => {}
+            _ => self.observed = Some((record, Instant::now())),
+        }
+        self.resource_version = lease.metadata.resource_version.clone();
+    }
+
+    fn lease_object(&self, record: &Record, resource_version: Option<String>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.settings.lease_name.clone()),
+                namespace: Some(self.settings.namespace.clone()),
+                resource_version,
+                ..ObjectMeta::default()
+            },
+            spec: Some(record.to_spec()),
+        }
+    }
+
+    /// Writes `record` over the Lease at the `resourceVersion` last seen.
+    async fn replace(&mut self, record: &Record) -> Result<Attempt, kube::Error> {
+        let lease = self.lease_object(record, self.resource_version.clone());
+        match self
+            .api
+            .replace(&self.settings.lease_name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(written) => {
+                self.observe(&written);
+                Ok(Attempt::Leading)
+            }
+            Err(e) if is_conflict(&e) => Ok(Attempt::Conflict),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One round of client-go's `tryAcquireOrRenew`.
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let identity = self.settings.identity.clone();
+        let seconds = self.settings.lease_duration_seconds();
+
+        // Fast path: the leader renews from what it wrote last; a 409 means the Lease changed
+        // since, and the slow path below looks at it.
+        if let Some((record, _)) = &self.observed
+            && record.holder == identity
+            && self.resource_version.is_some()
+        {
+            let next = next_record(record, &identity, seconds, Timestamp::now());
+            if self.replace(&next).await? == Attempt::Leading {
+                return Ok(Attempt::Leading);
+            }
+        }
+
+        let Some(lease) = self.api.get_opt(&self.settings.lease_name).await? else {
+            let record = next_record(&Record::default(), &identity, seconds, Timestamp::now());
+            let record = Record {
+                transitions: 0,
+                ..record
+            };
+            let lease = self.lease_object(&record, None);
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(created) => {
+                    self.observe(&created);
+                    Ok(Attempt::Leading)
+                }
+                Err(e) if is_conflict(&e) => Ok(Attempt::Conflict),
+                Err(e) => Err(e),
+            };
+        };
+        self.observe(&lease);
+        let Some((record, observed_at)) = self.observed.clone() else {
+            return Ok(Attempt::Conflict);
+        };
+        match decide(&record, observed_at, Instant::now(), &identity) {
+            Decision::Wait { holder, remaining } => Ok(Attempt::HeldBy { holder, remaining }),
+            Decision::Renew | Decision::Acquire => {
+                let next = next_record(&record, &identity, seconds, Timestamp::now());
+                self.replace(&next).await
+            }
+        }
+    }
+
+    /// One attempt, bounded by `limit`; errors are logged and reported as `None`.
+    async fn attempt(&mut self, limit: Duration) -> Option<Attempt> {
+        match tokio::time::timeout(limit, self.try_acquire_or_renew()).await {
+            Ok(Ok(attempt)) => Some(attempt),
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %self.settings.lease_name, %error, "leader election request failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.settings.lease_name, "leader election request timed out");
+                None
+            }
+        }
+    }
+
+    fn jittered_retry(&self) -> Duration {
+        // Up to 10 % later, so candidates started together do not stay in lockstep.
+        self.settings
+            .retry_period
+            .mul_f64(1.0 + fastrand::f64() * 0.1)
+    }
+
+    /// Waits until the Lease is acquired (`true`) or `shutdown` is cancelled (`false`).
+    pub async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
+        tracing::info!(
+            lease = %self.settings.lease_name,
+            namespace = %self.settings.namespace,
+            identity = %self.settings.identity,
+            "attempting to acquire the leader lease"
+        );
+        let mut last_holder = String::new();
+        loop {
+            if shutdown.is_cancelled() {
+                return false;
+            }
+            let wait = match self.attempt(self.settings.renew_deadline).await {
+                Some(Attempt::Leading) => {
+                    let now = Instant::now();
+                    self.last_renew = Some(now);
+                    self.status.renewed(now);
+                    tracing::info!(lease = %self.settings.lease_name, identity = %self.settings.identity, "acquired the leader lease");
+                    return true;
+                }
+                Some(Attempt::HeldBy { holder, remaining }) => {
+                    if holder != last_holder {
+                        tracing::info!(lease = %self.settings.lease_name, %holder, "the lease is held by another candidate; standing by");
+                        last_holder = holder;
+                    }
+                    self.jittered_retry()
+                        .min(remaining + Duration::from_millis(20))
+                }
+                Some(Attempt::Conflict) | None => self.jittered_retry(),
+            };
+            if !self.wait_as_standby(shutdown, wait).await {
+                return false;
+            }
+        }
+    }
+
+    /// Sleeps for `wait`, or less when the watch shows the Lease free or gone. `false` when
+    /// `shutdown` was cancelled.
+    async fn wait_as_standby(&mut self, shutdown: &CancellationToken, wait: Duration) -> bool {
+        let mut deadline = Instant::now() + wait;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return false,
+                () = tokio::time::sleep_until(deadline) => return true,
+                changed = self.changes.changed(), if self.watch_alive => {
+                    if changed.is_err() {
+                        self.watch_alive = false;
+                        continue;
+                    }
+                    let seen = self.changes.borrow_and_update().clone();
+                    match seen {
+                        Some(Watched::Absent) => return true,
+                        Some(Watched::Present(lease)) => {
+                            self.observe(&lease);
+                            let Some((record, at)) = &self.observed else { continue };
+                            match decide(record, *at, Instant::now(), &self.settings.identity) {
+                                Decision::Acquire | Decision::Renew => return true,
+                                Decision::Wait { remaining, .. } => {
+                                    // Wake when the observed lease would expire, if that comes
+                                    // before the planned retry.
+                                    deadline = deadline.min(Instant::now() + remaining + Duration::from_millis(20));
+                                }
+                            }
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps renewing until `stop` is cancelled ([`LeadershipEnd::Stopped`]) or leadership is
+    /// lost ([`LeadershipEnd::Lost`]; the status is then "not leading").
+    pub async fn hold(&mut self, stop: &CancellationToken) -> LeadershipEnd {
+        let end = self.renew_loop(stop).await;
+        if let LeadershipEnd::Lost(reason) = &end {
+            self.status.stepped_down();
+            tracing::error!(lease = %self.settings.lease_name, %reason, "leadership lost");
+        }
+        end
+    }
+
+    async fn renew_loop(&mut self, stop: &CancellationToken) -> LeadershipEnd {
+        let mut next_attempt = Instant::now() + self.settings.retry_period;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return LeadershipEnd::Stopped,
+                () = tokio::time::sleep_until(next_attempt) => {}
+                changed = self.changes.changed(), if self.watch_alive => {
+                    if changed.is_err() {
+                        self.watch_alive = false;
+                        continue;
+                    }
+                    // Check at once when the watch shows the Lease gone or held by another;
+                    // the read that follows is authoritative, the event may be stale.
+                    let seen = self.changes.borrow_and_update().clone();
+                    let foreign = match &seen {
+                        Some(Watched::Present(lease)) => Record::from_lease(lease).holder != self.settings.identity,
+                        Some(Watched::Absent) => true,
+                        None => false,
+                    };
+                    if !foreign {
+                        continue;
+                    }
+                }
+            }
+            let last_renew = self.last_renew.unwrap_or_else(Instant::now);
+            let deadline = last_renew + self.settings.renew_deadline;
+            let now = Instant::now();
+            if now >= deadline {
+                return self.deadline_missed(last_renew);
+            }
+            match self.attempt(deadline - now).await {
+                Some(Attempt::Leading) => {
+                    let now = Instant::now();
+                    self.last_renew = Some(now);
+                    self.status.renewed(now);
+                }
+                Some(Attempt::HeldBy { holder, .. }) => {
+                    return LeadershipEnd::Lost(format!("the lease is now held by {holder:?}"));
+                }
+                Some(Attempt::Conflict) | None => {}
+            }
+            if Instant::now() >= deadline && self.last_renew == Some(last_renew) {
+                return self.deadline_missed(last_renew);
+            }
+            next_attempt = Instant::now() + self.settings.retry_period;
+        }
+    }
+
+    fn deadline_missed(&self, last_renew: Instant) -> LeadershipEnd {
+        LeadershipEnd::Lost(format!(
+            "could not renew the lease within the renew deadline of {} (last renewal {:.1}s ago)",
+            crate::duration::Display(self.settings.renew_deadline),
+            last_renew.elapsed().as_secs_f64()
+        ))
+    }
+
+    /// Gives the Lease up if this candidate holds it: empty holder, one-second duration, so
+    /// a standby takes over at once.
+    ///
+    /// # Errors
+    /// The API error when the write fails for another reason than a lost race.
+    pub async fn release(&mut self) -> Result<(), kube::Error> {
+        self.status.stepped_down();
+        for _ in 0..2 {
+            let Some((record, _)) = self.observed.clone() else {
+                return Ok(());
+            };
+            if record.holder != self.settings.identity {
+                return Ok(());
+            }
+            let released = released_record(&record, Timestamp::now());
+            let lease = self.lease_object(&released, self.resource_version.clone());
+            match self
+                .api
+                .replace(&self.settings.lease_name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(written) => {
+                    self.observe(&written);
+                    tracing::info!(lease = %self.settings.lease_name, "released the leader lease");
+                    return Ok(());
+                }
+                Err(e) if is_conflict(&e) => {
+                    // Changed since the last renewal: look again; release only if still ours.
+                    match self.api.get_opt(&self.settings.lease_name).await? {
+                        Some(lease) => self.observe(&lease),
+                        None => return Ok(()),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Forwards the state of the one Lease to `sender` until `stop` is cancelled or nobody
+/// listens. Errors are retried with backoff by the watcher.
+async fn watch_lease(
+    api: Api<Lease>,
+    name: String,
+    sender: watch::Sender<Option<Watched>>,
+    stop: CancellationToken,
+) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut seen_in_init = false;
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            () = sender.closed() => return,
+            event = events.next() => event,
+        };
+        match event {
+            None => return,
+            Some(Err(error)) => tracing::debug!(%error, "lease watch error; retrying"),
+            Some(Ok(watcher::Event::Init)) => seen_in_init = false,
+            Some(Ok(watcher::Event::InitApply(lease))) => {
+                seen_in_init = true;
+                sender.send_replace(Some(Watched::Present(Box::new(lease))));
+            }
+            Some(Ok(watcher::Event::InitDone)) => {
+                if !seen_in_init {
+                    sender.send_replace(Some(Watched::Absent));
+                }
+            }
+            Some(Ok(watcher::Event::Apply(lease))) => {
+                sender.send_replace(Some(Watched::Present(Box::new(lease))));
+            }
+            Some(Ok(watcher::Event::Delete(_))) => {
+                sender.send_replace(Some(Watched::Absent));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(holder: &str, seconds: i32) -> Record {
+        Record {
+            holder: holder.to_owned(),
+            lease_duration_seconds: seconds,
+            transitions: 3,
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn own_lease_is_renewed() {
+        let now = Instant::now();
+        assert_eq!(decide(&record("me", 15), now, now, "me"), Decision::Renew);
+    }
+
+    #[test]
+    fn free_lease_is_acquired() {
+        let now = Instant::now();
+        assert_eq!(decide(&record("", 15), now, now, "me"), Decision::Acquire);
+    }
+
+    #[test]
+    fn foreign_lease_waits_until_expired_on_local_clock() {
+        let seen = Instant::now();
+        let held = record("other", 15);
+        assert_eq!(
+            decide(&held, seen, seen + Duration::from_secs(5), "me"),
+            Decision::Wait {
+                holder: "other".to_owned(),
+                remaining: Duration::from_secs(10)
+            }
+        );
+        assert_eq!(
+            decide(&held, seen, seen + Duration::from_secs(15), "me"),
+            Decision::Acquire
+        );
+        assert_eq!(
+            decide(&held, seen, seen + Duration::from_secs(60), "me"),
+            Decision::Acquire
+        );
+        // A negative duration from a broken writer does not make the lease eternal.
+        assert_eq!(
+            decide(&record("other", -5), seen, seen, "me"),
+            Decision::Acquire
+        );
+    }
+
+    #[test]
+    fn renewal_keeps_acquire_time_and_transitions() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(1_002).unwrap();
+        let mine = Record {
+            acquire_time: Some(t0),
+            renew_time: Some(t0),
+            ..record("me", 15)
+        };
+        let next = next_record(&mine, "me", 15, t1);
+        assert_eq!(next.acquire_time, Some(t0));
+        assert_eq!(next.renew_time, Some(t1));
+        assert_eq!(next.transitions, 3);
+    }
+
+    #[test]
+    fn takeover_counts_a_transition() {
+        let t1 = Timestamp::from_second(1_002).unwrap();
+        let next = next_record(&record("other", 15), "me", 4, t1);
+        assert_eq!(
+            next,
+            Record {
+                holder: "me".to_owned(),
+                lease_duration_seconds: 4,
+                acquire_time: Some(t1),
+                renew_time: Some(t1),
+                transitions: 4
+            }
+        );
+        // Taking a released lease is a transition too, as in client-go.
+        assert_eq!(next_record(&record("", 1), "me", 15, t1).transitions, 4);
+    }
+
+    #[test]
+    fn release_empties_the_holder() {
+        let t = Timestamp::from_second(5).unwrap();
+        let released = released_record(&record("me", 15), t);
+        assert_eq!(
+            (
+                released.holder.as_str(),
+                released.lease_duration_seconds,
+                released.transitions
+            ),
+            ("", 1, 3)
+        );
+        let now = Instant::now();
+        assert_eq!(decide(&released, now, now, "other"), Decision::Acquire);
+    }
+
+    #[test]
+    fn record_round_trips_through_a_lease() {
+        let t = Timestamp::from_second(7).unwrap();
+        let rec = Record {
+            acquire_time: Some(t),
+            renew_time: Some(t),
+            ..record("me", 15)
+        };
+        let lease = Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(rec.to_spec()),
+        };
+        assert_eq!(Record::from_lease(&lease), rec);
+        assert_eq!(Record::from_lease(&Lease::default()), Record::default());
+    }
+
+    #[test]
+    fn lease_seconds_round_up() {
+        let settings = |d| Settings {
+            lease_name: "l".into(),
+            namespace: "n".into(),
+            identity: "i".into(),
+            lease_duration: d,
+            renew_deadline: Duration::ZERO,
+            retry_period: Duration::ZERO,
+        };
+        assert_eq!(
+            settings(Duration::from_secs(15)).lease_duration_seconds(),
+            15
+        );
+        assert_eq!(
+            settings(Duration::from_millis(1500)).lease_duration_seconds(),
+            2
+        );
+    }
+
+    #[test]
+    fn status_reports_a_missed_deadline() {
+        let gauge = IntGauge::new("g", "h").unwrap();
+        let status = LeaderStatus::new(gauge.clone(), Duration::from_secs(10));
+        let now = Instant::now();
+        assert_eq!(
+            status.wedged(now + Duration::from_secs(60)),
+            None,
+            "a standby is never wedged"
+        );
+        status.renewed(now);
+        assert_eq!(gauge.get(), 1);
+        assert_eq!(status.wedged(now + Duration::from_secs(5)), None);
+        assert!(status.wedged(now + Duration::from_secs(11)).is_some());
+        status.stepped_down();
+        assert_eq!(gauge.get(), 0);
+        assert_eq!(status.wedged(now + Duration::from_secs(11)), None);
+    }
+}

@@ -1,0 +1,231 @@
+//! The HTTP endpoints: `/metrics` on the metrics address, `/healthz` and `/readyz` on the
+//! probe address. They run on every replica, leader or not.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::{Encoder as _, Registry, TextEncoder};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::leader::LeaderStatus;
+
+/// What the probes report.
+#[derive(Debug, Default)]
+pub struct Health {
+    ready: AtomicBool,
+    leader: Option<Arc<LeaderStatus>>,
+}
+
+impl Health {
+    /// Not ready yet; `/healthz` consults `leader` when leader election is on.
+    pub fn new(leader: Option<Arc<LeaderStatus>>) -> Self {
+        Self {
+            ready: AtomicBool::new(false),
+            leader,
+        }
+    }
+
+    /// Marks start-up as finished (`true`) or shutdown as started (`false`).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// `None` when live, else why the process is wedged.
+    pub fn wedged(&self) -> Option<String> {
+        self.leader
+            .as_ref()
+            .and_then(|status| status.wedged(Instant::now()))
+    }
+}
+
+/// The running endpoints; stop them with [`Servers::shutdown`].
+#[derive(Debug)]
+pub struct Servers {
+    /// Where `/metrics` listens, when enabled (the actual port when `:0` was asked for).
+    pub metrics: Option<SocketAddr>,
+    /// Where the probes listen, when enabled.
+    pub probes: Option<SocketAddr>,
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Servers {
+    /// Binds both addresses (a disabled one is skipped) and serves in the background.
+    ///
+    /// # Errors
+    /// [`Error::Bind`] when an address cannot be bound.
+    pub async fn start(
+        metrics: Option<SocketAddr>,
+        probes: Option<SocketAddr>,
+        registry: Registry,
+        health: Arc<Health>,
+    ) -> Result<Self, Error> {
+        let stop = CancellationToken::new();
+        let mut servers = Self {
+            metrics: None,
+            probes: None,
+            stop: stop.clone(),
+            tasks: Vec::new(),
+        };
+        if let Some(address) = metrics {
+            let router = Router::new()
+                .route("/metrics", get(serve_metrics))
+                .with_state(Arc::new(registry));
+            servers.metrics = Some(servers.serve("metrics", address, router).await?);
+        }
+        if let Some(address) = probes {
+            let router = Router::new()
+                .route("/healthz", get(serve_healthz))
+                .route("/readyz", get(serve_readyz))
+                .with_state(health);
+            servers.probes = Some(servers.serve("health probes", address, router).await?);
+        }
+        Ok(servers)
+    }
+
+    async fn serve(
+        &mut self,
+        endpoint: &'static str,
+        address: SocketAddr,
+        router: Router,
+    ) -> Result<SocketAddr, Error> {
+        let bind_error = |source| Error::Bind {
+            endpoint,
+            address,
+            source,
+        };
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(bind_error)?;
+        let local = listener.local_addr().map_err(bind_error)?;
+        tracing::info!(%endpoint, address = %local, "serving");
+        let stop = self.stop.clone();
+        self.tasks.push(tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                tracing::error!(%endpoint, %error, "HTTP server failed");
+            }
+        }));
+        Ok(local)
+    }
+
+    /// Stops serving; open connections get `grace` to finish.
+    pub async fn shutdown(self, grace: Duration) {
+        self.stop.cancel();
+        for task in self.tasks {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(grace, task).await.is_err() {
+                abort.abort();
+            }
+        }
+    }
+}
+
+async fn serve_metrics(State(registry): State<Arc<Registry>>) -> Response {
+    let encoder = TextEncoder::new();
+    let mut body = Vec::new();
+    match encoder.encode(&registry.gather(), &mut body) {
+        Ok(()) => (
+            [(header::CONTENT_TYPE, encoder.format_type().to_owned())],
+            body,
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {error}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn serve_healthz(State(health): State<Arc<Health>>) -> Response {
+    match health.wedged() {
+        None => (StatusCode::OK, "ok\n").into_response(),
+        Some(reason) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{reason}\n")).into_response(),
+    }
+}
+
+async fn serve_readyz(State(health): State<Arc<Health>>) -> Response {
+    if health.is_ready() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    async fn get(address: SocketAddr, path: &str) -> (u16, String) {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, response)
+    }
+
+    #[tokio::test]
+    async fn probes_and_metrics() {
+        let registry = crate::telemetry::registry().unwrap();
+        let gauge = crate::telemetry::leader_gauge(&registry).unwrap();
+        let status = Arc::new(LeaderStatus::new(
+            gauge.with_label_values(&["lease"]),
+            Duration::from_secs(10),
+        ));
+        let health = Arc::new(Health::new(Some(status)));
+        let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let servers = Servers::start(Some(loopback), Some(loopback), registry, health.clone())
+            .await
+            .unwrap();
+        let (metrics, probes) = (servers.metrics.unwrap(), servers.probes.unwrap());
+
+        assert_eq!(get(probes, "/healthz").await.0, 200);
+        assert_eq!(get(probes, "/readyz").await.0, 503);
+        health.set_ready(true);
+        assert_eq!(get(probes, "/readyz").await.0, 200);
+        assert_eq!(get(probes, "/metrics").await.0, 404);
+
+        let (code, body) = get(metrics, "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(
+            body.contains("leader_election_master_status{name=\"lease\"} 0"),
+            "{body}"
+        );
+        assert!(body.contains("process_resident_memory_bytes"), "{body}");
+
+        servers.shutdown(Duration::from_secs(1)).await;
+        assert!(tokio::net::TcpStream::connect(probes).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn disabled_endpoints_bind_nothing() {
+        let registry = crate::telemetry::registry().unwrap();
+        let servers = Servers::start(None, None, registry, Arc::new(Health::default()))
+            .await
+            .unwrap();
+        assert_eq!((servers.metrics, servers.probes), (None, None));
+        servers.shutdown(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,99 @@
+//! Logs and metrics: the tracing subscriber and the one Prometheus registry.
+
+use std::io::IsTerminal as _;
+
+use prometheus::{IntGaugeVec, Opts, Registry};
+use tracing_subscriber::EnvFilter;
+
+use crate::Error;
+use crate::config::LogFormat;
+
+/// Installs the global tracing subscriber: JSON lines when `format` is `json`, or `auto` and
+/// stdout is not a terminal (in-cluster); human-readable lines otherwise. `RUST_LOG` filters,
+/// defaulting to `info`.
+///
+/// # Errors
+/// [`Error::Telemetry`] when `RUST_LOG` is invalid or a subscriber is already installed.
+pub fn init_logging(format: LogFormat) -> Result<(), Error> {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(value) if !value.trim().is_empty() => EnvFilter::try_new(&value)
+            .map_err(|e| Error::Telemetry(format!("invalid RUST_LOG {value:?}: {e}")))?,
+        _ => EnvFilter::new("info"),
+    };
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stdout().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout);
+    let installed = if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
+    installed.map_err(|e| Error::Telemetry(e.to_string()))
+}
+
+/// A registry with the process metrics (`process_resident_memory_bytes`,
+/// `process_cpu_seconds_total`, `process_open_fds`, ...) already in it.
+///
+/// # Errors
+/// [`Error::Metrics`] when registration fails.
+pub fn registry() -> Result<Registry, Error> {
+    let registry = Registry::new();
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
+    Ok(registry)
+}
+
+/// Registers controller-runtime's `leader_election_master_status{name}` gauge.
+///
+/// # Errors
+/// [`Error::Metrics`] when registration fails.
+pub fn leader_gauge(registry: &Registry) -> Result<IntGaugeVec, Error> {
+    let gauge = IntGaugeVec::new(
+        Opts::new(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+        ),
+        &["name"],
+    )?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_has_process_metrics_and_leader_gauge() {
+        let registry = registry().unwrap();
+        let gauge = leader_gauge(&registry).unwrap();
+        gauge.with_label_values(&["lease"]).set(1);
+        let names: Vec<String> = registry
+            .gather()
+            .iter()
+            .map(|f| f.name().to_owned())
+            .collect();
+        for want in [
+            "process_resident_memory_bytes",
+            "process_cpu_seconds_total",
+            "process_open_fds",
+            "leader_election_master_status",
+        ] {
+            assert!(
+                names.iter().any(|n| n == want),
+                "{want} missing from {names:?}"
+            );
+        }
+    }
+}
