@@ -1,18 +1,94 @@
 //! Errors of the controllers crate.
 
 /// Everything that can go wrong while reconciling or running a controller.
+///
+/// A reconcile that fails returns one of these; the shared driver counts it
+/// (`controller_runtime_reconcile_errors_total`), logs it in the reconcile's span and retries the
+/// object with exponential backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A request to the API server failed.
     #[error("kubernetes API request failed: {0}")]
-    Kube(#[source] kube::Error),
+    Kube(#[from] kube::Error),
+
+    /// An object from the API server lacks a field the API server always sets (for example
+    /// `metadata.uid`); seen only with a stale or hand-made object.
+    #[error("{kind} is missing {field}")]
+    MissingField {
+        /// The kind of the object.
+        kind: &'static str,
+        /// The missing field, as a JSON path.
+        field: &'static str,
+    },
+
+    /// A shared watch stopped before its first complete list, so its cache never became usable.
+    #[error("the shared {resource} watch stopped before its cache was ready")]
+    WatchStopped {
+        /// The watched resource (plural name).
+        resource: &'static str,
+    },
 }
 
 impl Error {
-    /// A short, bounded label for the `controller_runtime_reconcile_errors_total` breakdown.
+    /// Whether the API server refused to create something because its namespace is being
+    /// deleted (the `NamespaceTerminating` cause of a 403). Nothing is wrong then: the custom
+    /// resource goes with its namespace, and retrying only makes noise.
+    pub fn is_namespace_terminating(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(status)) => {
+                status.code == 403
+                    && (status.details.as_ref().is_some_and(|d| {
+                        d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
+                    }) || status.message.contains("because it is being terminated"))
+            }
+            _ => false,
+        }
+    }
+
+    /// A short, bounded label for the error-kind breakdown of the reconcile error counter.
     pub fn metric_label(&self) -> &'static str {
         match self {
+            Error::Kube(kube::Error::Api(status)) if status.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(status)) if status.code == 403 => "forbidden",
+            Error::Kube(kube::Error::Api(status)) if status.code == 422 => "invalid",
             Error::Kube(_) => "kube",
+            Error::MissingField { .. } => "missing_field",
+            Error::WatchStopped { .. } => "watch_stopped",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_bounded_and_distinct() {
+        let missing = Error::MissingField {
+            kind: "Memcached",
+            field: "metadata.uid",
+        };
+        assert_eq!(missing.metric_label(), "missing_field");
+        assert_eq!(missing.to_string(), "Memcached is missing metadata.uid");
+        assert_eq!(
+            Error::WatchStopped { resource: "pods" }.metric_label(),
+            "watch_stopped"
+        );
+    }
+
+    #[test]
+    fn namespace_termination_is_recognised() {
+        let status = kube::core::Status::failure(
+            "deployments.apps \"m\" is forbidden: unable to create new content in namespace ns \
+             because it is being terminated",
+            "Forbidden",
+        )
+        .with_code(403);
+        let error = Error::Kube(kube::Error::Api(status.boxed()));
+        assert!(error.is_namespace_terminating());
+        assert_eq!(error.metric_label(), "forbidden");
+        let rbac = kube::core::Status::failure("forbidden: User cannot create", "Forbidden")
+            .with_code(403);
+        assert!(!Error::Kube(kube::Error::Api(rbac.boxed())).is_namespace_terminating());
     }
 }

@@ -1,17 +1,212 @@
 //! Reconcile and work-queue metrics, with controller-runtime's names.
+//!
+//! Names, labels and histogram buckets follow controller-runtime
+//! (`pkg/internal/controller/metrics` and `pkg/metrics/workqueue.go`) so dashboards and alerts
+//! written for Kubebuilder operators work unchanged. They are recorded by the shared driver for
+//! every controller, never by hand in a reconcile.
 
-use prometheus::Registry;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+
+/// The `result` label values of `controller_runtime_reconcile_total`, as in controller-runtime.
+pub mod result {
+    /// The reconcile succeeded and asked for nothing but the periodic resync.
+    pub const SUCCESS: &str = "success";
+    /// The reconcile failed; the object is retried with backoff.
+    pub const ERROR: &str = "error";
+    /// The reconcile asked to run again at once (rate-limited). Not used by these controllers
+    /// (they never busy-requeue) but exported so the series exists, as in controller-runtime.
+    pub const REQUEUE: &str = "requeue";
+    /// The reconcile succeeded and asked to run again after a delay (it is waiting on something).
+    pub const REQUEUE_AFTER: &str = "requeue_after";
+    /// Every value, for initialising the series at zero.
+    pub const ALL: [&str; 4] = [SUCCESS, ERROR, REQUEUE, REQUEUE_AFTER];
+}
 
 /// Metrics every controller records through the shared driver.
 #[derive(Clone, Debug)]
-pub struct Metrics {}
+pub struct Metrics {
+    /// `controller_runtime_reconcile_total{controller,result}`.
+    pub reconcile_total: IntCounterVec,
+    /// `controller_runtime_reconcile_errors_total{controller}`.
+    pub reconcile_errors_total: IntCounterVec,
+    /// `controller_runtime_reconcile_time_seconds{controller}`.
+    pub reconcile_time_seconds: HistogramVec,
+    /// `controller_runtime_active_workers{controller}`: reconciles running now.
+    pub active_workers: IntGaugeVec,
+    /// `controller_runtime_max_concurrent_reconciles{controller}`.
+    pub max_concurrent_reconciles: IntGaugeVec,
+    /// `workqueue_depth{name}`: objects waiting for a reconcile (see the driver for how it is
+    /// derived).
+    pub workqueue_depth: IntGaugeVec,
+    /// `workqueue_adds_total{name}`: reconcile requests from watch events.
+    pub workqueue_adds_total: IntCounterVec,
+    /// `workqueue_retries_total{name}`: failed reconciles scheduled for a retry.
+    pub workqueue_retries_total: IntCounterVec,
+    /// `operator_manager_reconcile_errors_total{controller,kind}`: failures by
+    /// [`crate::Error::metric_label`], a finer breakdown than controller-runtime's counter.
+    pub reconcile_errors_by_kind: IntCounterVec,
+}
 
 impl Metrics {
     /// Creates the metrics and registers them in `registry`.
     ///
     /// # Errors
     /// When a metric of the same name is already registered.
-    pub fn register(_registry: &Registry) -> Result<Self, prometheus::Error> {
-        Ok(Self {})
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let metrics = Self::new()?;
+        registry.register(Box::new(metrics.reconcile_total.clone()))?;
+        registry.register(Box::new(metrics.reconcile_errors_total.clone()))?;
+        registry.register(Box::new(metrics.reconcile_time_seconds.clone()))?;
+        registry.register(Box::new(metrics.active_workers.clone()))?;
+        registry.register(Box::new(metrics.max_concurrent_reconciles.clone()))?;
+        registry.register(Box::new(metrics.workqueue_depth.clone()))?;
+        registry.register(Box::new(metrics.workqueue_adds_total.clone()))?;
+        registry.register(Box::new(metrics.workqueue_retries_total.clone()))?;
+        registry.register(Box::new(metrics.reconcile_errors_by_kind.clone()))?;
+        Ok(metrics)
+    }
+
+    /// Creates the metrics without registering them (tests, or a caller that registers itself).
+    ///
+    /// # Errors
+    /// Only on an invalid metric definition, which would be a bug here.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        // controller-runtime's reconcile-time buckets: 5 ms to about 60 s, then coarse steps.
+        let mut buckets = vec![
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4,
+        ];
+        buckets.extend([
+            0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0,
+        ]);
+        buckets.extend([
+            3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0,
+        ]);
+        buckets.extend([40.0, 50.0, 60.0]);
+        Ok(Self {
+            reconcile_total: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_reconcile_total",
+                    "Total number of reconciliations per controller",
+                ),
+                &["controller", "result"],
+            )?,
+            reconcile_errors_total: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_reconcile_errors_total",
+                    "Total number of reconciliation errors per controller",
+                ),
+                &["controller"],
+            )?,
+            reconcile_time_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "controller_runtime_reconcile_time_seconds",
+                    "Length of time per reconciliation per controller",
+                )
+                .buckets(buckets),
+                &["controller"],
+            )?,
+            active_workers: IntGaugeVec::new(
+                Opts::new(
+                    "controller_runtime_active_workers",
+                    "Number of currently used workers per controller",
+                ),
+                &["controller"],
+            )?,
+            max_concurrent_reconciles: IntGaugeVec::new(
+                Opts::new(
+                    "controller_runtime_max_concurrent_reconciles",
+                    "Maximum number of concurrent reconciles per controller",
+                ),
+                &["controller"],
+            )?,
+            workqueue_depth: IntGaugeVec::new(
+                Opts::new("workqueue_depth", "Current depth of workqueue"),
+                &["name"],
+            )?,
+            workqueue_adds_total: IntCounterVec::new(
+                Opts::new(
+                    "workqueue_adds_total",
+                    "Total number of adds handled by workqueue",
+                ),
+                &["name"],
+            )?,
+            workqueue_retries_total: IntCounterVec::new(
+                Opts::new(
+                    "workqueue_retries_total",
+                    "Total number of retries handled by workqueue",
+                ),
+                &["name"],
+            )?,
+            reconcile_errors_by_kind: IntCounterVec::new(
+                Opts::new(
+                    "operator_manager_reconcile_errors_total",
+                    "Reconciliation errors per controller and kind of error",
+                ),
+                &["controller", "kind"],
+            )?,
+        })
+    }
+
+    /// Creates every series of `controller` at zero, so dashboards see it before the first
+    /// reconcile, and records its concurrency bound.
+    pub fn init_controller(&self, controller: &str, max_concurrent_reconciles: u16) {
+        for result in result::ALL {
+            self.reconcile_total
+                .with_label_values(&[controller, result]);
+        }
+        self.reconcile_errors_total.with_label_values(&[controller]);
+        self.reconcile_time_seconds.with_label_values(&[controller]);
+        self.active_workers.with_label_values(&[controller]).set(0);
+        self.max_concurrent_reconciles
+            .with_label_values(&[controller])
+            .set(i64::from(max_concurrent_reconciles));
+        self.workqueue_depth.with_label_values(&[controller]).set(0);
+        self.workqueue_adds_total.with_label_values(&[controller]);
+        self.workqueue_retries_total
+            .with_label_values(&[controller]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_controller_runtime_names() -> Result<(), prometheus::Error> {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry)?;
+        metrics.init_controller("memcached", 4);
+        let names: Vec<String> = registry
+            .gather()
+            .iter()
+            .map(|f| f.name().to_owned())
+            .collect();
+        for name in [
+            "controller_runtime_reconcile_total",
+            "controller_runtime_reconcile_errors_total",
+            "controller_runtime_reconcile_time_seconds",
+            "controller_runtime_active_workers",
+            "controller_runtime_max_concurrent_reconciles",
+            "workqueue_depth",
+            "workqueue_adds_total",
+            "workqueue_retries_total",
+        ] {
+            assert!(
+                names.iter().any(|n| n == name),
+                "{name} missing from {names:?}"
+            );
+        }
+        assert_eq!(
+            metrics
+                .max_concurrent_reconciles
+                .with_label_values(&["memcached"])
+                .get(),
+            4
+        );
+        assert!(
+            Metrics::register(&registry).is_err(),
+            "registering twice fails"
+        );
+        Ok(())
     }
 }

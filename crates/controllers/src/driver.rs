@@ -1,0 +1,463 @@
+//! The shared driver: runs a kube [`Controller`] for a custom resource with the same metrics,
+//! backoff, tracing, concurrency bound and graceful shutdown for every controller.
+//!
+//! A controller module builds its `Controller` (what triggers it) and writes a reconcile
+//! function returning [`Outcome`]; [`Driver::run`] does the rest:
+//!
+//! - each reconcile runs in a `reconcile` span with `controller`, `namespace` and `name`;
+//! - `controller_runtime_reconcile_total{controller,result}`, `..._errors_total`,
+//!   `..._reconcile_time_seconds` (a drop-guard timer, so a cancelled reconcile is timed too) and
+//!   `..._active_workers` are recorded around it;
+//! - a failure is retried with per-object exponential backoff ([`crate::backoff`]), reset on the
+//!   next success, and counted in `workqueue_retries_total`;
+//! - at most `max_concurrent_reconciles` run at once (never two for the same object);
+//! - cancelling the shutdown token stops new reconciles and lets running ones finish.
+//!
+//! # How `workqueue_depth` is derived
+//! kube's scheduler is internal, so the driver keeps a shadow of it: an object enters the queue
+//! when a watch event triggers it (also counted in `workqueue_adds_total`) or when a requeue it
+//! asked for (or a retry) falls due, and leaves it when its reconcile starts, or when it turns
+//! out to be gone. The gauge is the number of such objects, refreshed on every change and every
+//! second. Like controller-runtime's queue, an object is counted once however often it is
+//! triggered, and a requeue counts only once due.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use prometheus::{IntCounter, IntGauge};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backoff::Backoff;
+use crate::metrics::result;
+use crate::{Error, Metrics, RunContext};
+
+/// How long a successful reconcile waits before it runs again without any watch event: a
+/// safety net against missed events (controller-runtime's `SyncPeriod`, shorter than its 10 h).
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(60 * 60);
+
+/// What a successful reconcile asks for next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing more to do until a watch event (or the periodic resync). Counted as `success`.
+    Done,
+    /// Run again after this delay: the reconcile is waiting for something no watch reports.
+    /// Counted as `requeue_after`.
+    RequeueAfter(Duration),
+}
+
+/// Runs one controller with the shared behaviour described in the module documentation.
+pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
+    name: &'static str,
+    concurrency: u16,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    queue: Arc<Queue<K>>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Debug for Driver<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("name", &self.name)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Driver<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// A driver for the controller `name`, with the options, metrics and shutdown of `ctx`.
+    ///
+    /// `max_concurrent_reconciles` of 0 is taken as 1 (as controller-runtime does): kube reads 0
+    /// as "unbounded", which is never what a configuration means.
+    pub fn new(name: &'static str, ctx: &RunContext) -> Self {
+        let concurrency = ctx.options.max_concurrent_reconciles.max(1);
+        ctx.metrics.init_controller(name, concurrency);
+        let queue = Arc::new(Queue::new(
+            ctx.metrics.workqueue_depth.with_label_values(&[name]),
+            ctx.metrics.workqueue_adds_total.with_label_values(&[name]),
+        ));
+        Self {
+            name,
+            concurrency,
+            metrics: ctx.metrics.clone(),
+            shutdown: ctx.shutdown.clone(),
+            queue,
+        }
+    }
+
+    /// The watch of the custom resources themselves, as a trigger stream: every object added or
+    /// changed. Watch errors are logged here and retried with backoff by the watcher, instead of
+    /// reaching the controller, which would pause every trigger.
+    pub fn watch_resources(
+        &self,
+        api: kube::Api<K>,
+        writer: kube::runtime::reflector::store::Writer<K>,
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        use kube::runtime::WatchStreamExt;
+        let queue = self.queue.clone();
+        let name = self.name;
+        kube::runtime::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .filter_map(move |obj| {
+                let out = match obj {
+                    Ok(obj) => {
+                        queue.add(ObjectRef::from_obj(&obj));
+                        Some(Ok(obj))
+                    }
+                    Err(e) => {
+                        tracing::warn!(controller = name, error = %e, "watch failed; retrying with backoff");
+                        None
+                    }
+                };
+                std::future::ready(out)
+            })
+    }
+
+    /// Counts the requests of a trigger stream (mapped from a shared watch) into the queue.
+    pub fn track(
+        &self,
+        triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
+    ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static {
+        let queue = self.queue.clone();
+        triggers.inspect(move |r| queue.add(r.clone()))
+    }
+
+    /// Runs `controller` with `reconcile` until shutdown, then waits for running reconciles.
+    ///
+    /// # Errors
+    /// None today: per-object failures are retried, and watch failures retried by the watcher.
+    /// The `Result` leaves room for a failure that must stop the manager.
+    pub async fn run<C, F, Fut>(
+        self,
+        controller: Controller<K>,
+        reconcile: F,
+        context: Arc<C>,
+    ) -> Result<(), Error>
+    where
+        C: Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<C>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
+    {
+        let name = self.name;
+        let queue = self.queue.clone();
+        let backoff = Arc::new(Backoff::<ObjectRef<K>>::default());
+        let shared = Arc::new(Shared {
+            name,
+            context,
+            metrics: self.metrics.clone(),
+            backoff: backoff.clone(),
+            queue: queue.clone(),
+        });
+        tracing::info!(
+            controller = name,
+            concurrency = self.concurrency,
+            "controller starting"
+        );
+        let results = controller
+            .with_config(controller::Config::default().concurrency(self.concurrency))
+            .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
+            .run(
+                move |obj, shared| reconcile_instrumented(reconcile.clone(), obj, shared),
+                error_policy,
+                shared,
+            )
+            .for_each(|res| {
+                match res {
+                    Ok(_) => {}
+                    Err(controller::Error::ObjectNotFound(gone)) => {
+                        // A trigger for an object that has been deleted meanwhile.
+                        let mut key = ObjectRef::<K>::new(&gone.name);
+                        key.namespace = gone.namespace.clone();
+                        queue.forget(&key);
+                        backoff.reset(&key);
+                    }
+                    // Counted and logged by the driver's reconcile wrapper and error policy.
+                    Err(controller::Error::ReconcilerFailed(..)) => {}
+                    Err(controller::Error::QueueError(e)) => {
+                        tracing::warn!(controller = name, error = %e, "trigger stream failed");
+                    }
+                    Err(controller::Error::RunnerError(e)) => {
+                        tracing::error!(controller = name, error = %e, "controller runner failed");
+                    }
+                }
+                std::future::ready(())
+            });
+        let mut results = std::pin::pin!(results);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                () = &mut results => break,
+                _ = tick.tick() => queue.refresh(),
+            }
+        }
+        queue.clear();
+        tracing::info!(controller = name, "controller stopped");
+        Ok(())
+    }
+}
+
+/// What every reconcile of one controller shares.
+struct Shared<K: Resource<DynamicType = ()> + 'static, C> {
+    name: &'static str,
+    context: Arc<C>,
+    metrics: Arc<Metrics>,
+    backoff: Arc<Backoff<ObjectRef<K>>>,
+    queue: Arc<Queue<K>>,
+}
+
+/// Lowers `controller_runtime_active_workers` when a reconcile ends, however it ends.
+struct ActiveWorker(IntGauge);
+
+impl ActiveWorker {
+    fn start(gauge: IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for ActiveWorker {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+async fn reconcile_instrumented<K, C, F, Fut>(
+    reconcile: F,
+    obj: Arc<K>,
+    shared: Arc<Shared<K, C>>,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<C>) -> Fut,
+    Fut: Future<Output = Result<Outcome, Error>>,
+{
+    let controller = shared.name;
+    let key = ObjectRef::from_obj(obj.as_ref());
+    shared.queue.start(&key);
+    let span = tracing::info_span!(
+        "reconcile",
+        controller,
+        namespace = key.namespace.as_deref().unwrap_or_default(),
+        name = %key.name,
+    );
+    let outcome = {
+        let _active = ActiveWorker::start(
+            shared
+                .metrics
+                .active_workers
+                .with_label_values(&[controller]),
+        );
+        let _timer = shared
+            .metrics
+            .reconcile_time_seconds
+            .with_label_values(&[controller])
+            .start_timer();
+        reconcile(obj, shared.context.clone())
+            .instrument(span.clone())
+            .await
+    };
+    match outcome {
+        Ok(outcome) => {
+            shared.backoff.reset(&key);
+            let (label, after) = match outcome {
+                Outcome::Done => (result::SUCCESS, RESYNC_PERIOD),
+                Outcome::RequeueAfter(after) => (result::REQUEUE_AFTER, after),
+            };
+            shared
+                .metrics
+                .reconcile_total
+                .with_label_values(&[controller, label])
+                .inc();
+            shared.queue.add_after(key, after);
+            span.in_scope(|| tracing::debug!(result = label, requeue_after = ?after, "reconciled"));
+            Ok(Action::requeue(after))
+        }
+        Err(e) => {
+            shared
+                .metrics
+                .reconcile_total
+                .with_label_values(&[controller, result::ERROR])
+                .inc();
+            shared
+                .metrics
+                .reconcile_errors_total
+                .with_label_values(&[controller])
+                .inc();
+            shared
+                .metrics
+                .reconcile_errors_by_kind
+                .with_label_values(&[controller, e.metric_label()])
+                .inc();
+            span.in_scope(
+                || tracing::warn!(error = %e, kind = e.metric_label(), "reconcile failed"),
+            );
+            Err(e)
+        }
+    }
+}
+
+fn error_policy<K, C>(obj: Arc<K>, _error: &Error, shared: Arc<Shared<K, C>>) -> Action
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let key = ObjectRef::from_obj(obj.as_ref());
+    let delay = shared.backoff.next_delay(key.clone());
+    shared
+        .metrics
+        .workqueue_retries_total
+        .with_label_values(&[shared.name])
+        .inc();
+    tracing::debug!(controller = shared.name, object = %key, retry_in = ?delay, "retrying with backoff");
+    shared.queue.add_after(key, delay);
+    Action::requeue(delay)
+}
+
+/// A shadow of the controller's queue, for `workqueue_depth` (see the module documentation).
+struct Queue<K: Resource<DynamicType = ()> + 'static> {
+    state: Mutex<QueueState<K>>,
+    depth: IntGauge,
+    adds: IntCounter,
+}
+
+struct QueueState<K: Resource<DynamicType = ()> + 'static> {
+    /// Triggered and not yet started.
+    waiting: HashSet<ObjectRef<K>>,
+    /// Asked to run again at a time.
+    delayed: HashMap<ObjectRef<K>, Instant>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> QueueState<K> {
+    fn depth(&self, now: Instant) -> usize {
+        let due = self
+            .delayed
+            .iter()
+            .filter(|(key, at)| **at <= now && !self.waiting.contains(*key))
+            .count();
+        self.waiting.len() + due
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Queue<K> {
+    fn new(depth: IntGauge, adds: IntCounter) -> Self {
+        let state = QueueState {
+            waiting: HashSet::new(),
+            delayed: HashMap::new(),
+        };
+        Self {
+            state: Mutex::new(state),
+            depth,
+            adds,
+        }
+    }
+
+    fn with_state<T>(&self, f: impl FnOnce(&mut QueueState<K>) -> T) -> T {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let out = f(&mut state);
+        let depth = state.depth(Instant::now());
+        self.depth.set(i64::try_from(depth).unwrap_or(i64::MAX));
+        out
+    }
+
+    fn add(&self, key: ObjectRef<K>) {
+        self.adds.inc();
+        self.with_state(|s| s.waiting.insert(key));
+    }
+
+    fn add_after(&self, key: ObjectRef<K>, after: Duration) {
+        let at = Instant::now()
+            .checked_add(after)
+            .unwrap_or_else(|| Instant::now() + RESYNC_PERIOD);
+        self.with_state(|s| s.delayed.insert(key, at));
+    }
+
+    fn start(&self, key: &ObjectRef<K>) {
+        self.with_state(|s| {
+            s.waiting.remove(key);
+            s.delayed.remove(key);
+        });
+    }
+
+    fn forget(&self, key: &ObjectRef<K>) {
+        self.start(key);
+    }
+
+    fn refresh(&self) {
+        self.with_state(|_| ());
+    }
+
+    fn clear(&self) {
+        self.with_state(|s| {
+            s.waiting.clear();
+            s.delayed.clear();
+        });
+    }
+
+    #[cfg(test)]
+    fn depth(&self) -> i64 {
+        self.depth.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apis::Memcached;
+
+    fn queue() -> Queue<Memcached> {
+        let depth = IntGauge::new("depth", "test").expect("valid gauge");
+        Queue::new(
+            depth,
+            IntCounter::new("adds", "test").expect("valid counter"),
+        )
+    }
+
+    fn key(name: &str) -> ObjectRef<Memcached> {
+        ObjectRef::new(name).within("ns")
+    }
+
+    #[test]
+    fn depth_counts_waiting_objects_once_and_due_requeues() {
+        let q = queue();
+        q.add(key("a"));
+        q.add(key("a"));
+        q.add(key("b"));
+        assert_eq!(
+            q.depth(),
+            2,
+            "an object is queued once however often it is triggered"
+        );
+        assert_eq!(q.adds.get(), 3);
+        q.start(&key("a"));
+        assert_eq!(q.depth(), 1);
+        q.add_after(key("a"), Duration::from_secs(3600));
+        assert_eq!(q.depth(), 1, "a requeue counts only once due");
+        q.add_after(key("d"), Duration::ZERO);
+        assert_eq!(q.depth(), 2, "a due requeue counts");
+        q.add(key("d"));
+        assert_eq!(q.depth(), 2, "due and triggered is still one item");
+        q.forget(&key("d"));
+        q.start(&key("b"));
+        assert_eq!(q.depth(), 0);
+        q.add(key("c"));
+        q.clear();
+        assert_eq!(q.depth(), 0);
+    }
+}

@@ -1,0 +1,137 @@
+//! Labels the controllers put on what they own, and label values that are always valid.
+
+/// `app.kubernetes.io/managed-by` on every object the controllers own. The shared Deployment and
+/// Pod watches select on it, so the manager caches only its own workloads.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The value of [`MANAGED_BY`].
+pub const MANAGER: &str = "operator-manager";
+/// `app.kubernetes.io/name`: the application (`memcached`, `myapp`).
+pub const NAME: &str = "app.kubernetes.io/name";
+/// `app.kubernetes.io/instance`: which custom resource the object belongs to, as a
+/// [`label_value`].
+pub const INSTANCE: &str = "app.kubernetes.io/instance";
+/// `app.kubernetes.io/part-of`: the platform.
+pub const PART_OF: &str = "app.kubernetes.io/part-of";
+/// The value of [`PART_OF`].
+pub const PLATFORM: &str = "operator-platform";
+
+/// The label selector of the shared watches: only objects these controllers manage.
+pub fn managed_selector() -> String {
+    format!("{MANAGED_BY}={MANAGER}")
+}
+
+/// The longest label value Kubernetes accepts.
+pub const MAX_LABEL_VALUE: usize = 63;
+
+/// Hex digits of the hash that [`label_value`] appends to a shortened name.
+const HASH_DIGITS: usize = 10;
+
+/// A label value that stands for `name`: `name` itself when it fits in 63 characters, otherwise a
+/// prefix of it, a `-` and a hash of the whole name, 63 characters at most.
+///
+/// Object names (DNS subdomains: lower-case letters, digits, `-` and `.`) only ever use characters
+/// label values allow; the prefix is trimmed so the value still starts and ends with an
+/// alphanumeric character. The hash is FNV-1a, written out here rather than taken from
+/// `std::hash` because a selector built from it is immutable once a Deployment exists: the value
+/// must never change between releases.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= MAX_LABEL_VALUE && is_valid_label_value(name) {
+        return name.to_owned();
+    }
+    let hash = format!("{:016x}", fnv1a(name.as_bytes()));
+    let hash = &hash[..HASH_DIGITS];
+    let keep = MAX_LABEL_VALUE - HASH_DIGITS - 1;
+    let prefix: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(keep)
+        .collect();
+    let prefix = prefix.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    if prefix.is_empty() {
+        hash.to_owned()
+    } else {
+        format!("{prefix}-{hash}")
+    }
+}
+
+/// Whether `value` is a valid label value: empty, or at most 63 characters of `[A-Za-z0-9-_.]`
+/// beginning and ending with an alphanumeric character.
+pub fn is_valid_label_value(value: &str) -> bool {
+    if value.is_empty() {
+        return true;
+    }
+    let bytes = value.as_bytes();
+    value.len() <= MAX_LABEL_VALUE
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// 64-bit FNV-1a.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(PRIME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_kept() {
+        assert_eq!(label_value("memcached-sample"), "memcached-sample");
+        let exact = "a".repeat(63);
+        assert_eq!(label_value(&exact), exact);
+    }
+
+    #[test]
+    fn long_names_are_shortened_validly_and_stably() {
+        let long = format!("m{}", "x".repeat(99));
+        let value = label_value(&long);
+        assert_eq!(value.len(), 63, "{value}");
+        assert!(is_valid_label_value(&value), "{value}");
+        assert!(value.starts_with("mxxx"));
+        // Stable across calls and releases: this exact value is part of Deployment selectors.
+        assert_eq!(value, label_value(&long));
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn names_sharing_a_long_prefix_get_different_values() {
+        let base = "y".repeat(80);
+        assert_ne!(
+            label_value(&format!("{base}-one")),
+            label_value(&format!("{base}-two"))
+        );
+    }
+
+    #[test]
+    fn the_prefix_never_ends_in_punctuation() {
+        // 52 characters are kept before the hash; make the 52nd a dot.
+        let name = format!("{}.{}", "a".repeat(51), "b".repeat(40));
+        let value = label_value(&name);
+        assert!(is_valid_label_value(&value), "{value}");
+        assert!(!value.contains(".-"), "{value}");
+    }
+
+    #[test]
+    fn validity() {
+        assert!(is_valid_label_value(""));
+        assert!(is_valid_label_value("a.b_c-d"));
+        assert!(!is_valid_label_value("-a"));
+        assert!(!is_valid_label_value("a."));
+        assert!(!is_valid_label_value("a/b"));
+        assert!(!is_valid_label_value(&"a".repeat(64)));
+    }
+}

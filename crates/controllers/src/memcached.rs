@@ -1,0 +1,777 @@
+//! The Memcached controller: for every `Memcached`, a Deployment of `spec.size` memcached pods,
+//! and a status that lists them.
+//!
+//! # Watches
+//! - `Memcached` objects (its own watch);
+//! - Deployments, from the shared cache, mapped to the `Memcached` that controls them (or, for a
+//!   Deployment nobody of ours controls, to the `Memcached` of the same name, which reports it);
+//! - Pod metadata, from the shared cache, mapped to their `Memcached` by the `memcached_cr`
+//!   label, so `status.nodes` follows pods as they come and go.
+//!
+//! # Reconcile
+//! 1. A Deployment of the same name that this `Memcached` does not control is left untouched:
+//!    the status says `Degraded` (`DeploymentNotOwned`), a Warning Event says why, and the check
+//!    repeats every [`FOREIGN_RECHECK`] (or on any change to the `Memcached`).
+//! 2. Otherwise the desired Deployment is server-side applied (field manager
+//!    [`FIELD_MANAGER`], forced): created when missing, put back when scaled or edited by hand.
+//!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
+//! 3. The status (`nodes`, `readyReplicas`, `observedGeneration`, conditions) is computed from
+//!    the Deployment and the cached pods, and written only when it changed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apis::{Memcached, MemcachedStatus};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::api::{Api, ObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use crate::driver::{Driver, Outcome};
+use crate::events::Events;
+use crate::rbac::{self, MANAGE, STATUS};
+use crate::status::{REASON_NOT_OWNED, Rollout, merge_conditions, not_owned_conditions};
+use crate::watches::PodMeta;
+use crate::workload::{self, Existing};
+use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
+
+/// The controller's name: metrics label, configuration key, log field.
+pub const NAME: &str = "memcached";
+/// The server-side apply field manager of the Deployments this controller writes.
+pub const FIELD_MANAGER: &str = "operator-manager/memcached";
+/// Label on the Deployment and its pods: `app: memcached`.
+pub const LABEL_APP: &str = "app";
+/// The value of [`LABEL_APP`] (also `app.kubernetes.io/name`).
+pub const APP: &str = "memcached";
+/// Label on the Deployment and its pods naming the `Memcached` (as a [`labels::label_value`]).
+pub const LABEL_CR: &str = "memcached_cr";
+/// The memcached container's name.
+pub const CONTAINER: &str = "memcached";
+/// memcached's port.
+pub const PORT: i32 = 11211;
+/// The name of [`PORT`].
+pub const PORT_NAME: &str = "memcached";
+/// The user memcached runs as: the `memcache` user of the official image, by number because the
+/// kubelet can only verify a numeric user against `runAsNonRoot`.
+pub const RUN_AS_USER: i64 = 11211;
+/// The memcached command line: 64 MB of memory, modern defaults, verbose.
+pub const COMMAND: [&str; 5] = ["memcached", "-m=64", "-o", "modern", "-v"];
+/// How often a `Memcached` blocked by a foreign Deployment checks again.
+pub const FOREIGN_RECHECK: Duration = Duration::from_secs(120);
+
+const KIND: &str = "Memcached";
+const API_VERSION: &str = "cache.example.com/v1alpha1";
+
+static RULES: [PolicyRule; 7] = [
+    PolicyRule {
+        api_groups: &["cache.example.com"],
+        resources: &["memcacheds"],
+        verbs: MANAGE,
+    },
+    PolicyRule {
+        api_groups: &["cache.example.com"],
+        resources: &["memcacheds/status"],
+        verbs: STATUS,
+    },
+    PolicyRule {
+        api_groups: &["cache.example.com"],
+        resources: &["memcacheds/finalizers"],
+        verbs: &["update"],
+    },
+    rbac::DEPLOYMENTS,
+    PolicyRule {
+        api_groups: &[""],
+        resources: &["pods"],
+        verbs: &["get", "list", "watch"],
+    },
+    rbac::EVENTS[0],
+    rbac::EVENTS[1],
+];
+
+/// The Memcached controller, as registered in [`crate::all`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemcachedController;
+
+impl ManagedController for MemcachedController {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn rbac_rules(&self) -> &'static [PolicyRule] {
+        &RULES
+    }
+
+    fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>> {
+        Box::pin(run(ctx))
+    }
+}
+
+/// What every reconcile of this controller uses.
+struct Context {
+    client: kube::Client,
+    events: Events,
+    deployments: Store<Deployment>,
+    pods: Store<PodMeta>,
+}
+
+async fn run(ctx: RunContext) -> Result<(), Error> {
+    let deployments = ctx.watches.deployments();
+    let pods = ctx.watches.pods();
+    if !deployments.ready(&ctx.shutdown).await? || !pods.ready(&ctx.shutdown).await? {
+        return Ok(());
+    }
+    let driver = Driver::<Memcached>::new(NAME, &ctx);
+    let (reader, writer) = reflector::store();
+    let resources = driver.watch_resources(Api::all(ctx.client.clone()), writer);
+
+    let by_deployment = {
+        let reader = reader.clone();
+        deployments
+            .subscribe()
+            .filter_map(move |d| std::future::ready(for_deployment(&reader, &d)))
+    };
+    let by_pod = {
+        let reader = reader.clone();
+        pods.subscribe()
+            .filter_map(move |p| std::future::ready(for_pod(&reader, &p)))
+    };
+    let controller = Controller::for_stream(resources, reader)
+        .reconcile_on(driver.track(by_deployment))
+        .reconcile_on(driver.track(by_pod));
+
+    let context = Arc::new(Context {
+        client: ctx.client.clone(),
+        events: Events::new(ctx.client.clone(), NAME, &ctx.options.instance),
+        deployments: deployments.store(),
+        pods: pods.store(),
+    });
+    driver.run(controller, reconcile, context).await
+}
+
+/// The `Memcached` a Deployment event concerns: its controller, or for a Deployment that no
+/// `Memcached` controls, the `Memcached` of the same name if there is one (it reports the clash).
+fn for_deployment(
+    memcacheds: &Store<Memcached>,
+    deployment: &Deployment,
+) -> Option<ObjectRef<Memcached>> {
+    let namespace = deployment.namespace()?;
+    if let Some(owner) = workload::controller_of(deployment, API_VERSION, KIND) {
+        return Some(ObjectRef::new(&owner.name).within(&namespace));
+    }
+    let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
+    memcacheds.get(&namesake).map(|_| namesake)
+}
+
+/// The `Memcached` a pod belongs to, by its labels. The `memcached_cr` value is the name itself
+/// unless the name is longer than a label value allows; then the `Memcached`s of the namespace
+/// are searched for the one whose shortened name it is.
+fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Memcached>> {
+    let pod_labels = pod.metadata.labels.as_ref()?;
+    if pod_labels.get(LABEL_APP).map(String::as_str) != Some(APP) {
+        return None;
+    }
+    let value = pod_labels.get(LABEL_CR)?;
+    let namespace = pod.metadata.namespace.as_deref()?;
+    let direct = ObjectRef::new(value).within(namespace);
+    if memcacheds.get(&direct).is_some() {
+        return Some(direct);
+    }
+    memcacheds
+        .find(|mc| {
+            mc.metadata.namespace.as_deref() == Some(namespace)
+                && labels::label_value(&mc.name_any()) == *value
+        })
+        .map(|mc| ObjectRef::from_obj(mc.as_ref()))
+}
+
+/// The labels that select a `Memcached`'s pods: `app: memcached`, `memcached_cr: <name>`.
+pub fn selector_labels(memcached_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_APP.to_owned(), APP.to_owned()),
+        (LABEL_CR.to_owned(), labels::label_value(memcached_name)),
+    ])
+}
+
+/// Every label of the Deployment and its pods: the selector plus the recommended
+/// `app.kubernetes.io/*` labels.
+pub fn object_labels(memcached_name: &str) -> BTreeMap<String, String> {
+    let mut all = selector_labels(memcached_name);
+    all.extend([
+        (labels::NAME.to_owned(), APP.to_owned()),
+        (
+            labels::INSTANCE.to_owned(),
+            labels::label_value(memcached_name),
+        ),
+        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+        (labels::PART_OF.to_owned(), labels::PLATFORM.to_owned()),
+    ]);
+    all
+}
+
+/// The Deployment a `Memcached` asks for.
+///
+/// # Errors
+/// [`Error::MissingField`] when `mc` lacks a namespace or uid (it was not read from the server).
+pub fn desired_deployment(mc: &Memcached) -> Result<Deployment, Error> {
+    let name = mc.name_any();
+    let namespace = mc.namespace().ok_or(Error::MissingField {
+        kind: KIND,
+        field: "metadata.namespace",
+    })?;
+    let labels = object_labels(&name);
+    Ok(Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![workload::owner_reference(mc)?]),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(mc.spec.size),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    security_context: Some(workload::restricted_pod_security(RUN_AS_USER)),
+                    containers: vec![Container {
+                        name: CONTAINER.to_owned(),
+                        image: Some(mc.spec.image.clone()),
+                        command: Some(COMMAND.iter().map(|s| (*s).to_owned()).collect()),
+                        ports: Some(vec![ContainerPort {
+                            container_port: PORT,
+                            name: Some(PORT_NAME.to_owned()),
+                            protocol: Some("TCP".to_owned()),
+                            ..ContainerPort::default()
+                        }]),
+                        security_context: Some(workload::restricted_container_security(
+                            RUN_AS_USER,
+                        )),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    })
+}
+
+/// The sorted names of a `Memcached`'s pods among `pods`, leaving out pods being deleted.
+pub fn pod_names<'a>(
+    pods: impl IntoIterator<Item = &'a PodMeta>,
+    namespace: &str,
+    memcached_name: &str,
+) -> Vec<String> {
+    let selector = selector_labels(memcached_name);
+    let mut names: Vec<String> = pods
+        .into_iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.deletion_timestamp.is_none()
+        })
+        .filter(|p| {
+            let pod_labels = p.metadata.labels.as_ref();
+            selector
+                .iter()
+                .all(|(k, v)| pod_labels.and_then(|l| l.get(k)) == Some(v))
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The status a `Memcached` should report, given its Deployment (`None` when it is blocked by a
+/// foreign one) and its pods. Conditions whose status holds keep their transition time.
+pub fn desired_status(
+    mc: &Memcached,
+    deployment: Option<&Deployment>,
+    nodes: Vec<String>,
+    now: &Time,
+) -> MemcachedStatus {
+    let old = mc.status.clone().unwrap_or_default();
+    let generation = mc.metadata.generation;
+    let (ready_replicas, conditions) = match deployment {
+        Some(d) => {
+            let rollout = Rollout::of(mc.spec.size, d);
+            (rollout.ready, rollout.conditions())
+        }
+        None => {
+            let namespace = mc.namespace().unwrap_or_default();
+            (0, not_owned_conditions(&namespace, &mc.name_any(), KIND))
+        }
+    };
+    MemcachedStatus {
+        nodes,
+        ready_replicas,
+        observed_generation: generation,
+        conditions: merge_conditions(&old.conditions, conditions, generation, now),
+    }
+}
+
+async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+    match reconcile_inner(&mc, &ctx).await {
+        Ok(outcome) => Ok(outcome),
+        Err(e) => {
+            let note = format!("Reconciling failed, will retry: {e}");
+            ctx.events
+                .warning(&mc.object_ref(&()), "ReconcileFailed", "Reconcile", note)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error> {
+    if mc.metadata.deletion_timestamp.is_some() {
+        // Being deleted: the garbage collector removes the Deployment; applying now would only
+        // recreate what it deletes.
+        return Ok(Outcome::Done);
+    }
+    let name = mc.name_any();
+    let namespace = mc.namespace().ok_or(Error::MissingField {
+        kind: KIND,
+        field: "metadata.namespace",
+    })?;
+    let uid = mc.uid().ok_or(Error::MissingField {
+        kind: KIND,
+        field: "metadata.uid",
+    })?;
+    let regarding = mc.object_ref(&());
+
+    let existing =
+        workload::find_deployment(&ctx.client, &ctx.deployments, &namespace, &name, &uid).await?;
+    let deployment = match &existing {
+        Existing::Foreign(_) => {
+            let note = format!(
+                "Deployment {namespace}/{name} exists and is not controlled by this Memcached; \
+                 it is left untouched. Delete or rename it, or rename the Memcached."
+            );
+            tracing::warn!("{note}");
+            let conditions = mc
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            if !crate::status::reports(conditions, apis::condition::DEGRADED, REASON_NOT_OWNED) {
+                ctx.events
+                    .warning(&regarding, REASON_NOT_OWNED, "Reconcile", note)
+                    .await;
+            }
+            None
+        }
+        Existing::Missing | Existing::Owned(_) => {
+            let desired = desired_deployment(mc)?;
+            let applied =
+                match workload::apply_deployment(&ctx.client, &namespace, FIELD_MANAGER, &desired)
+                    .await
+                {
+                    Ok(applied) => applied,
+                    Err(e) if e.is_namespace_terminating() => {
+                        tracing::debug!("namespace is being deleted; nothing to do");
+                        return Ok(Outcome::Done);
+                    }
+                    Err(e) => return Err(e),
+                };
+            announce(ctx, &regarding, &existing, mc).await;
+            Some(applied)
+        }
+    };
+
+    let pods = ctx.pods.state();
+    let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
+    let status = desired_status(mc, deployment.as_ref(), nodes, &crate::status::now());
+    if mc.status.as_ref() != Some(&status) {
+        tracing::debug!(nodes = ?status.nodes, ready = status.ready_replicas, "status changed");
+        workload::patch_status(&ctx.client, mc, &status).await?;
+    }
+    Ok(match existing {
+        Existing::Foreign(_) => Outcome::RequeueAfter(FOREIGN_RECHECK),
+        Existing::Missing | Existing::Owned(_) => Outcome::Done,
+    })
+}
+
+/// Events for what applying changed: a new Deployment, a new size, a new image.
+async fn announce(
+    ctx: &Context,
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    existing: &Existing,
+    mc: &Memcached,
+) {
+    let name = mc.name_any();
+    let size = mc.spec.size;
+    match existing {
+        Existing::Missing => {
+            let note = format!(
+                "Created Deployment {name} with {size} replicas of {}",
+                mc.spec.image
+            );
+            ctx.events
+                .normal(regarding, "Created", "CreateDeployment", note)
+                .await;
+        }
+        Existing::Owned(current) => {
+            let spec = &current.spec;
+            let replicas = spec.replicas.unwrap_or(1);
+            if replicas != size {
+                let note = format!("Scaled Deployment {name} from {replicas} to {size} replicas");
+                ctx.events
+                    .normal(regarding, "Scaled", "ScaleDeployment", note)
+                    .await;
+            }
+            let image = spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|p| p.containers.iter().find(|c| c.name == CONTAINER))
+                .and_then(|c| c.image.as_deref());
+            if image != Some(mc.spec.image.as_str()) {
+                let note = format!("Set the image of Deployment {name} to {}", mc.spec.image);
+                ctx.events
+                    .normal(regarding, "Updated", "UpdateDeployment", note)
+                    .await;
+            }
+        }
+        Existing::Foreign(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apis::MemcachedSpec;
+    use apis::condition::{AVAILABLE, DEGRADED};
+    use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use kube::runtime::watcher;
+
+    fn memcached(name: &str, size: i32) -> Memcached {
+        let mut mc = Memcached::new(
+            name,
+            MemcachedSpec {
+                size,
+                image: apis::memcached::DEFAULT_IMAGE.into(),
+            },
+        );
+        mc.metadata.namespace = Some("ns".into());
+        mc.metadata.uid = Some("uid-1".into());
+        mc.metadata.generation = Some(2);
+        mc
+    }
+
+    fn pod(name: &str, namespace: &str, labels: BTreeMap<String, String>) -> PodMeta {
+        PodMeta {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            _phantom: std::marker::PhantomData,
+        }
+    }
+
+    fn time(second: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(second).expect("valid time"))
+    }
+
+    #[test]
+    fn desired_deployment_matches_the_design() {
+        let d = desired_deployment(&memcached("memcached-sample", 3)).expect("desired deployment");
+        assert_eq!(d.metadata.name.as_deref(), Some("memcached-sample"));
+        assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
+        let owner = &d
+            .metadata
+            .owner_references
+            .as_ref()
+            .expect("owner references")[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Memcached", "uid-1")
+        );
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+
+        let labels = d.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["app"], "memcached");
+        assert_eq!(labels["memcached_cr"], "memcached-sample");
+        assert_eq!(labels["app.kubernetes.io/name"], "memcached");
+        assert_eq!(labels["app.kubernetes.io/instance"], "memcached-sample");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "operator-manager");
+
+        let spec = &d.spec;
+        assert_eq!(spec.replicas, Some(3));
+        let selector = spec.selector.match_labels.clone().unwrap_or_default();
+        assert_eq!(selector, selector_labels("memcached-sample"));
+        let template_labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        assert!(
+            selector
+                .iter()
+                .all(|(k, v)| template_labels.get(k) == Some(v)),
+            "the selector selects the pods"
+        );
+        assert!(
+            template_labels.contains_key(labels::MANAGED_BY),
+            "the shared pod watch sees the pods"
+        );
+
+        let pod = spec.template.spec.as_ref().expect("pod spec");
+        assert_eq!(pod.containers.len(), 1);
+        let c = &pod.containers[0];
+        assert_eq!(c.name, "memcached");
+        assert_eq!(c.image.as_deref(), Some(apis::memcached::DEFAULT_IMAGE));
+        assert_eq!(
+            c.command.clone().unwrap_or_default(),
+            ["memcached", "-m=64", "-o", "modern", "-v"]
+        );
+        let port = &c.ports.as_ref().expect("ports")[0];
+        assert_eq!(
+            (port.container_port, port.name.as_deref()),
+            (11211, Some("memcached"))
+        );
+        assert_eq!(
+            c.security_context.as_ref().and_then(|s| s.run_as_user),
+            Some(11211)
+        );
+        workload::assert_restricted(&d);
+    }
+
+    #[test]
+    fn desired_deployment_serializes_for_server_side_apply() {
+        let d = desired_deployment(&memcached("m", 1)).expect("desired deployment");
+        let json = serde_json::to_value(&d).expect("serializes");
+        assert_eq!(json["apiVersion"], "apps/v1");
+        assert_eq!(json["kind"], "Deployment");
+        assert!(
+            json.get("status").is_none(),
+            "apply must not claim status fields"
+        );
+    }
+
+    #[test]
+    fn long_names_get_valid_labels_and_a_matching_selector() {
+        let name = format!("m{}", "x".repeat(99));
+        assert_eq!(name.len(), 100);
+        let d = desired_deployment(&memcached(&name, 1)).expect("desired deployment");
+        assert_eq!(
+            d.metadata.name.as_deref(),
+            Some(name.as_str()),
+            "the Deployment keeps the full name"
+        );
+        for (key, value) in d.metadata.labels.iter().flatten() {
+            assert!(labels::is_valid_label_value(value), "{key}={value}");
+        }
+        let selector = d.spec.selector.match_labels.clone().unwrap_or_default();
+        assert!(
+            selector
+                .values()
+                .all(|v| v.len() <= 63 && labels::is_valid_label_value(v))
+        );
+    }
+
+    #[test]
+    fn pod_names_are_the_cr_pods_sorted() {
+        let mine = selector_labels("mc");
+        let pods = [
+            pod("mc-b", "ns", mine.clone()),
+            pod("mc-a", "ns", mine.clone()),
+            pod("other", "ns", selector_labels("other")),
+            pod("mc-elsewhere", "ns2", mine.clone()),
+            pod("unlabelled", "ns", BTreeMap::new()),
+        ];
+        let mut terminating = pod("mc-c", "ns", mine);
+        terminating.metadata.deletion_timestamp = Some(time(1));
+        let all: Vec<&PodMeta> = pods.iter().chain([&terminating]).collect();
+        assert_eq!(pod_names(all, "ns", "mc"), ["mc-a", "mc-b"]);
+    }
+
+    fn store_of(memcacheds: Vec<Memcached>) -> Store<Memcached> {
+        let mut writer = reflector::store::Writer::default();
+        for mc in memcacheds {
+            writer.apply_watcher_event(&watcher::Event::Apply(mc));
+        }
+        writer.as_reader()
+    }
+
+    #[test]
+    fn pods_map_to_their_memcached_even_with_long_names() {
+        let long = format!("m{}", "y".repeat(99));
+        let store = store_of(vec![memcached("short", 1), memcached(&long, 1)]);
+        let short_pod = pod("p1", "ns", object_labels("short"));
+        assert_eq!(
+            for_pod(&store, &short_pod),
+            Some(ObjectRef::new("short").within("ns"))
+        );
+        let long_pod = pod("p2", "ns", object_labels(&long));
+        assert_eq!(
+            for_pod(&store, &long_pod),
+            Some(ObjectRef::new(&long).within("ns"))
+        );
+        assert_eq!(
+            for_pod(&store, &pod("p3", "other", object_labels("short"))),
+            None
+        );
+        assert_eq!(for_pod(&store, &pod("p4", "ns", BTreeMap::new())), None);
+    }
+
+    #[test]
+    fn deployments_map_to_their_controller_or_namesake() {
+        let store = store_of(vec![memcached("a", 1)]);
+        let owned = desired_deployment(&memcached("a", 1)).expect("desired deployment");
+        assert_eq!(
+            for_deployment(&store, &owned),
+            Some(ObjectRef::new("a").within("ns"))
+        );
+        let mut foreign = Deployment::default();
+        foreign.metadata.name = Some("a".into());
+        foreign.metadata.namespace = Some("ns".into());
+        assert_eq!(
+            for_deployment(&store, &foreign),
+            Some(ObjectRef::new("a").within("ns"))
+        );
+        foreign.metadata.name = Some("b".into());
+        assert_eq!(for_deployment(&store, &foreign), None);
+    }
+
+    fn ready_deployment(n: i32) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                generation: Some(1),
+                ..ObjectMeta::default()
+            },
+            status: Some(DeploymentStatus {
+                observed_generation: Some(1),
+                replicas: Some(n),
+                updated_replicas: Some(n),
+                ready_replicas: Some(n),
+                available_replicas: Some(n),
+                ..DeploymentStatus::default()
+            }),
+            ..Deployment::default()
+        }
+    }
+
+    #[test]
+    fn status_reports_nodes_readiness_and_generation() {
+        let mc = memcached("mc", 3);
+        let nodes = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let status = desired_status(&mc, Some(&ready_deployment(3)), nodes.clone(), &time(10));
+        assert_eq!(status.nodes, nodes);
+        assert_eq!(status.ready_replicas, 3);
+        assert_eq!(status.observed_generation, Some(2));
+        let available = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == AVAILABLE)
+            .expect("Available");
+        assert_eq!(available.status, "True");
+    }
+
+    #[test]
+    fn status_is_unchanged_when_nothing_changed() {
+        let mut mc = memcached("mc", 3);
+        let first = desired_status(&mc, Some(&ready_deployment(3)), vec!["a".into()], &time(10));
+        mc.status = Some(first.clone());
+        let again = desired_status(&mc, Some(&ready_deployment(3)), vec!["a".into()], &time(20));
+        assert_eq!(
+            mc.status.as_ref(),
+            Some(&again),
+            "no write when nothing changed"
+        );
+        let moved = desired_status(&mc, Some(&ready_deployment(3)), vec!["b".into()], &time(30));
+        assert_ne!(
+            mc.status.as_ref(),
+            Some(&moved),
+            "a new pod name is a change"
+        );
+        assert!(
+            moved
+                .conditions
+                .iter()
+                .all(|c| c.last_transition_time == time(10))
+        );
+    }
+
+    #[test]
+    fn status_reports_a_foreign_deployment_as_degraded() {
+        let status = desired_status(&memcached("mc", 3), None, Vec::new(), &time(10));
+        let degraded = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == DEGRADED)
+            .expect("Degraded");
+        assert_eq!(degraded.status, "True");
+        assert_eq!(degraded.reason, "DeploymentNotOwned");
+        assert_eq!(status.ready_replicas, 0);
+    }
+
+    #[test]
+    fn rbac_rules_cover_what_the_controller_does() {
+        let rules = MemcachedController.rbac_rules();
+        let allows = |group: &str, resource: &str, verb: &str| {
+            rules.iter().any(|r| {
+                r.api_groups.contains(&group)
+                    && r.resources.contains(&resource)
+                    && r.verbs.contains(&verb)
+            })
+        };
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
+            assert!(
+                allows("cache.example.com", "memcacheds", verb),
+                "memcacheds {verb}"
+            );
+            assert!(allows("apps", "deployments", verb), "deployments {verb}");
+        }
+        for verb in ["get", "update", "patch"] {
+            assert!(
+                allows("cache.example.com", "memcacheds/status", verb),
+                "status {verb}"
+            );
+        }
+        assert!(allows(
+            "cache.example.com",
+            "memcacheds/finalizers",
+            "update"
+        ));
+        for verb in ["get", "list", "watch"] {
+            assert!(allows("", "pods", verb), "pods {verb}");
+        }
+        for group in ["", "events.k8s.io"] {
+            assert!(
+                allows(group, "events", "create") && allows(group, "events", "patch"),
+                "events in {group:?}"
+            );
+        }
+        let no_wildcards = rules.iter().all(|r| {
+            r.api_groups
+                .iter()
+                .chain(r.resources)
+                .chain(r.verbs)
+                .all(|s| !s.contains('*'))
+        });
+        assert!(no_wildcards);
+    }
+}

@@ -1,0 +1,487 @@
+//! The MyApp controller: for every `MyApp`, a Deployment of `spec.replicas` pods running
+//! `spec.image`, kept exactly as specified.
+//!
+//! # Watches
+//! - `MyApp` objects (its own watch);
+//! - Deployments, from the cache shared with the Memcached controller, mapped to the `MyApp`
+//!   that controls them (or to the `MyApp` of the same name, which reports the clash).
+//!
+//! # Reconcile
+//! As for Memcached: a foreign Deployment of the same name is left untouched and reported
+//! (`Degraded`, `DeploymentNotOwned`, Warning Event); otherwise the desired Deployment is
+//! server-side applied with force. Every change to an owned Deployment triggers a reconcile, so
+//! a hand edit of a field this controller sets (the image, the replica count, the security
+//! context) is undone at once. Status: `replicas`, `readyReplicas`, `observedGeneration` and the
+//! conditions, written only when changed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use apis::{MyApp, MyAppStatus};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Container, ObjectReference, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::api::{Api, ObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use crate::driver::{Driver, Outcome};
+use crate::events::Events;
+use crate::memcached::FOREIGN_RECHECK;
+use crate::rbac::{self, MANAGE, STATUS};
+use crate::status::{REASON_NOT_OWNED, Rollout, merge_conditions, not_owned_conditions};
+use crate::workload::{self, Existing};
+use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
+
+/// The controller's name: metrics label, configuration key, log field.
+pub const NAME: &str = "myapp";
+/// The server-side apply field manager of the Deployments this controller writes.
+pub const FIELD_MANAGER: &str = "operator-manager/myapp";
+/// The value of `app.kubernetes.io/name` on the Deployment and its pods.
+pub const APP: &str = "myapp";
+/// The application container's name.
+pub const CONTAINER: &str = "app";
+/// The numeric user the application runs as (the common "nonroot" user of distroless images):
+/// the `restricted` Pod Security Standard needs a non-root user the kubelet can verify, and an
+/// arbitrary image's user is unknown. Images must tolerate an arbitrary non-root user, as on
+/// OpenShift.
+pub const RUN_AS_USER: i64 = 65532;
+
+const KIND: &str = "MyApp";
+const API_VERSION: &str = "myscheme.example.com/v1";
+
+static RULES: [PolicyRule; 6] = [
+    PolicyRule {
+        api_groups: &["myscheme.example.com"],
+        resources: &["myapps"],
+        verbs: MANAGE,
+    },
+    PolicyRule {
+        api_groups: &["myscheme.example.com"],
+        resources: &["myapps/status"],
+        verbs: STATUS,
+    },
+    PolicyRule {
+        api_groups: &["myscheme.example.com"],
+        resources: &["myapps/finalizers"],
+        verbs: &["update"],
+    },
+    rbac::DEPLOYMENTS,
+    rbac::EVENTS[0],
+    rbac::EVENTS[1],
+];
+
+/// The MyApp controller, as registered in [`crate::all`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MyAppController;
+
+impl ManagedController for MyAppController {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn rbac_rules(&self) -> &'static [PolicyRule] {
+        &RULES
+    }
+
+    fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>> {
+        Box::pin(run(ctx))
+    }
+}
+
+struct Context {
+    client: kube::Client,
+    events: Events,
+    deployments: Store<Deployment>,
+}
+
+async fn run(ctx: RunContext) -> Result<(), Error> {
+    let deployments = ctx.watches.deployments();
+    if !deployments.ready(&ctx.shutdown).await? {
+        return Ok(());
+    }
+    let driver = Driver::<MyApp>::new(NAME, &ctx);
+    let (reader, writer) = reflector::store();
+    let resources = driver.watch_resources(Api::all(ctx.client.clone()), writer);
+    let by_deployment = {
+        let reader = reader.clone();
+        deployments
+            .subscribe()
+            .filter_map(move |d| std::future::ready(for_deployment(&reader, &d)))
+    };
+    let controller =
+        Controller::for_stream(resources, reader).reconcile_on(driver.track(by_deployment));
+    let context = Arc::new(Context {
+        client: ctx.client.clone(),
+        events: Events::new(ctx.client.clone(), NAME, &ctx.options.instance),
+        deployments: deployments.store(),
+    });
+    driver.run(controller, reconcile, context).await
+}
+
+fn for_deployment(myapps: &Store<MyApp>, deployment: &Deployment) -> Option<ObjectRef<MyApp>> {
+    let namespace = deployment.namespace()?;
+    if let Some(owner) = workload::controller_of(deployment, API_VERSION, KIND) {
+        return Some(ObjectRef::new(&owner.name).within(&namespace));
+    }
+    let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
+    myapps.get(&namesake).map(|_| namesake)
+}
+
+/// The labels that select a `MyApp`'s pods.
+pub fn selector_labels(myapp_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::NAME.to_owned(), APP.to_owned()),
+        (labels::INSTANCE.to_owned(), labels::label_value(myapp_name)),
+    ])
+}
+
+/// Every label of the Deployment and its pods.
+pub fn object_labels(myapp_name: &str) -> BTreeMap<String, String> {
+    let mut all = selector_labels(myapp_name);
+    all.extend([
+        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+        (labels::PART_OF.to_owned(), labels::PLATFORM.to_owned()),
+    ]);
+    all
+}
+
+/// The Deployment a `MyApp` asks for.
+///
+/// # Errors
+/// [`Error::MissingField`] when `app` lacks a namespace or uid (it was not read from the server).
+pub fn desired_deployment(app: &MyApp) -> Result<Deployment, Error> {
+    let name = app.name_any();
+    let namespace = app.namespace().ok_or(Error::MissingField {
+        kind: KIND,
+        field: "metadata.namespace",
+    })?;
+    let labels = object_labels(&name);
+    Ok(Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![workload::owner_reference(app)?]),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(app.spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    security_context: Some(workload::restricted_pod_security(RUN_AS_USER)),
+                    containers: vec![Container {
+                        name: CONTAINER.to_owned(),
+                        image: Some(app.spec.image.clone()),
+                        security_context: Some(workload::restricted_container_security(
+                            RUN_AS_USER,
+                        )),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    })
+}
+
+/// The status a `MyApp` should report, given its Deployment (`None` when blocked by a foreign
+/// one).
+pub fn desired_status(app: &MyApp, deployment: Option<&Deployment>, now: &Time) -> MyAppStatus {
+    let old = app.status.clone().unwrap_or_default();
+    let generation = app.metadata.generation;
+    let (replicas, ready_replicas, conditions) = match deployment {
+        Some(d) => {
+            let rollout = Rollout::of(app.spec.replicas, d);
+            (rollout.replicas, rollout.ready, rollout.conditions())
+        }
+        None => (
+            0,
+            0,
+            not_owned_conditions(&app.namespace().unwrap_or_default(), &app.name_any(), KIND),
+        ),
+    };
+    MyAppStatus {
+        replicas,
+        ready_replicas,
+        observed_generation: generation,
+        conditions: merge_conditions(&old.conditions, conditions, generation, now),
+    }
+}
+
+async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+    match reconcile_inner(&app, &ctx).await {
+        Ok(outcome) => Ok(outcome),
+        Err(e) => {
+            let note = format!("Reconciling failed, will retry: {e}");
+            ctx.events
+                .warning(&app.object_ref(&()), "ReconcileFailed", "Reconcile", note)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
+    if app.metadata.deletion_timestamp.is_some() {
+        return Ok(Outcome::Done);
+    }
+    let name = app.name_any();
+    let namespace = app.namespace().ok_or(Error::MissingField {
+        kind: KIND,
+        field: "metadata.namespace",
+    })?;
+    let uid = app.uid().ok_or(Error::MissingField {
+        kind: KIND,
+        field: "metadata.uid",
+    })?;
+    let regarding = app.object_ref(&());
+
+    let existing =
+        workload::find_deployment(&ctx.client, &ctx.deployments, &namespace, &name, &uid).await?;
+    let deployment = match &existing {
+        Existing::Foreign(_) => {
+            let note = format!(
+                "Deployment {namespace}/{name} exists and is not controlled by this MyApp; \
+                 it is left untouched. Delete or rename it, or rename the MyApp."
+            );
+            tracing::warn!("{note}");
+            let conditions = app
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            if !crate::status::reports(conditions, apis::condition::DEGRADED, REASON_NOT_OWNED) {
+                ctx.events
+                    .warning(&regarding, REASON_NOT_OWNED, "Reconcile", note)
+                    .await;
+            }
+            None
+        }
+        Existing::Missing | Existing::Owned(_) => {
+            let desired = desired_deployment(app)?;
+            let applied =
+                match workload::apply_deployment(&ctx.client, &namespace, FIELD_MANAGER, &desired)
+                    .await
+                {
+                    Ok(applied) => applied,
+                    Err(e) if e.is_namespace_terminating() => {
+                        tracing::debug!("namespace is being deleted; nothing to do");
+                        return Ok(Outcome::Done);
+                    }
+                    Err(e) => return Err(e),
+                };
+            announce(ctx, &regarding, &existing, app).await;
+            Some(applied)
+        }
+    };
+
+    let status = desired_status(app, deployment.as_ref(), &crate::status::now());
+    if app.status.as_ref() != Some(&status) {
+        workload::patch_status(&ctx.client, app, &status).await?;
+    }
+    Ok(match existing {
+        Existing::Foreign(_) => Outcome::RequeueAfter(FOREIGN_RECHECK),
+        Existing::Missing | Existing::Owned(_) => Outcome::Done,
+    })
+}
+
+/// Events for what applying changed: a new Deployment, a new replica count, a new (or restored)
+/// image.
+async fn announce(ctx: &Context, regarding: &ObjectReference, existing: &Existing, app: &MyApp) {
+    let name = app.name_any();
+    let (replicas, image) = (app.spec.replicas, app.spec.image.as_str());
+    match existing {
+        Existing::Missing => {
+            let note = format!("Created Deployment {name} with {replicas} replicas of {image}");
+            ctx.events
+                .normal(regarding, "Created", "CreateDeployment", note)
+                .await;
+        }
+        Existing::Owned(current) => {
+            let spec = &current.spec;
+            let had = spec.replicas.unwrap_or(1);
+            if had != replicas {
+                let note = format!("Scaled Deployment {name} from {had} to {replicas} replicas");
+                ctx.events
+                    .normal(regarding, "Scaled", "ScaleDeployment", note)
+                    .await;
+            }
+            let had_image = spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|p| p.containers.iter().find(|c| c.name == CONTAINER))
+                .and_then(|c| c.image.as_deref());
+            if had_image != Some(image) {
+                let note = format!("Set the image of Deployment {name} to {image}");
+                ctx.events
+                    .normal(regarding, "Updated", "UpdateDeployment", note)
+                    .await;
+            }
+        }
+        Existing::Foreign(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apis::MyAppSpec;
+    use apis::condition::{AVAILABLE, PROGRESSING};
+    use k8s_openapi::api::apps::v1::DeploymentStatus;
+
+    fn myapp(name: &str, replicas: i32, image: &str) -> MyApp {
+        let mut app = MyApp::new(
+            name,
+            MyAppSpec {
+                replicas,
+                image: image.into(),
+            },
+        );
+        app.metadata.namespace = Some("ns".into());
+        app.metadata.uid = Some("uid-2".into());
+        app.metadata.generation = Some(1);
+        app
+    }
+
+    fn time(second: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(second).expect("valid time"))
+    }
+
+    #[test]
+    fn desired_deployment_runs_the_image() {
+        let d = desired_deployment(&myapp("web", 2, "nginx:1.29")).expect("desired deployment");
+        let spec = &d.spec;
+        assert_eq!(spec.replicas, Some(2));
+        let pod = spec.template.spec.as_ref().expect("pod spec");
+        assert_eq!(pod.containers.len(), 1);
+        assert_eq!(pod.containers[0].name, "app");
+        assert_eq!(pod.containers[0].image.as_deref(), Some("nginx:1.29"));
+        let owner = &d
+            .metadata
+            .owner_references
+            .as_ref()
+            .expect("owner references")[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("MyApp", Some(true))
+        );
+        let selector = spec.selector.match_labels.clone().unwrap_or_default();
+        let template_labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        assert!(
+            selector
+                .iter()
+                .all(|(k, v)| template_labels.get(k) == Some(v))
+        );
+        assert_eq!(template_labels[labels::MANAGED_BY], labels::MANAGER);
+        workload::assert_restricted(&d);
+    }
+
+    #[test]
+    fn long_names_get_valid_labels() {
+        let name = "a".repeat(100);
+        let d = desired_deployment(&myapp(&name, 1, "busybox")).expect("desired deployment");
+        assert!(
+            d.metadata
+                .labels
+                .iter()
+                .flatten()
+                .all(|(_, v)| labels::is_valid_label_value(v))
+        );
+    }
+
+    #[test]
+    fn status_follows_the_rollout() {
+        let mut app = myapp("web", 2, "nginx");
+        let rolling = Deployment {
+            metadata: ObjectMeta {
+                generation: Some(2),
+                ..ObjectMeta::default()
+            },
+            status: Some(DeploymentStatus {
+                observed_generation: Some(2),
+                replicas: Some(3),
+                updated_replicas: Some(1),
+                ready_replicas: Some(2),
+                available_replicas: Some(2),
+                ..DeploymentStatus::default()
+            }),
+            ..Deployment::default()
+        };
+        let status = desired_status(&app, Some(&rolling), &time(5));
+        assert_eq!(
+            (
+                status.replicas,
+                status.ready_replicas,
+                status.observed_generation
+            ),
+            (3, 2, Some(1))
+        );
+        let progressing = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == PROGRESSING)
+            .expect("Progressing");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", "RollingOut")
+        );
+        app.status = Some(status.clone());
+        assert_eq!(
+            desired_status(&app, Some(&rolling), &time(50)),
+            status,
+            "unchanged: nothing to write"
+        );
+        let available = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == AVAILABLE)
+            .expect("Available");
+        assert_eq!(
+            available.status, "True",
+            "2 of 2 available while the rollout proceeds"
+        );
+    }
+
+    #[test]
+    fn rbac_rules_cover_what_the_controller_does() {
+        let rules = MyAppController.rbac_rules();
+        let allows = |group: &str, resource: &str, verb: &str| {
+            rules.iter().any(|r| {
+                r.api_groups.contains(&group)
+                    && r.resources.contains(&resource)
+                    && r.verbs.contains(&verb)
+            })
+        };
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
+            assert!(
+                allows("myscheme.example.com", "myapps", verb),
+                "myapps {verb}"
+            );
+            assert!(allows("apps", "deployments", verb), "deployments {verb}");
+        }
+        assert!(allows("myscheme.example.com", "myapps/status", "patch"));
+        assert!(allows("events.k8s.io", "events", "create") && allows("", "events", "patch"));
+    }
+}

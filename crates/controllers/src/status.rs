@@ -1,0 +1,445 @@
+//! Status shared by the workload controllers: how far an owned Deployment has rolled out, and the
+//! `Available` / `Progressing` / `Degraded` conditions that describe it.
+
+use apis::condition::{AVAILABLE, DEGRADED, PROGRESSING};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// Condition reason when a Deployment of the custom resource's name exists and something else
+/// controls it.
+pub const REASON_NOT_OWNED: &str = "DeploymentNotOwned";
+
+/// What an owned Deployment reports, reduced to what the conditions need.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rollout {
+    /// Replicas the custom resource asks for.
+    pub desired: i32,
+    /// Pods the Deployment has (old and new).
+    pub replicas: i32,
+    /// Pods of the current template.
+    pub updated: i32,
+    /// Ready pods.
+    pub ready: i32,
+    /// Available pods (ready for `minReadySeconds`).
+    pub available: i32,
+    /// Whether the Deployment controller has seen the Deployment's latest spec.
+    pub observed: bool,
+    /// A failure the Deployment reports (`ReplicaFailure`, or `Progressing=False` because the
+    /// progress deadline passed): reason and message.
+    pub failure: Option<(String, String)>,
+}
+
+impl Rollout {
+    /// Reads `deployment`'s status against `desired` replicas.
+    pub fn of(desired: i32, deployment: &Deployment) -> Self {
+        let status = deployment.status.clone().unwrap_or_default();
+        let observed = match (status.observed_generation, deployment.metadata.generation) {
+            (Some(seen), Some(generation)) => seen >= generation,
+            (_, None) => true,
+            (None, Some(_)) => false,
+        };
+        let failure = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|c| {
+                let (type_, status) = (c.type_.as_deref(), c.status.as_deref());
+                let failed = (type_ == Some("ReplicaFailure") && status == Some("True"))
+                    || (type_ == Some("Progressing")
+                        && status == Some("False")
+                        && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
+                failed.then(|| {
+                    let reason = c
+                        .reason
+                        .or(c.type_)
+                        .unwrap_or_else(|| "DeploymentFailed".to_owned());
+                    (reason, c.message.unwrap_or_default())
+                })
+            });
+        Self {
+            desired,
+            replicas: status.replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            ready: status.ready_replicas.unwrap_or(0),
+            available: status.available_replicas.unwrap_or(0),
+            observed,
+            failure,
+        }
+    }
+
+    /// Every desired replica is available.
+    pub fn is_available(&self) -> bool {
+        self.observed && self.available >= self.desired
+    }
+
+    /// The Deployment has exactly the desired pods, all of the current template and available.
+    pub fn is_complete(&self) -> bool {
+        self.is_available() && self.updated == self.desired && self.replicas == self.desired
+    }
+
+    /// The three conditions this rollout state implies.
+    pub fn conditions(&self) -> [NewCondition; 3] {
+        let (desired, ready) = (self.desired, self.ready);
+        let available = if self.is_available() {
+            NewCondition::new(
+                AVAILABLE,
+                true,
+                "AllReplicasReady",
+                format!("{ready} of {desired} replicas ready"),
+            )
+        } else {
+            NewCondition::new(
+                AVAILABLE,
+                false,
+                "ReplicasNotReady",
+                format!("{ready} of {desired} replicas ready"),
+            )
+        };
+        let progressing = if !self.observed {
+            NewCondition::new(
+                PROGRESSING,
+                true,
+                "DeploymentUpdating",
+                "the Deployment controller has not yet seen the latest spec",
+            )
+        } else if self.updated < desired {
+            let updated = self.updated;
+            NewCondition::new(
+                PROGRESSING,
+                true,
+                "RollingOut",
+                format!("{updated} of {desired} replicas updated"),
+            )
+        } else if self.replicas > desired {
+            let replicas = self.replicas;
+            NewCondition::new(
+                PROGRESSING,
+                true,
+                "ScalingDown",
+                format!("{replicas} replicas, {desired} desired"),
+            )
+        } else if !self.is_complete() {
+            let available = self.available;
+            NewCondition::new(
+                PROGRESSING,
+                true,
+                "ScalingUp",
+                format!("{available} of {desired} replicas available"),
+            )
+        } else {
+            NewCondition::new(
+                PROGRESSING,
+                false,
+                "RolloutComplete",
+                format!("{desired} replicas up to date and available"),
+            )
+        };
+        let degraded = match &self.failure {
+            Some((reason, message)) => NewCondition::new(DEGRADED, true, reason, message),
+            None => NewCondition::new(
+                DEGRADED,
+                false,
+                "AsExpected",
+                "the Deployment reports no failure",
+            ),
+        };
+        [available, progressing, degraded]
+    }
+}
+
+/// The conditions of a custom resource whose Deployment name is taken by an object it does not
+/// control: nothing runs for it, and a user has to act.
+pub fn not_owned_conditions(namespace: &str, name: &str, kind: &str) -> [NewCondition; 3] {
+    let message = format!(
+        "Deployment {namespace}/{name} exists and is not controlled by this {kind}; \
+         it is left untouched: delete or rename it, or rename the {kind}"
+    );
+    [
+        NewCondition::new(AVAILABLE, false, REASON_NOT_OWNED, &message),
+        NewCondition::new(PROGRESSING, false, REASON_NOT_OWNED, &message),
+        NewCondition::new(DEGRADED, true, REASON_NOT_OWNED, &message),
+    ]
+}
+
+/// Whether `conditions` already hold `type_` as `True` for `reason` (so an Event about it was
+/// already published, unless the cache is behind).
+pub fn reports(conditions: &[Condition], type_: &str, reason: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True" && c.reason == reason)
+}
+
+/// A condition as a reconcile decides it, before it is merged with what the object reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewCondition {
+    /// `type`.
+    pub type_: &'static str,
+    /// `status`: `True` or `False`.
+    pub status: bool,
+    /// `reason`: CamelCase, machine-readable.
+    pub reason: String,
+    /// `message`: for humans.
+    pub message: String,
+}
+
+impl NewCondition {
+    /// A condition.
+    pub fn new(
+        type_: &'static str,
+        status: bool,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Merges freshly decided conditions into the ones an object reports.
+///
+/// A condition whose status did not change keeps its `lastTransitionTime` (its reason and message
+/// may still change); a changed or new one gets `now`. Conditions of other types (written by
+/// someone else) are kept as they are, after ours.
+pub fn merge_conditions(
+    old: &[Condition],
+    new: impl IntoIterator<Item = NewCondition>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    let mut merged: Vec<Condition> = new
+        .into_iter()
+        .map(|c| {
+            let status = if c.status { "True" } else { "False" }.to_owned();
+            let last_transition_time = old
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == status)
+                .map_or_else(|| now.clone(), |o| o.last_transition_time.clone());
+            Condition {
+                type_: c.type_.to_owned(),
+                status,
+                reason: c.reason,
+                message: c.message,
+                observed_generation: generation,
+                last_transition_time,
+            }
+        })
+        .collect();
+    let others: Vec<Condition> = old
+        .iter()
+        .filter(|o| !merged.iter().any(|m| m.type_ == o.type_))
+        .cloned()
+        .collect();
+    merged.extend(others);
+    merged
+}
+
+/// The current time at the precision the API stores (`metav1.Time` has whole seconds), so a
+/// freshly built status compares equal to the same status read back.
+pub fn now() -> Time {
+    let now = Timestamp::now();
+    Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+    use kube::api::ObjectMeta;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap_or(Timestamp::UNIX_EPOCH))
+    }
+
+    fn deployment(generation: i64, status: DeploymentStatus) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                generation: Some(generation),
+                ..ObjectMeta::default()
+            },
+            status: Some(status),
+            ..Deployment::default()
+        }
+    }
+
+    fn settled(n: i32) -> DeploymentStatus {
+        DeploymentStatus {
+            observed_generation: Some(1),
+            replicas: Some(n),
+            updated_replicas: Some(n),
+            ready_replicas: Some(n),
+            available_replicas: Some(n),
+            ..DeploymentStatus::default()
+        }
+    }
+
+    fn by_type<'a>(conditions: &'a [NewCondition], type_: &str) -> &'a NewCondition {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("{type_} missing"))
+    }
+
+    #[test]
+    fn settled_deployment_is_available_and_not_progressing() {
+        let rollout = Rollout::of(3, &deployment(1, settled(3)));
+        assert!(rollout.is_complete());
+        let conditions = rollout.conditions();
+        assert!(by_type(&conditions, AVAILABLE).status);
+        assert!(!by_type(&conditions, PROGRESSING).status);
+        assert!(!by_type(&conditions, DEGRADED).status);
+        assert_eq!(
+            by_type(&conditions, AVAILABLE).message,
+            "3 of 3 replicas ready"
+        );
+    }
+
+    #[test]
+    fn scaling_up_is_progressing_and_unavailable() {
+        let mut status = settled(3);
+        status.replicas = Some(5);
+        status.updated_replicas = Some(5);
+        let rollout = Rollout::of(5, &deployment(1, status));
+        let conditions = rollout.conditions();
+        assert!(!by_type(&conditions, AVAILABLE).status);
+        assert_eq!(by_type(&conditions, PROGRESSING).reason, "ScalingUp");
+    }
+
+    #[test]
+    fn unobserved_generation_is_progressing() {
+        let rollout = Rollout::of(3, &deployment(2, settled(3)));
+        assert!(!rollout.is_available());
+        assert_eq!(
+            by_type(&rollout.conditions(), PROGRESSING).reason,
+            "DeploymentUpdating"
+        );
+    }
+
+    #[test]
+    fn scaled_to_zero_is_available() {
+        let rollout = Rollout::of(
+            0,
+            &deployment(
+                1,
+                DeploymentStatus {
+                    observed_generation: Some(1),
+                    ..DeploymentStatus::default()
+                },
+            ),
+        );
+        assert!(rollout.is_complete());
+    }
+
+    #[test]
+    fn replica_failure_is_degraded_with_its_reason() {
+        let mut status = settled(0);
+        status.conditions = Some(vec![DeploymentCondition {
+            type_: Some("ReplicaFailure".into()),
+            status: Some("True".into()),
+            reason: Some("FailedCreate".into()),
+            message: Some("pods are forbidden".into()),
+            ..DeploymentCondition::default()
+        }]);
+        let conditions = Rollout::of(3, &deployment(1, status)).conditions();
+        let degraded = by_type(&conditions, DEGRADED);
+        assert!(degraded.status);
+        assert_eq!(degraded.reason, "FailedCreate");
+        assert_eq!(degraded.message, "pods are forbidden");
+    }
+
+    #[test]
+    fn not_owned_is_degraded() {
+        let conditions = not_owned_conditions("ns", "mc", "Memcached");
+        let degraded = by_type(&conditions, DEGRADED);
+        assert!(degraded.status);
+        assert_eq!(degraded.reason, REASON_NOT_OWNED);
+        assert!(degraded.message.contains("ns/mc"));
+        assert!(!by_type(&conditions, AVAILABLE).status);
+    }
+
+    #[test]
+    fn transition_time_is_kept_while_status_holds() {
+        let first = merge_conditions(
+            &[],
+            Rollout::of(3, &deployment(1, settled(1))).conditions(),
+            Some(1),
+            &at(100),
+        );
+        assert!(first.iter().all(|c| c.last_transition_time == at(100)));
+
+        // Same statuses, new message: times kept.
+        let second = merge_conditions(
+            &first,
+            Rollout::of(3, &deployment(1, settled(2))).conditions(),
+            Some(1),
+            &at(200),
+        );
+        assert!(
+            second.iter().all(|c| c.last_transition_time == at(100)),
+            "{second:?}"
+        );
+        let available = second
+            .iter()
+            .find(|c| c.type_ == AVAILABLE)
+            .map(|c| c.message.as_str());
+        assert_eq!(available, Some("2 of 3 replicas ready"));
+
+        // Available and Progressing flip; Degraded does not.
+        let third = merge_conditions(
+            &second,
+            Rollout::of(3, &deployment(1, settled(3))).conditions(),
+            Some(2),
+            &at(300),
+        );
+        let time = |t: &str| {
+            third
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| c.last_transition_time.clone())
+        };
+        assert_eq!(time(AVAILABLE), Some(at(300)));
+        assert_eq!(time(PROGRESSING), Some(at(300)));
+        assert_eq!(time(DEGRADED), Some(at(100)));
+        assert!(third.iter().all(|c| c.observed_generation == Some(2)));
+    }
+
+    #[test]
+    fn foreign_condition_types_are_kept() {
+        let foreign = Condition {
+            type_: "Custom".into(),
+            status: "True".into(),
+            reason: "Set".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: at(1),
+        };
+        let merged = merge_conditions(
+            std::slice::from_ref(&foreign),
+            not_owned_conditions("a", "b", "MyApp"),
+            None,
+            &at(2),
+        );
+        assert_eq!(merged.len(), 4);
+        assert_eq!(merged.last(), Some(&foreign));
+    }
+
+    #[test]
+    fn reports_finds_a_true_condition_by_reason() {
+        let merged = merge_conditions(&[], not_owned_conditions("a", "b", "MyApp"), None, &at(2));
+        assert!(reports(&merged, DEGRADED, REASON_NOT_OWNED));
+        assert!(
+            !reports(&merged, AVAILABLE, REASON_NOT_OWNED),
+            "Available is False"
+        );
+        assert!(!reports(&[], DEGRADED, REASON_NOT_OWNED));
+    }
+
+    #[test]
+    fn now_has_whole_seconds() {
+        assert_eq!(now().0.subsec_nanosecond(), 0);
+    }
+}
