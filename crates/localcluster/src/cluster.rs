@@ -1,0 +1,701 @@
+//! Starting, inspecting and stopping the local control plane.
+
+use std::future::Future;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::certs::{self, Identity, Pki};
+use crate::kubeconfig::{Credentials, KubeconfigSpec};
+use crate::state::{ClusterState, Component, Status};
+use crate::toolchain::{self, Binaries, human};
+use crate::{Error, Paths, Result, lock, process, versions};
+
+/// The Service IP range; its first address is the `kubernetes` Service.
+const SERVICE_CIDR: &str = "10.96.0.0/16";
+const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+/// The pod IP range kwok hands out addresses from.
+const POD_CIDR: &str = "10.244.0.0/16";
+/// The annotation that marks a node as kwok's to manage.
+pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// How many fake nodes `up` creates.
+pub const FAKE_NODES: usize = 3;
+/// How long a process gets to exit after SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Receives one human-readable line per step.
+pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The local control plane: build once, start, inspect, stop.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), localcluster::Error> {
+/// let cluster = localcluster::LocalCluster::from_env()?.with_progress(|line| eprintln!("{line}"));
+/// let up = cluster.up().await?;
+/// println!("KUBECONFIG={} kubectl get nodes", up.state().kubeconfig.display());
+/// cluster.down().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LocalCluster {
+    paths: Paths,
+    progress: Progress,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster")
+            .field("paths", &self.paths)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of [`LocalCluster::up`].
+#[derive(Debug, Clone)]
+pub enum Up {
+    /// A healthy cluster was already running; nothing was done.
+    AlreadyRunning(ClusterState),
+    /// A cluster was started.
+    Started {
+        /// The new cluster.
+        state: ClusterState,
+        /// How long building the binaries took, when they were not cached yet.
+        build_time: Option<Duration>,
+        /// How long starting the processes took until the cluster was ready.
+        start_time: Duration,
+    },
+}
+
+impl Up {
+    /// The running cluster.
+    pub fn state(&self) -> &ClusterState {
+        match self {
+            Self::AlreadyRunning(state) | Self::Started { state, .. } => state,
+        }
+    }
+}
+
+impl LocalCluster {
+    /// The cluster in the user's cache directory (see [`Paths::from_env`]).
+    ///
+    /// # Errors
+    /// [`Error::NoCacheDir`].
+    pub fn from_env() -> Result<Self> {
+        Ok(Self::new(Paths::from_env()?))
+    }
+
+    /// The cluster in `paths`, reporting no progress.
+    pub fn new(paths: Paths) -> Self {
+        Self {
+            paths,
+            progress: Arc::new(|_| {}),
+        }
+    }
+
+    /// Reports progress, one line per step, to `progress`.
+    #[must_use]
+    pub fn with_progress(mut self, progress: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.progress = Arc::new(progress);
+        self
+    }
+
+    /// Its directories.
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    fn say(&self, line: &str) {
+        (self.progress)(line);
+    }
+
+    /// The binaries, built (once) if needed; see [`toolchain::ensure`].
+    ///
+    /// # Errors
+    /// As [`toolchain::ensure`].
+    pub async fn binaries(&self) -> Result<toolchain::Built> {
+        toolchain::ensure(&self.paths, &*self.progress).await
+    }
+
+    /// Builds the binaries if needed and starts the cluster, unless a healthy one runs already.
+    ///
+    /// A cluster that is partly down (say, after a reboot) is cleaned up and started afresh.
+    /// Safe to call from several processes at once: they serialise on a file lock and all but
+    /// the first find the cluster running. The processes keep running after this returns;
+    /// [`LocalCluster::down`] stops them.
+    ///
+    /// # Errors
+    /// Build errors (see [`toolchain::ensure`]), or a component that exits or does not become
+    /// ready in time; processes started by a failed call are stopped again, their logs kept.
+    pub async fn up(&self) -> Result<Up> {
+        let _lock = lock::exclusive(&self.paths.cluster_lock()).await?;
+        let state_dir = self.paths.state_dir();
+        if let Some(state) = ClusterState::load(&state_dir)? {
+            if state.versions == versions::cache_key()
+                && state.all_alive()
+                && api_ready(&state).await.is_ok()
+            {
+                self.say("The local cluster is already running; nothing to do.");
+                return Ok(Up::AlreadyRunning(state));
+            }
+            self.say("Found a stopped or partly running cluster; removing it first.");
+            stop_all(&state);
+        }
+        if state_dir.exists() {
+            std::fs::remove_dir_all(&state_dir).map_err(Error::io("removing", &state_dir))?;
+        }
+
+        let built = self.binaries().await?;
+        if built.build_time.is_none() {
+            self.say(&format!(
+                "Using the cached control plane binaries in {}",
+                built.binaries.dir().display()
+            ));
+        }
+        let started = Instant::now();
+        let mut state = ClusterState {
+            versions: versions::cache_key(),
+            server: String::new(),
+            kubeconfig: self.paths.admin_kubeconfig(),
+            ca_cert: PathBuf::new(),
+            bin_dir: built.binaries.dir().to_owned(),
+            components: Vec::new(),
+        };
+        match self.start(&built.binaries, &state_dir, &mut state).await {
+            Ok(()) => {
+                let start_time = started.elapsed();
+                self.say(&format!(
+                    "The local cluster is ready (started in {}).",
+                    human(start_time)
+                ));
+                Ok(Up::Started {
+                    state,
+                    build_time: built.build_time,
+                    start_time,
+                })
+            }
+            Err(e) => {
+                self.say("Start-up failed; stopping what was started (logs are kept).");
+                stop_all(&state);
+                Err(e)
+            }
+        }
+    }
+
+    async fn start(&self, bin: &Binaries, dir: &Path, state: &mut ClusterState) -> Result<()> {
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).map_err(Error::io("creating", &logs))?;
+        let pki = Pki::generate(&dir.join("pki"), KUBERNETES_SERVICE_IP)?;
+        state.ca_cert = pki.ca_cert();
+        self.say("Generated the CA, serving and client certificates and service-account keys");
+
+        // etcd.
+        let etcd_port = process::free_port()?;
+        let peer_port = process::free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd = self.launch(
+            state,
+            dir,
+            bin,
+            "etcd",
+            &[("client", etcd_port), ("peer", peer_port)],
+            vec![
+                "--name=local".into(),
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=local={peer_url}"),
+                // A throw-away development store: durability is not worth the latency.
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+        wait(
+            "etcd to report healthy",
+            Duration::from_secs(60),
+            &[&etcd],
+            || async { etcd_healthy(etcd_port).await },
+        )
+        .await?;
+        self.say(&format!("etcd is up on {etcd_url}"));
+
+        // kube-apiserver.
+        let api_port = process::free_port()?;
+        state.server = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = |id: Identity| -> Result<PathBuf> {
+            let path = if id.file == certs::ADMIN.file {
+                state.kubeconfig.clone()
+            } else {
+                dir.join(format!("{}.kubeconfig", id.file))
+            };
+            KubeconfigSpec {
+                name: "operator-manager-local".into(),
+                server: state.server.clone(),
+                certificate_authority: pki.ca_cert(),
+                credentials: Credentials::ClientCertificate {
+                    cert: pki.client_cert(id),
+                    key: pki.client_key(id),
+                },
+                namespace: None,
+            }
+            .write(&path)?;
+            Ok(path)
+        };
+        kubeconfig(certs::ADMIN)?;
+        let kcm_config = kubeconfig(certs::CONTROLLER_MANAGER)?;
+        let scheduler_config = kubeconfig(certs::SCHEDULER)?;
+        let kwok_config = kubeconfig(certs::KWOK)?;
+
+        let apiserver = self.launch(
+            state,
+            dir,
+            bin,
+            "kube-apiserver",
+            &[("https", api_port)],
+            vec![
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", pki.serving_cert().display()),
+                format!("--tls-private-key-file={}", pki.serving_key().display()),
+                format!("--client-ca-file={}", pki.ca_cert().display()),
+                "--authorization-mode=Node,RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!(
+                    "--service-account-key-file={}",
+                    pki.service_account_pub().display()
+                ),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    pki.service_account_key().display()
+                ),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                // The `kubernetes` Service cannot point at a loopback address; nothing in this
+                // cluster runs real pods that would use it.
+                "--endpoint-reconciler-type=none".into(),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+                format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+            ],
+        )?;
+        let client = client_from_kubeconfig(&state.kubeconfig).await?;
+        wait(
+            "the API server to be ready (/readyz)",
+            Duration::from_secs(120),
+            &[&apiserver],
+            || {
+                let client = client.clone();
+                async move { readyz(&client).await }
+            },
+        )
+        .await?;
+        self.say(&format!("kube-apiserver is ready on {}", state.server));
+
+        // kube-controller-manager and kube-scheduler.
+        let kcm_port = process::free_port()?;
+        let kcm = self.launch(
+            state,
+            dir,
+            bin,
+            "kube-controller-manager",
+            &[("https", kcm_port)],
+            vec![
+                format!("--kubeconfig={}", kcm_config.display()),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={kcm_port}"),
+                format!("--cert-dir={}", dir.join("kcm-certs").display()),
+                format!("--root-ca-file={}", pki.ca_cert().display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    pki.service_account_key().display()
+                ),
+                format!("--cluster-signing-cert-file={}", pki.ca_cert().display()),
+                format!("--cluster-signing-key-file={}", pki.ca_key().display()),
+                "--use-service-account-credentials=true".into(),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                // Fake nodes have no kubelet; kwok's heartbeat can lag on a busy machine, and
+                // the node lifecycle controller would then taint the nodes and evict pods. (So
+                // `up` removes the not-ready taint that admission puts on new nodes itself.)
+                "--controllers=*,-node-lifecycle-controller".into(),
+                "--leader-elect=false".into(),
+                "--kube-api-qps=100".into(),
+                "--kube-api-burst=200".into(),
+            ],
+        )?;
+        let scheduler_port = process::free_port()?;
+        let scheduler = self.launch(
+            state,
+            dir,
+            bin,
+            "kube-scheduler",
+            &[("https", scheduler_port)],
+            vec![
+                format!("--kubeconfig={}", scheduler_config.display()),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={scheduler_port}"),
+                format!("--cert-dir={}", dir.join("scheduler-certs").display()),
+                "--leader-elect=false".into(),
+            ],
+        )?;
+
+        // kwok and its fake nodes.
+        let kwok_port = process::free_port()?;
+        let kwok = self.launch(
+            state,
+            dir,
+            bin,
+            "kwok",
+            &[("http", kwok_port)],
+            vec![
+                format!("--kubeconfig={}", kwok_config.display()),
+                format!("--config={}", bin.kwok_stages().display()),
+                "--manage-all-nodes=false".into(),
+                format!("--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake"),
+                format!("--server-address=127.0.0.1:{kwok_port}"),
+                format!("--cidr={POD_CIDR}"),
+                "--node-ip=10.240.0.1".into(),
+            ],
+        )?;
+        self.say(&format!(
+            "kube-controller-manager (pid {}), kube-scheduler (pid {}) and kwok (pid {}) started",
+            kcm.pid, scheduler.pid, kwok.pid
+        ));
+
+        create_fake_nodes(&client).await?;
+        let watched = [&apiserver, &kcm, &scheduler, &kwok];
+        wait(
+            &format!("kwok to report the {FAKE_NODES} fake nodes Ready"),
+            Duration::from_secs(120),
+            &watched,
+            || {
+                let client = client.clone();
+                async move { nodes_ready(&client).await }
+            },
+        )
+        .await?;
+        untaint_nodes(&client).await?;
+        self.say(&format!("{FAKE_NODES} fake nodes are Ready"));
+        wait(
+            "the default ServiceAccount (controller-manager running)",
+            Duration::from_secs(120),
+            &watched,
+            || {
+                let client = client.clone();
+                async move {
+                    Api::<ServiceAccount>::namespaced(client, "default")
+                        .get("default")
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
+        .await?;
+        self.say("kube-controller-manager created the default ServiceAccount");
+        state.save(dir)?;
+        Ok(())
+    }
+
+    /// Starts one component, recording it in `state` (saved at once, so `down` can stop a
+    /// half-started cluster).
+    fn launch(
+        &self,
+        state: &mut ClusterState,
+        dir: &Path,
+        bin: &Binaries,
+        name: &str,
+        ports: &[(&str, u16)],
+        args: Vec<String>,
+    ) -> Result<Component> {
+        let binary = bin.path(name);
+        let log = dir.join("logs").join(format!("{name}.log"));
+        let pid = process::spawn_detached(name, &binary, &args, &log, dir)?;
+        let component = Component {
+            name: name.to_owned(),
+            pid,
+            binary,
+            ports: ports.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            log,
+        };
+        state.components.push(component.clone());
+        state.save(dir)?;
+        Ok(component)
+    }
+
+    /// Stops every process of the cluster (SIGTERM, then SIGKILL after a grace period) and
+    /// removes its state. Returns whether there was a cluster to stop.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the state cannot be removed.
+    pub async fn down(&self) -> Result<bool> {
+        let _lock = lock::exclusive(&self.paths.cluster_lock()).await?;
+        let state_dir = self.paths.state_dir();
+        let found = match ClusterState::load(&state_dir) {
+            Ok(Some(state)) => {
+                for c in state.components.iter().rev() {
+                    let killed = process::stop(c.pid, &c.binary, STOP_GRACE);
+                    let how = if killed { "killed" } else { "stopped" };
+                    self.say(&format!("{how} {} (pid {})", c.name, c.pid));
+                }
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                self.say(&format!("{e}; removing the state anyway"));
+                true
+            }
+        };
+        if state_dir.exists() {
+            std::fs::remove_dir_all(&state_dir).map_err(Error::io("removing", &state_dir))?;
+            self.say(&format!("removed {}", state_dir.display()));
+            return Ok(true);
+        }
+        Ok(found)
+    }
+
+    /// What runs where, `None` when no cluster was started.
+    ///
+    /// # Errors
+    /// [`Error::State`] when the saved state is unreadable.
+    pub fn status(&self) -> Result<Option<Status>> {
+        Ok(ClusterState::load(&self.paths.state_dir())?.map(|state| {
+            let alive = state.components.iter().map(Component::alive).collect();
+            Status { state, alive }
+        }))
+    }
+
+    /// The running cluster's state.
+    ///
+    /// # Errors
+    /// [`Error::NotRunning`] when no cluster runs or any of its processes has stopped.
+    pub fn running(&self) -> Result<ClusterState> {
+        match self.status()? {
+            Some(status) if status.healthy() => Ok(status.state),
+            _ => Err(Error::NotRunning),
+        }
+    }
+
+    /// The admin kubeconfig of the running cluster.
+    ///
+    /// # Errors
+    /// [`Error::NotRunning`] when no cluster runs.
+    pub fn kubeconfig(&self) -> Result<PathBuf> {
+        Ok(self.running()?.kubeconfig)
+    }
+
+    /// An admin client of the running cluster.
+    ///
+    /// # Errors
+    /// [`Error::NotRunning`], or [`Error::Kubeconfig`] when the kubeconfig is unusable.
+    pub async fn client(&self) -> Result<kube::Client> {
+        client_from_kubeconfig(&self.kubeconfig()?).await
+    }
+}
+
+/// Stops every recorded process, last started first.
+fn stop_all(state: &ClusterState) {
+    for c in state.components.iter().rev() {
+        process::stop(c.pid, &c.binary, STOP_GRACE);
+    }
+}
+
+/// A client that uses a kubeconfig file (its current context).
+///
+/// # Errors
+/// [`Error::Kubeconfig`].
+pub async fn client_from_kubeconfig(kubeconfig: &Path) -> Result<kube::Client> {
+    let err = |e: Box<dyn std::error::Error + Send + Sync>| Error::Kubeconfig {
+        path: kubeconfig.to_owned(),
+        source: e,
+    };
+    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| err(Box::new(e)))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    kube::Client::try_from(config).map_err(|e| err(Box::new(e)))
+}
+
+/// Polls `check` every 250 ms until it succeeds, failing early when a watched process exits.
+async fn wait<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    watch: &[&Component],
+    mut check: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        let last = match check().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        if let Some(dead) = watch.iter().find(|c| !c.alive()) {
+            return Err(Error::Exited {
+                component: dead.name.clone(),
+                log: dead.log.clone(),
+                tail: process::tail(&dead.log, 30),
+            });
+        }
+        if start.elapsed() > timeout {
+            let logs = watch
+                .iter()
+                .map(|c| c.log.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                seconds: timeout.as_secs(),
+                detail: format!(" (last error: {last}; logs: {logs})"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// etcd's `/health`, over a plain loopback HTTP/1.0 request.
+async fn etcd_healthy(port: u16) -> std::result::Result<(), String> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .map_err(|e| e.to_string())?;
+    if response.contains("\"health\":\"true\"") {
+        Ok(())
+    } else {
+        Err(format!(
+            "etcd is not healthy yet: {}",
+            response.lines().last().unwrap_or_default()
+        ))
+    }
+}
+
+async fn readyz(client: &kube::Client) -> std::result::Result<(), String> {
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    let body = client
+        .request_text(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    if body.trim() == "ok" {
+        Ok(())
+    } else {
+        Err(body)
+    }
+}
+
+/// Whether the API server of a saved cluster answers `/readyz`.
+async fn api_ready(state: &ClusterState) -> std::result::Result<(), String> {
+    let client = client_from_kubeconfig(&state.kubeconfig)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::timeout(Duration::from_secs(10), readyz(&client))
+        .await
+        .map_err(|_| "timed out".to_owned())?
+}
+
+/// The fake nodes: kwok manages the ones with [`FAKE_NODE_ANNOTATION`], reports them Ready and
+/// runs their pods. They are large enough that capacity never limits a test.
+async fn create_fake_nodes(client: &kube::Client) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in 0..FAKE_NODES {
+        let name = format!("kwok-node-{i}");
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {
+                    FAKE_NODE_ANNOTATION: "fake",
+                    "node.alpha.kubernetes.io/ttl": "0",
+                },
+                "labels": {
+                    "type": "kwok",
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "node-role.kubernetes.io/agent": "",
+                },
+            },
+            "status": {
+                "allocatable": { "cpu": "100", "memory": "1Ti", "pods": "1000" },
+                "capacity": { "cpu": "100", "memory": "1Ti", "pods": "1000" },
+            },
+        }))
+        .map_err(|e| Error::Render {
+            what: "a fake node",
+            message: e.to_string(),
+        })?;
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(source) => {
+                return Err(Error::Api {
+                    action: format!("creating node {name}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the `node.kubernetes.io/not-ready` taint that admission puts on every new node;
+/// the node lifecycle controller, which would lift it, does not run here.
+async fn untaint_nodes(client: &kube::Client) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in 0..FAKE_NODES {
+        let name = format!("kwok-node-{i}");
+        let patch = serde_json::json!({ "spec": { "taints": null } });
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::Api {
+                action: format!("removing the taints of {name}"),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+async fn nodes_ready(client: &kube::Client) -> std::result::Result<(), String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes
+        .list(&Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let ready = list
+        .items
+        .iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count();
+    if ready >= FAKE_NODES {
+        Ok(())
+    } else {
+        Err(format!("{ready} of {FAKE_NODES} nodes are Ready"))
+    }
+}

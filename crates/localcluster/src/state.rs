@@ -1,0 +1,140 @@
+//! What a running cluster consists of, saved next to it so later commands can find, inspect and
+//! stop it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result, process};
+
+/// One process of the control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Component {
+    /// `etcd`, `kube-apiserver`, ...
+    pub name: String,
+    /// Its process id (also its process group).
+    pub pid: u32,
+    /// The binary it runs.
+    pub binary: PathBuf,
+    /// The loopback ports it listens on, by purpose.
+    pub ports: BTreeMap<String, u16>,
+    /// Its log file (stdout and stderr).
+    pub log: PathBuf,
+}
+
+impl Component {
+    /// Whether the process still runs.
+    pub fn alive(&self) -> bool {
+        process::is_alive(self.pid, &self.binary)
+    }
+}
+
+/// The saved state of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    /// The versions it runs (`<k8s>-<etcd>-<kwok>`).
+    pub versions: String,
+    /// The API server URL.
+    pub server: String,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The CA certificate clients trust.
+    pub ca_cert: PathBuf,
+    /// The directory of `kubectl` and the other binaries.
+    pub bin_dir: PathBuf,
+    /// The processes, in start order.
+    pub components: Vec<Component>,
+}
+
+impl ClusterState {
+    pub(crate) fn file(state_dir: &Path) -> PathBuf {
+        state_dir.join("state.json")
+    }
+
+    /// Reads the state, `None` when no cluster was started.
+    pub(crate) fn load(state_dir: &Path) -> Result<Option<Self>> {
+        let path = Self::file(state_dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| Error::State { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::Io {
+                action: "reading",
+                path,
+                source: e,
+            }),
+        }
+    }
+
+    pub(crate) fn save(&self, state_dir: &Path) -> Result<()> {
+        let path = Self::file(state_dir);
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_vec_pretty(self).map_err(|source| Error::State {
+            path: path.clone(),
+            source,
+        })?;
+        std::fs::write(&tmp, text).map_err(Error::io("writing", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(Error::io("writing", &path))
+    }
+
+    /// Whether every process still runs.
+    pub fn all_alive(&self) -> bool {
+        !self.components.is_empty() && self.components.iter().all(Component::alive)
+    }
+}
+
+/// What `status` reports: each process, whether it runs, and where.
+#[derive(Debug, Clone)]
+pub struct Status {
+    /// The saved state.
+    pub state: ClusterState,
+    /// Per component, whether it is alive, in the same order.
+    pub alive: Vec<bool>,
+}
+
+impl Status {
+    /// Whether every component runs.
+    pub fn healthy(&self) -> bool {
+        !self.alive.is_empty() && self.alive.iter().all(|a| *a)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = if self.healthy() {
+            "running"
+        } else {
+            "DEGRADED (some processes are not running)"
+        };
+        writeln!(f, "Local cluster ({}): {verdict}", self.state.versions)?;
+        writeln!(f, "  API server: {}", self.state.server)?;
+        writeln!(f, "  kubeconfig: {}", self.state.kubeconfig.display())?;
+        writeln!(
+            f,
+            "  {:<24} {:>8}  {:<6}  {:<48} log",
+            "component", "pid", "state", "listens on"
+        )?;
+        for (c, alive) in self.state.components.iter().zip(&self.alive) {
+            let ports = c
+                .ports
+                .iter()
+                .map(|(what, port)| format!("{what}=127.0.0.1:{port}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let state = if *alive { "up" } else { "DOWN" };
+            writeln!(
+                f,
+                "  {:<24} {:>8}  {:<6}  {:<48} {}",
+                c.name,
+                c.pid,
+                state,
+                ports,
+                c.log.display()
+            )?;
+        }
+        Ok(())
+    }
+}

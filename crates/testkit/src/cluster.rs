@@ -1,0 +1,77 @@
+//! Connecting to the local cluster, starting it when none runs.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use localcluster::{ClusterState, LocalCluster};
+use tokio::sync::OnceCell;
+
+use crate::Result;
+
+/// The local cluster as a test sees it.
+#[derive(Clone)]
+pub struct TestCluster {
+    /// An admin client (`system:masters`), bound to the calling test's runtime.
+    pub client: kube::Client,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// What runs where, and the CA and binaries of the cluster.
+    pub state: ClusterState,
+}
+
+impl std::fmt::Debug for TestCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCluster")
+            .field("kubeconfig", &self.kubeconfig)
+            .field("server", &self.state.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestCluster {
+    /// The `kubectl` built with the cluster (same Kubernetes version; no system kubectl needed).
+    pub fn kubectl_path(&self) -> PathBuf {
+        self.state.bin_dir.join("kubectl")
+    }
+
+    /// A `kubectl` command against this cluster as administrator (`KUBECONFIG` set).
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(self.kubectl_path());
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        cmd
+    }
+}
+
+/// The state of the cluster once this process has made sure it runs.
+static READY: OnceCell<ClusterState> = OnceCell::const_new();
+
+/// Connects to the running local cluster, starting it first when none runs (building the
+/// control plane if it is not cached, which takes long the first time).
+///
+/// Safe to call from every test, in parallel and from several test binaries at once: within
+/// one process the check happens once, across processes a file lock lets one start the
+/// cluster while the others wait. A cluster started here keeps running after the tests (so
+/// the next run is quick); `cargo xtask cluster down` stops it.
+///
+/// Each call returns a new [`kube::Client`], because a client is tied to the tokio runtime it
+/// was created on and every `#[tokio::test]` has its own.
+///
+/// # Errors
+/// [`crate::Error::Cluster`] when the cluster cannot be built, started or reached.
+pub async fn cluster() -> Result<TestCluster> {
+    let state = READY
+        .get_or_try_init(|| async {
+            let cluster =
+                LocalCluster::from_env()?.with_progress(|line| eprintln!("[cluster] {line}"));
+            let up = cluster.up().await?;
+            Ok::<_, crate::Error>(up.state().clone())
+        })
+        .await?
+        .clone();
+    let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
+    Ok(TestCluster {
+        client,
+        kubeconfig: state.kubeconfig.clone(),
+        state,
+    })
+}

@@ -1,0 +1,92 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// What can go wrong in test support; every variant says enough to act on without a debugger.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Starting or reaching the local cluster failed.
+    #[error(transparent)]
+    Cluster(#[from] localcluster::Error),
+
+    /// A request to the API server failed.
+    #[error("{action} failed: {source}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// The underlying error.
+        #[source]
+        source: kube::Error,
+    },
+
+    /// A file could not be read or written.
+    #[error("{action} {path} failed: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A manifest is not valid YAML or not a Kubernetes object.
+    #[error("invalid manifest {path}: {message}")]
+    Manifest {
+        /// The file (or `<inline>`).
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A condition did not hold in time.
+    #[error("timed out after {seconds:.1}s waiting for {what}; last observation: {last}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long.
+        seconds: f64,
+        /// The last error or observation.
+        last: String,
+    },
+
+    /// The manager binary has not been built.
+    #[error("the manager binary {path} does not exist; run `cargo build -p manager` first")]
+    ManagerMissing {
+        /// Where it was expected.
+        path: PathBuf,
+    },
+
+    /// A process could not be started.
+    #[error("cannot start {binary}: {source}")]
+    Spawn {
+        /// The binary.
+        binary: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let action = action.into();
+        move |source| Self::Kube { action, source }
+    }
+
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
+
+/// This crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,46 @@
+//! Support for end-to-end tests against the local control plane.
+//!
+//! Every test follows the same pattern:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> testkit::Result<()> {
+//! // The running local cluster (started, and built once, if none runs).
+//! let cluster = testkit::cluster().await?;
+//! // A namespace of the test's own, deleted when `ns` is dropped.
+//! let ns = testkit::TestNamespace::create(&cluster, "my-test").await?;
+//! // The manager's CRDs and RBAC installed, and a kubeconfig with only its permissions.
+//! let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
+//! // The manager binary (`cargo build -p manager`), killed when dropped.
+//! let manager = testkit::spawn_manager(&identity.path, &[], &[]).await?;
+//! testkit::wait_until("something to happen", Duration::from_secs(60), || async { true }).await?;
+//! # drop((ns, manager)); Ok(()) }
+//! ```
+//!
+//! `kubectl` of the cluster's Kubernetes version is at [`TestCluster::kubectl_path`]; nothing
+//! depends on a system kubectl.
+
+mod cluster;
+mod error;
+mod manager;
+mod manifests;
+mod namespace;
+mod serviceaccount;
+mod wait;
+
+pub use cluster::{TestCluster, cluster};
+pub use error::{Error, Result};
+pub use manager::{
+    ManagerProcess, free_port, log_dir, manager_binary, profile_dir, spawn_manager,
+    spawn_manager_binary,
+};
+pub use manifests::{
+    FIELD_MANAGER, apply_dir, apply_objects, apply_yaml_file, deploy_dir, parse_yaml,
+    read_yaml_file, workspace_root, yaml_files,
+};
+pub use namespace::{PodSecurity, TestNamespace, unique_name};
+pub use serviceaccount::{
+    ServiceAccountKubeconfig, manager_kubeconfig, service_account_kubeconfig,
+};
+pub use wait::{POLL_INTERVAL, wait_for, wait_until};

@@ -1,0 +1,136 @@
+//! Kubeconfigs for ServiceAccounts, so a process runs with exactly the permissions RBAC grants
+//! it, as it would in a user's cluster.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use localcluster::{Credentials, KubeconfigSpec};
+
+use crate::manifests::{self, FIELD_MANAGER};
+use crate::{Error, Result, TestCluster, namespace::unique_name};
+
+/// How long minted tokens stay valid.
+const TOKEN_SECONDS: i64 = 4 * 3600;
+
+/// A kubeconfig that authenticates as a ServiceAccount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceAccountKubeconfig {
+    /// The kubeconfig file (its context's namespace is the ServiceAccount's).
+    pub path: PathBuf,
+    /// The ServiceAccount's namespace.
+    pub namespace: String,
+    /// The ServiceAccount's name.
+    pub service_account: String,
+}
+
+/// Installs the manager's generated CRDs and RBAC from `deploy_dir` (normally
+/// [`manifests::deploy_dir`]) and returns a kubeconfig for the manager's ServiceAccount.
+///
+/// Applies every file of `deploy_dir/crds/` and `deploy_dir/rbac/` with server-side apply
+/// (creating the ServiceAccount's namespace if the manifests do not), then mints a token with
+/// the TokenRequest API. Run the manager with this kubeconfig and it can do exactly what the
+/// generated ClusterRole, Role and bindings allow, nothing more.
+///
+/// # Errors
+/// [`Error::Manifest`] when `rbac/` has no ServiceAccount; API errors from applying or from the
+/// token request.
+pub async fn manager_kubeconfig(
+    cluster: &TestCluster,
+    deploy_dir: &Path,
+) -> Result<ServiceAccountKubeconfig> {
+    let client = &cluster.client;
+    let crds = deploy_dir.join("crds");
+    if crds.is_dir() {
+        manifests::apply_dir(client, &crds).await?;
+    }
+    let rbac = deploy_dir.join("rbac");
+    let mut objects: Vec<DynamicObject> = Vec::new();
+    for file in manifests::yaml_files(&rbac)? {
+        objects.extend(manifests::read_yaml_file(&file)?);
+    }
+    let sa = objects
+        .iter()
+        .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "ServiceAccount"))
+        .ok_or_else(|| Error::Manifest {
+            path: rbac.clone(),
+            message: "no ServiceAccount among the RBAC manifests".into(),
+        })?;
+    let name = sa.metadata.name.clone().unwrap_or_default();
+    let namespace = sa
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned());
+    ensure_namespace(client, &namespace).await?;
+    manifests::apply_objects(client, objects, None).await?;
+    service_account_kubeconfig(cluster, &namespace, &name).await
+}
+
+/// A kubeconfig for an existing ServiceAccount, with a token from the TokenRequest API.
+///
+/// # Errors
+/// API errors from the token request; [`Error::Cluster`] when the file cannot be written.
+pub async fn service_account_kubeconfig(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+) -> Result<ServiceAccountKubeconfig> {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(TOKEN_SECONDS),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .map_err(Error::kube(format!(
+            "requesting a token for ServiceAccount {namespace}/{name}"
+        )))?
+        .status
+        .and_then(|s| s.token)
+        .unwrap_or_default();
+    // Next to the cluster's own state, so `cargo xtask cluster down` removes it with the
+    // cluster (the token dies with the cluster anyway).
+    let dir = cluster
+        .state
+        .kubeconfig
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("e2e");
+    let path = dir.join(format!(
+        "{}.kubeconfig",
+        unique_name(&format!("{namespace}-{name}"))
+    ));
+    KubeconfigSpec {
+        name: format!("{namespace}-{name}"),
+        server: cluster.state.server.clone(),
+        certificate_authority: cluster.state.ca_cert.clone(),
+        credentials: Credentials::Token(token),
+        namespace: Some(namespace.to_owned()),
+    }
+    .write(&path)?;
+    Ok(ServiceAccountKubeconfig {
+        path,
+        namespace: namespace.to_owned(),
+        service_account: name.to_owned(),
+    })
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&ns))
+        .await
+        .map_err(Error::kube(format!("creating namespace {name}")))?;
+    Ok(())
+}

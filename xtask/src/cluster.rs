@@ -1,0 +1,87 @@
+//! `cargo xtask cluster`: a real Kubernetes control plane on loopback, for development and the
+//! end-to-end tests. A thin command line over the `localcluster` crate.
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use localcluster::{LocalCluster, Up, toolchain::human};
+
+/// The `cluster` subcommands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum ClusterCommand {
+    /// Build the control plane (once) and start it; does nothing when it already runs.
+    Up,
+    /// Stop every process of the control plane and remove its state.
+    Down,
+    /// Show which processes run, with their pids, ports and logs.
+    Status,
+    /// Print only the path of the admin kubeconfig, for
+    /// `KUBECONFIG=$(cargo xtask cluster kubeconfig) kubectl ...`.
+    Kubeconfig,
+}
+
+/// Runs one `cluster` subcommand.
+///
+/// # Errors
+/// When the cluster cannot be built, started or found; the message says why.
+pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_async(cmd))
+}
+
+async fn run_async(cmd: ClusterCommand) -> anyhow::Result<()> {
+    let cluster = LocalCluster::from_env()?.with_progress(|line| println!("{line}"));
+    match cmd {
+        ClusterCommand::Up => {
+            let up = cluster.up().await?;
+            if let Up::Started {
+                build_time,
+                start_time,
+                ..
+            } = &up
+            {
+                match build_time {
+                    Some(t) => println!("Build: {}", human(*t)),
+                    None => println!("Build: not needed (binaries cached)"),
+                }
+                println!("Start: {}", human(*start_time));
+            }
+            let state = up.state();
+            println!();
+            println!("Use it with:");
+            println!(
+                "  KUBECONFIG={} kubectl get nodes",
+                state.kubeconfig.display()
+            );
+            println!(
+                "kubectl of the same version: {}",
+                state.bin_dir.join("kubectl").display()
+            );
+            println!("Stop it with: cargo xtask cluster down");
+        }
+        ClusterCommand::Down => {
+            if !cluster.down().await? {
+                println!("No local cluster was running.");
+            }
+        }
+        ClusterCommand::Status => match cluster.status()? {
+            None => {
+                println!("No local cluster is running (start one with `cargo xtask cluster up`).")
+            }
+            Some(status) => {
+                print!("{status}");
+                anyhow::ensure!(
+                    status.healthy(),
+                    "some processes of the local cluster are not running; restart it with \
+                     `cargo xtask cluster down && cargo xtask cluster up`"
+                );
+            }
+        },
+        ClusterCommand::Kubeconfig => {
+            println!("{}", cluster.kubeconfig()?.display());
+        }
+    }
+    Ok(())
+}
