@@ -1,0 +1,555 @@
+//! The local control plane itself, and what it enforces for the manager's manifests: schema
+//! validation of the CRDs, Pod Security Admission, RBAC.
+//!
+//! Run with `cargo xtask cluster up` first, or let `testkit::cluster()` start the cluster.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use localcluster::{LocalCluster, Paths, Up, toolchain::human};
+use serde_json::{Value, json};
+use testkit::{PodSecurity, TestCluster, TestNamespace};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn output_text(out: &Output) -> String {
+    format!(
+        "exit status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn memcached_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "Memcached"),
+        "memcacheds",
+    )
+}
+
+/// Installs the generated CRDs (idempotent; other tests install them too) and waits until the
+/// API server serves them.
+async fn install_crds(cluster: &TestCluster) -> Result<()> {
+    let dir = testkit::deploy_dir().join("crds");
+    ensure!(
+        dir.is_dir(),
+        "{} does not exist; run `cargo xtask manifests`",
+        dir.display()
+    );
+    let applied = testkit::apply_dir(&cluster.client, &dir).await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    for crd in applied {
+        let name = crd.metadata.name.unwrap_or_default();
+        testkit::wait_for(
+            &format!("CRD {name} to be established"),
+            TIMEOUT,
+            || async {
+                let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    Ok(())
+                } else {
+                    Err("not established yet".to_owned())
+                }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn api_server_runs_the_kubernetes_minor_the_workspace_compiles_against() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let info = cluster.client.apiserver_version().await?;
+    // k8s-openapi is compiled with the `v1_37` feature.
+    assert_eq!(
+        (info.major.as_str(), info.minor.as_str()),
+        ("1", "37"),
+        "{info:?}"
+    );
+    assert_eq!(info.git_version, localcluster::versions::KUBERNETES);
+
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let fake = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.get(localcluster::FAKE_NODE_ANNOTATION).is_some())
+        })
+        .count();
+    assert!(fake >= localcluster::FAKE_NODES, "only {fake} fake nodes");
+    Ok(())
+}
+
+#[tokio::test]
+async fn deploy_manifests_are_accepted_by_a_server_side_dry_run() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let deploy = testkit::deploy_dir();
+    ensure!(
+        deploy.join("kustomization.yaml").is_file(),
+        "{} has no kustomization.yaml; run `cargo xtask manifests`",
+        deploy.display()
+    );
+
+    // The CRDs on their own, before anything is installed.
+    let crds = cluster
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(deploy.join("crds"))
+        .output()
+        .context("running kubectl")?;
+    ensure!(
+        crds.status.success(),
+        "CRDs rejected: {}",
+        output_text(&crds)
+    );
+
+    // A dry run persists nothing, so objects that need the CRDs (samples) or the manager's
+    // namespace would fail for reasons that have nothing to do with them: install those first,
+    // exactly as `kubectl apply -k` would have a moment earlier.
+    install_crds(&cluster).await?;
+    let rendered = cluster.kubectl().arg("kustomize").arg(&deploy).output()?;
+    ensure!(
+        rendered.status.success(),
+        "kustomize failed: {}",
+        output_text(&rendered)
+    );
+    let objects = testkit::parse_yaml(&String::from_utf8_lossy(&rendered.stdout), &deploy)?;
+    ensure!(!objects.is_empty(), "kustomize rendered nothing");
+    let namespaces: Vec<DynamicObject> = objects
+        .iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Namespace"))
+        .cloned()
+        .collect();
+    testkit::apply_objects(&cluster.client, namespaces, None).await?;
+
+    let out = cluster
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-k"])
+        .arg(&deploy)
+        .output()
+        .context("running kubectl")?;
+    ensure!(
+        out.status.success(),
+        "`kubectl apply --dry-run=server -k deploy/` failed: {}",
+        output_text(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let accepted = stdout
+        .lines()
+        .filter(|l| l.ends_with("(server dry run)"))
+        .count();
+    assert_eq!(
+        accepted,
+        objects.len(),
+        "every rendered object is accepted:\n{stdout}"
+    );
+    Ok(())
+}
+
+/// Creates a Memcached with the given spec (no spec when `None`), returning the API server's
+/// answer.
+async fn create_memcached(
+    api: &Api<DynamicObject>,
+    name: &str,
+    spec: Option<Value>,
+) -> kube::Result<DynamicObject> {
+    let mut body = json!({
+        "apiVersion": "cache.example.com/v1alpha1",
+        "kind": "Memcached",
+        "metadata": { "name": name },
+    });
+    if let Some(spec) = spec {
+        body["spec"] = spec;
+    }
+    let obj: DynamicObject = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+    api.create(&PostParams::default(), &obj).await
+}
+
+#[tokio::test]
+async fn invalid_memcached_objects_are_rejected_with_the_validation_message() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    install_crds(&cluster).await?;
+    let ns = TestNamespace::create(&cluster, "mc-validation").await?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), ns.name(), &memcached_resource());
+
+    let cases = [
+        (
+            "negative",
+            Some(json!({ "size": -1 })),
+            "should be greater than or equal to 0",
+        ),
+        (
+            "too-large",
+            Some(json!({ "size": 101 })),
+            "should be less than or equal to 100",
+        ),
+        (
+            "not-a-number",
+            Some(json!({ "size": "three" })),
+            "must be of type integer",
+        ),
+        ("no-size", Some(json!({})), "spec.size: Required value"),
+    ];
+    for (name, spec, expected) in cases {
+        match create_memcached(&api, name, spec.clone()).await {
+            Ok(_) => bail!("Memcached {name} with spec {spec:?} was accepted"),
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{name}: {status:?}");
+                assert_eq!(status.reason, "Invalid", "{name}: {status:?}");
+                assert!(
+                    status.message.contains("spec.size") && status.message.contains(expected),
+                    "{name}: expected a message about spec.size containing {expected:?}, got: {}",
+                    status.message
+                );
+                println!("{name}: rejected: {}", status.message);
+            }
+            Err(other) => bail!("{name}: unexpected error {other}"),
+        }
+    }
+
+    create_memcached(&api, "valid", Some(json!({ "size": 3 })))
+        .await
+        .context("a valid Memcached must be accepted")?;
+    let out = cluster
+        .kubectl()
+        .args(["get", "mc", "-n", ns.name()])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl get mc failed: {}",
+        output_text(&out)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("{table}");
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "SIZE", "READY", "AVAILABLE", "AGE"],
+        "printer columns:\n{table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row.first().copied(), Some("valid"), "{table}");
+    assert_eq!(
+        row.get(1).copied(),
+        Some("3"),
+        "the Size column shows spec.size:\n{table}"
+    );
+    Ok(())
+}
+
+/// A Deployment of `replicas` pods whose containers satisfy (or not) the `restricted` Pod
+/// Security Standard.
+fn deployment(name: &str, replicas: i32, compliant: bool) -> Result<Deployment> {
+    let container_security = if compliant {
+        json!({
+            "allowPrivilegeEscalation": false,
+            "capabilities": { "drop": ["ALL"] },
+            "runAsNonRoot": true,
+            "runAsUser": 11211,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        })
+    } else {
+        json!({ "privileged": true })
+    };
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "containers": [{
+                        "name": "app",
+                        "image": "memcached:1.6-alpine",
+                        "securityContext": container_security,
+                    }],
+                },
+            },
+        },
+    }))?)
+}
+
+#[tokio::test]
+async fn restricted_namespace_runs_compliant_pods_and_refuses_others() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let ns = TestNamespace::with_pod_security(&cluster, "pss", PodSecurity::Restricted).await?;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), ns.name());
+
+    deployments
+        .create(&PostParams::default(), &deployment("compliant", 2, true)?)
+        .await?;
+    testkit::wait_for(
+        "the compliant Deployment to be available",
+        TIMEOUT,
+        || async {
+            let d = deployments
+                .get("compliant")
+                .await
+                .map_err(|e| e.to_string())?;
+            let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+            if available == 2 {
+                Ok(())
+            } else {
+                Err(format!("{available} of 2 replicas available"))
+            }
+        },
+    )
+    .await?;
+    let running = pods
+        .list(&ListParams::default().labels("app=compliant"))
+        .await?;
+    assert_eq!(running.items.len(), 2);
+    for pod in &running.items {
+        let status = pod.status.as_ref();
+        assert_eq!(status.and_then(|s| s.phase.as_deref()), Some("Running"));
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        assert!(
+            node.starts_with("kwok-node-"),
+            "scheduled to a fake node, not {node:?}"
+        );
+    }
+
+    // The API server accepts the Deployment (it only warns), but refuses its pods.
+    deployments
+        .create(&PostParams::default(), &deployment("privileged", 1, false)?)
+        .await?;
+    let message = testkit::wait_for("the ReplicaSet to report FailedCreate", TIMEOUT, || async {
+        let list = replica_sets
+            .list(&ListParams::default().labels("app=privileged"))
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .flat_map(|rs| rs.status.iter().flat_map(|s| s.conditions.iter().flatten()))
+            .find(|c| {
+                c.type_.as_deref() == Some("ReplicaFailure")
+                    && c.reason.as_deref() == Some("FailedCreate")
+            })
+            .and_then(|c| c.message.clone())
+            .ok_or_else(|| {
+                format!(
+                    "{} ReplicaSets, none with ReplicaFailure yet",
+                    list.items.len()
+                )
+            })
+    })
+    .await?;
+    println!("refused: {message}");
+    assert!(
+        message.contains("violates PodSecurity \"restricted:latest\""),
+        "{message}"
+    );
+    let refused = pods
+        .list(&ListParams::default().labels("app=privileged"))
+        .await?;
+    assert!(
+        refused.items.is_empty(),
+        "no pod of the privileged Deployment exists"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn service_account_tokens_carry_only_their_rbac_permissions() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let ns = TestNamespace::create(&cluster, "rbac").await?;
+    let sa = testkit::wait_for("the namespace's default ServiceAccount", TIMEOUT, || {
+        testkit::service_account_kubeconfig(&cluster, ns.name(), "default")
+    })
+    .await?;
+    let client = localcluster::client_from_kubeconfig(&sa.path).await?;
+    match Api::<Node>::all(client).list(&ListParams::default()).await {
+        Ok(_) => bail!("the default ServiceAccount must not list nodes"),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(
+                status
+                    .message
+                    .contains(&format!("system:serviceaccount:{}:default", ns.name())),
+                "the request was authenticated as the ServiceAccount: {}",
+                status.message
+            );
+        }
+        Err(other) => bail!("unexpected error {other}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_manager_service_account_gets_exactly_the_generated_rbac() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
+    println!(
+        "kubeconfig for {}/{}: {}",
+        identity.namespace,
+        identity.service_account,
+        identity.path.display()
+    );
+    let client = localcluster::client_from_kubeconfig(&identity.path).await?;
+
+    // The leader-election Role: leases in the manager's namespace.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &identity.namespace);
+    leases
+        .list(&ListParams::default())
+        .await
+        .context("listing leases as the manager")?;
+
+    // Nothing grants Secrets.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, "kube-system");
+    match secrets.list(&ListParams::default()).await {
+        Ok(_) => bail!("the manager's ServiceAccount must not read Secrets"),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            let user = format!(
+                "system:serviceaccount:{}:{}",
+                identity.namespace, identity.service_account
+            );
+            assert!(status.message.contains(&user), "{}", status.message);
+        }
+        Err(other) => bail!("unexpected error {other}"),
+    }
+    Ok(())
+}
+
+/// Starts a second, independent cluster from the cached binaries to exercise the whole
+/// lifecycle and measure a warm start, without disturbing the shared cluster other tests use.
+#[tokio::test]
+async fn a_second_cluster_starts_reports_and_stops() -> Result<()> {
+    // Make sure the binaries are built (by this or an earlier run).
+    let shared = testkit::cluster().await?;
+    let binaries = localcluster::Binaries::in_dir(&shared.state.bin_dir);
+    match binaries.recorded_build_time() {
+        Some(t) => println!(
+            "build time of the cached control plane, recorded when it was built: {}",
+            human(t)
+        ),
+        None => println!("build time of the cached control plane: not recorded"),
+    }
+
+    let scratch = std::env::temp_dir().join(testkit::unique_name("second-cluster"));
+    let state_dir = scratch.join("cluster");
+    let cluster = LocalCluster::new(Paths::from_env()?.with_state_dir(&state_dir))
+        .with_progress(|line| println!("[second cluster] {line}"));
+    let result = lifecycle(&cluster, &state_dir).await;
+    if result.is_err() {
+        print_logs(&state_dir.join("logs"));
+    }
+    // Whatever happened, leave nothing running.
+    let stopped = cluster.down().await;
+    std::fs::remove_dir_all(&scratch)?;
+    result?;
+    ensure!(!stopped?, "the cluster was already down");
+    Ok(())
+}
+
+/// Prints the end of every log in `dir`, before `down` removes them.
+fn print_logs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        println!("--- {} (last 20 lines)", entry.path().display());
+        for line in &lines[lines.len().saturating_sub(20)..] {
+            println!("{line}");
+        }
+    }
+}
+
+async fn lifecycle(cluster: &LocalCluster, state_dir: &Path) -> Result<()> {
+    let up = cluster.up().await?;
+    let Up::Started {
+        state,
+        build_time,
+        start_time,
+    } = up
+    else {
+        bail!("a fresh state directory cannot hold a running cluster");
+    };
+    ensure!(build_time.is_none(), "the binaries were cached");
+    println!("warm start time: {}", human(start_time));
+    assert_eq!(state.components.len(), 5);
+
+    let again = cluster.up().await?;
+    ensure!(
+        matches!(again, Up::AlreadyRunning(_)),
+        "a second `up` is a no-op"
+    );
+    let status = cluster.status()?.context("status of a running cluster")?;
+    ensure!(status.healthy(), "{status}");
+    let text = status.to_string();
+    for name in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ] {
+        ensure!(text.contains(name), "status names {name}:\n{text}");
+    }
+    assert_eq!(cluster.kubeconfig()?, state.kubeconfig);
+    let client = cluster.client().await?;
+    let nodes = Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await?;
+    assert_eq!(nodes.items.len(), localcluster::FAKE_NODES);
+
+    ensure!(cluster.down().await?, "down stops a running cluster");
+    for c in &state.components {
+        ensure!(
+            !c.alive(),
+            "{} (pid {}) still runs after down",
+            c.name,
+            c.pid
+        );
+    }
+    ensure!(!state_dir.exists(), "down removes the state");
+    ensure!(cluster.status()?.is_none());
+    ensure!(
+        matches!(cluster.kubeconfig(), Err(localcluster::Error::NotRunning)),
+        "no kubeconfig without a cluster"
+    );
+    Ok(())
+}

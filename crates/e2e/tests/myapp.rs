@@ -1,0 +1,155 @@
+//! The MyApp controller end to end, and both controllers in one manager.
+
+mod workloads;
+
+use anyhow::{Result, ensure};
+use apis::condition::AVAILABLE;
+use apis::{Memcached, MemcachedSpec, MyApp, MyAppSpec};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use testkit::PodSecurity;
+use workloads::{Env, TIMEOUT, has_condition};
+
+const PODS: &str = "app.kubernetes.io/name=myapp";
+
+fn image_of(d: &Deployment) -> Option<String> {
+    let pod = d.spec.template.spec.as_ref()?;
+    pod.containers
+        .iter()
+        .find(|c| c.name == "app")?
+        .image
+        .clone()
+}
+
+async fn create(env: &Env, name: &str, replicas: i32, image: &str) -> Result<MyApp> {
+    let app = MyApp::new(
+        name,
+        MyAppSpec {
+            replicas,
+            image: image.to_owned(),
+        },
+    );
+    Ok(env
+        .api::<MyApp>()
+        .create(&PostParams::default(), &app)
+        .await?)
+}
+
+/// Waits until `name` reports `replicas` ready replicas of `image` and `Available=True`.
+async fn converged(env: &Env, name: &str, replicas: i32, image: &str) -> Result<()> {
+    env.wait_for_deployment(
+        name,
+        &format!("{replicas} replicas of {image} rolled out"),
+        |d| {
+            let status = d.status.clone().unwrap_or_default();
+            d.spec.replicas == Some(replicas)
+                && image_of(d).as_deref() == Some(image)
+                && status.updated_replicas.unwrap_or(0) == replicas
+                && status.ready_replicas.unwrap_or(0) == replicas
+                && status.replicas.unwrap_or(0) == replicas
+        },
+    )
+    .await?;
+    let apps = env.api::<MyApp>();
+    testkit::wait_for(
+        &format!("MyApp {name} to report {replicas} ready and Available"),
+        TIMEOUT,
+        || async {
+            let app = apps.get(name).await.map_err(|e| e.to_string())?;
+            let status = app.status.unwrap_or_default();
+            let available = has_condition(&status.conditions, AVAILABLE, "True");
+            if status.ready_replicas == replicas && status.replicas == replicas && available {
+                Ok(())
+            } else {
+                Err(format!("status {status:?}"))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn image_change_rolls_and_hand_edits_are_undone() -> Result<()> {
+    let env = Env::start("myapp-roll", Some(PodSecurity::Restricted), "myapp").await?;
+    let result = async {
+        create(&env, "web", 2, "nginx:1.28-alpine").await?;
+        converged(&env, "web", 2, "nginx:1.28-alpine").await?;
+        env.wait_for_running_pods(PODS, 2).await?;
+
+        // The user changes the image: the Deployment rolls to a new ReplicaSet.
+        let patch = json!({"spec": {"image": "nginx:1.29-alpine"}});
+        env.api::<MyApp>()
+            .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        converged(&env, "web", 2, "nginx:1.29-alpine").await?;
+        let sets = env
+            .api::<ReplicaSet>()
+            .list(&ListParams::default().labels(PODS))
+            .await?;
+        ensure!(
+            sets.items.len() >= 2,
+            "a new ReplicaSet rolled out: {} found",
+            sets.items.len()
+        );
+        env.wait_for_event("web", "Updated").await?;
+
+        // Someone edits the container image by hand: it is put back.
+        env.kubectl(&["set", "image", "deployment/web", "app=busybox:1.37"])?;
+        converged(&env, "web", 2, "nginx:1.29-alpine").await?;
+
+        // And a hand-scaled replica count.
+        env.kubectl(&["scale", "deployment", "web", "--replicas=4"])?;
+        env.wait_for_deployment("web", "scaled back to 2", |d| {
+            d.spec.replicas == Some(2) && d.metadata.generation.unwrap_or(0) > 3
+        })
+        .await?;
+        Ok(())
+    }
+    .await;
+    env.finish(result)
+}
+
+#[tokio::test]
+async fn both_controllers_run_in_one_manager() -> Result<()> {
+    let env = Env::start("both", None, "memcached,myapp").await?;
+    let result = async {
+        let mc = Memcached::new("cache", MemcachedSpec { size: 2, image: apis::memcached::DEFAULT_IMAGE.to_owned() });
+        env.api::<Memcached>().create(&PostParams::default(), &mc).await?;
+        create(&env, "app", 1, "nginx:1.29-alpine").await?;
+        converged(&env, "app", 1, "nginx:1.29-alpine").await?;
+        env.wait_for_running_pods("app=memcached", 2).await?;
+        let memcacheds = env.api::<Memcached>();
+        testkit::wait_for("Memcached cache to be Available", TIMEOUT, || async {
+            let mc = memcacheds.get("cache").await.map_err(|e| e.to_string())?;
+            let status = mc.status.unwrap_or_default();
+            if status.nodes.len() == 2 && has_condition(&status.conditions, AVAILABLE, "True") {
+                Ok(())
+            } else {
+                Err(format!("{status:?}"))
+            }
+        })
+        .await?;
+
+        let metrics = env.metrics().await?;
+        for controller in ["memcached", "myapp"] {
+            let successes = workloads::sample(
+                &metrics,
+                &format!("controller_runtime_reconcile_total{{controller=\"{controller}\",result=\"success\"}}"),
+            );
+            ensure!(successes.is_some_and(|n| n > 0.0), "{controller} reconciled: {successes:?}");
+            let workers = workloads::sample(
+                &metrics,
+                &format!("controller_runtime_max_concurrent_reconciles{{controller=\"{controller}\"}}"),
+            );
+            ensure!(workers.is_some_and(|n| n >= 1.0), "{controller} concurrency: {workers:?}");
+            let depth = workloads::sample(&metrics, &format!("workqueue_depth{{name=\"{controller}\"}}"));
+            ensure!(depth.is_some(), "workqueue_depth for {controller}");
+        }
+        ensure!(metrics.contains("controller_runtime_reconcile_time_seconds_bucket{controller=\"myapp\""));
+        Ok(())
+    }
+    .await;
+    env.finish(result)
+}
