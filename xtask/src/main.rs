@@ -1,1 +1,105 @@
-fn main() {}
+//! Developer workflow for the workspace, run as `cargo xtask <command>`.
+//!
+//! One module per command. Everything here is for people working on the project and for CI; the
+//! shipped artefacts are the `manager` binary and the manifests under `deploy/`.
+
+mod bench;
+mod cluster;
+mod demo;
+mod manifests;
+mod test;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Developer workflow for the operator workspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Render CRDs, RBAC, the manager's Deployment and samples from the Rust types into `deploy/`.
+    Manifests {
+        /// Change nothing; exit non-zero and list the stale files if `deploy/` is out of date.
+        #[arg(long)]
+        check: bool,
+        /// Directory to write into (default: `deploy/` at the workspace root).
+        #[arg(long, value_name = "DIR")]
+        deploy_dir: Option<PathBuf>,
+    },
+    /// Run a real local Kubernetes control plane (etcd, API server, controller manager,
+    /// scheduler, kwok fake nodes) built from source.
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
+    /// Walk through the Memcached tutorial on the local cluster and leave it running.
+    Demo {
+        /// Stop the manager a previous `cargo xtask demo` started.
+        #[arg(long)]
+        stop: bool,
+    },
+    /// Measure convergence, cost per object and failover on the local cluster.
+    Bench(bench::BenchArgs),
+    /// Run every test, end-to-end tests included, against the local cluster (started and
+    /// stopped around the run unless one is already up).
+    Test {
+        /// Extra arguments for `cargo test`, after `--`.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if error.kind() == clap::error::ErrorKind::InvalidSubcommand => {
+            let commands: Vec<String> = Cli::command()
+                .get_subcommands()
+                .map(|c| c.get_name().to_owned())
+                .collect();
+            eprint!("{error}");
+            eprintln!("\navailable commands: {}", commands.join(", "));
+            return ExitCode::from(2);
+        }
+        Err(error) => error.exit(),
+    };
+    let result = match cli.command {
+        Command::Manifests { check, deploy_dir } => manifests::run(check, deploy_dir),
+        Command::Cluster { command } => cluster::run(command),
+        Command::Test { args } => test::run(&args),
+        Command::Demo { stop } => {
+            if stop {
+                demo::stop()
+            } else {
+                demo::run()
+            }
+        }
+        Command::Bench(args) => bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: xtask lives one level below it.
+pub fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or(manifest_dir)
+}

@@ -4,14 +4,17 @@
 //! generation, tests) can depend on them cheaply. Field documentation becomes the CRD's schema
 //! descriptions, which is what `kubectl explain` shows users.
 
+// `#[kube(printcolumn(...))]` repeats `type_ = ...` once per column by design.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod memcached;
 pub mod myapp;
 
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 
-use kube::CustomResourceExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
 
 /// Every CRD this workspace defines, in a stable order (manifests are written in this order).
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -21,10 +21,29 @@ pub const DEFAULT_IMAGE: &str = "memcached:1.6.39-alpine";
     status = "MemcachedStatus",
     derive = "PartialEq",
     doc = "A memcached cluster managed by the platform: a Deployment of `spec.size` memcached pods.",
-    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size", description = "Desired number of memcached pods"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "Memcached pods that are ready"),
-    printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"Available\")].status", description = "Whether every desired pod is ready"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".spec.size",
+        description = "Desired number of memcached pods"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Memcached pods that are ready"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status",
+        description = "Whether every desired pod is ready"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MemcachedSpec {
@@ -106,7 +125,9 @@ mod tests {
         assert_eq!(size["minimum"].as_f64(), Some(0.0));
         assert_eq!(size["maximum"].as_f64(), Some(100.0));
         assert!(
-            size["description"].as_str().is_some_and(|d| d.contains("0 to 100")),
+            size["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("0 to 100")),
             "size is documented for kubectl explain: {size}"
         );
     }
@@ -125,13 +146,25 @@ mod tests {
         let crd = crd();
         let root = schema(&crd);
         let required = root["required"].as_array().cloned().unwrap_or_default();
-        assert!(!required.contains(&json!("status")), "status must be optional: {required:?}");
+        assert!(
+            !required.contains(&json!("status")),
+            "status must be optional: {required:?}"
+        );
         let status = &root["properties"]["status"];
-        assert!(status["required"].is_null(), "no status field is required: {status}");
+        assert!(
+            status["required"].is_null(),
+            "no status field is required: {status}"
+        );
         for field in ["nodes", "readyReplicas", "observedGeneration", "conditions"] {
-            assert!(status["properties"][field].is_object(), "status.{field} is in the schema");
+            assert!(
+                status["properties"][field].is_object(),
+                "status.{field} is in the schema"
+            );
         }
-        assert_eq!(status["properties"]["conditions"]["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            status["properties"]["conditions"]["x-kubernetes-list-type"],
+            "map"
+        );
     }
 
     #[test]

@@ -16,11 +16,35 @@ use serde::{Deserialize, Serialize};
     status = "MyAppStatus",
     derive = "PartialEq",
     doc = "An application managed by the platform: a Deployment of `spec.replicas` pods running `spec.image`.",
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas", description = "Desired number of pods"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "Pods that are ready"),
-    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = 1),
-    printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"Available\")].status", description = "Whether every desired pod is ready"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".spec.replicas",
+        description = "Desired number of pods"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Pods that are ready"
+    ),
+    printcolumn(
+        name = "Image",
+        type_ = "string",
+        json_path = ".spec.image",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status",
+        description = "Whether every desired pod is ready"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MyAppSpec {
@@ -77,7 +101,10 @@ mod tests {
         assert_eq!(crd["metadata"]["name"], "myapps.myscheme.example.com");
         assert_eq!(crd["spec"]["versions"][0]["name"], "v1");
         assert_eq!(crd["spec"]["scope"], "Namespaced");
-        assert_eq!(crd["spec"]["versions"][0]["subresources"]["status"], json!({}));
+        assert_eq!(
+            crd["spec"]["versions"][0]["subresources"]["status"],
+            json!({})
+        );
     }
 
     #[test]

@@ -24,7 +24,19 @@ pub struct Outcome {
     pub stale: Vec<PathBuf>,
 }
 
-pub(crate) fn sync(deploy_dir: &Path, files: &[GeneratedFile], mode: Mode) -> Result<Outcome, Error> {
+pub(crate) fn sync(
+    deploy_dir: &Path,
+    files: &[GeneratedFile],
+    mode: Mode,
+) -> Result<Outcome, Error> {
+    if mode == Mode::Write {
+        // Fail on the directory itself, with its own path, before reading anything under it.
+        fs::create_dir_all(deploy_dir).map_err(|source| Error::Io {
+            action: "create directory",
+            path: deploy_dir.to_owned(),
+            source,
+        })?;
+    }
     let mut outcome = Outcome::default();
     for file in files {
         let path = deploy_dir.join(&file.path);
@@ -40,7 +52,11 @@ pub(crate) fn sync(deploy_dir: &Path, files: &[GeneratedFile], mode: Mode) -> Re
     for orphan in orphaned_generated_files(deploy_dir, files)? {
         if mode == Mode::Write {
             let path = deploy_dir.join(&orphan);
-            fs::remove_file(&path).map_err(|source| Error::Io { action: "remove", path, source })?;
+            fs::remove_file(&path).map_err(|source| Error::Io {
+                action: "remove",
+                path,
+                source,
+            })?;
         }
         outcome.stale.push(orphan);
     }
@@ -52,7 +68,11 @@ fn read_if_exists(path: &Path) -> Result<Option<String>, Error> {
         // A file that is not UTF-8 cannot equal what we render: treat it as different.
         Ok(bytes) => Ok(Some(String::from_utf8(bytes).unwrap_or_default())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::Io { action: "read", path: path.to_owned(), source }),
+        Err(source) => Err(Error::Io {
+            action: "read",
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -64,12 +84,19 @@ fn write(path: &Path, contents: &str) -> Result<(), Error> {
             source,
         })?;
     }
-    fs::write(path, contents).map_err(|source| Error::Io { action: "write", path: path.to_owned(), source })
+    fs::write(path, contents).map_err(|source| Error::Io {
+        action: "write",
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Files carrying our header, in the directories we generate into, that we no longer render: a
 /// renamed CRD or removed manifest. Files without the header are a user's and are left alone.
-fn orphaned_generated_files(deploy_dir: &Path, files: &[GeneratedFile]) -> Result<Vec<PathBuf>, Error> {
+fn orphaned_generated_files(
+    deploy_dir: &Path,
+    files: &[GeneratedFile],
+) -> Result<Vec<PathBuf>, Error> {
     let mut dirs: Vec<PathBuf> = files
         .iter()
         .map(|f| f.path.parent().map(Path::to_path_buf).unwrap_or_default())
@@ -82,10 +109,20 @@ fn orphaned_generated_files(deploy_dir: &Path, files: &[GeneratedFile]) -> Resul
         let entries = match fs::read_dir(&full) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(Error::Io { action: "read", path: full, source }),
+            Err(source) => {
+                return Err(Error::Io {
+                    action: "read",
+                    path: full,
+                    source,
+                });
+            }
         };
         for entry in entries {
-            let entry = entry.map_err(|source| Error::Io { action: "read", path: full.clone(), source })?;
+            let entry = entry.map_err(|source| Error::Io {
+                action: "read",
+                path: full.clone(),
+                source,
+            })?;
             let relative = dir.join(entry.file_name());
             let is_file = entry.file_type().map(|t| t.is_file()).unwrap_or(false);
             if !is_file || files.iter().any(|f| f.path == relative) {
@@ -105,7 +142,10 @@ mod tests {
     use super::*;
 
     fn file(path: &str, body: &str) -> GeneratedFile {
-        GeneratedFile { path: PathBuf::from(path), contents: format!("{HEADER}{body}") }
+        GeneratedFile {
+            path: PathBuf::from(path),
+            contents: format!("{HEADER}{body}"),
+        }
     }
 
     #[test]
@@ -113,11 +153,22 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let files = [file("a/one.yaml", "x: 1\n"), file("two.yaml", "y: 2\n")];
         let first = sync(dir.path(), &files, Mode::Check).expect("check");
-        assert_eq!(first.stale, [PathBuf::from("a/one.yaml"), PathBuf::from("two.yaml")]);
-        assert!(!dir.path().join("two.yaml").exists(), "check mode writes nothing");
+        assert_eq!(
+            first.stale,
+            [PathBuf::from("a/one.yaml"), PathBuf::from("two.yaml")]
+        );
+        assert!(
+            !dir.path().join("two.yaml").exists(),
+            "check mode writes nothing"
+        );
 
         sync(dir.path(), &files, Mode::Write).expect("write");
-        assert!(sync(dir.path(), &files, Mode::Check).expect("check").stale.is_empty());
+        assert!(
+            sync(dir.path(), &files, Mode::Check)
+                .expect("check")
+                .stale
+                .is_empty()
+        );
 
         fs::write(dir.path().join("two.yaml"), "edited by hand\n").expect("edit");
         let after_edit = sync(dir.path(), &files, Mode::Check).expect("check");
@@ -129,7 +180,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let files = [file("crds/new.yaml", "x: 1\n")];
         sync(dir.path(), &files, Mode::Write).expect("write");
-        fs::write(dir.path().join("crds/old.yaml"), format!("{HEADER}old: 1\n")).expect("old");
+        fs::write(
+            dir.path().join("crds/old.yaml"),
+            format!("{HEADER}old: 1\n"),
+        )
+        .expect("old");
         fs::write(dir.path().join("crds/mine.yaml"), "mine: 1\n").expect("user file");
 
         let check = sync(dir.path(), &files, Mode::Check).expect("check");

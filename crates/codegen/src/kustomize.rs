@@ -33,13 +33,16 @@ pub(crate) fn render(files: &[GeneratedFile]) -> Result<Vec<GeneratedFile>, Erro
             .map(|p| p.trim_start_matches("prometheus/").to_owned())
             .collect::<Vec<_>>(),
     });
-    [("kustomization.yaml", main), ("prometheus/kustomization.yaml", prometheus)]
-        .into_iter()
-        .map(|(path, value)| {
-            Ok(GeneratedFile {
-                path: PathBuf::from(path),
-                contents: yaml::render_documents(Path::new(path), &[value])?,
-            })
+    [
+        ("kustomization.yaml", main),
+        ("prometheus/kustomization.yaml", prometheus),
+    ]
+    .into_iter()
+    .map(|(path, value)| {
+        Ok(GeneratedFile {
+            path: PathBuf::from(path),
+            contents: yaml::render_documents(Path::new(path), &[value])?,
         })
-        .collect()
+    })
+    .collect()
 }

@@ -44,7 +44,9 @@ pub enum Error {
         source: yaml_serde::Error,
     },
     /// A controller declared an RBAC rule with a wildcard, which the generated role never grants.
-    #[error("controller {controller} declares a wildcard `*` in its RBAC rules; list the exact {field} instead")]
+    #[error(
+        "controller {controller} declares a wildcard `*` in its RBAC rules; list the exact {field} instead"
+    )]
     WildcardRule {
         /// The controller's name.
         controller: String,

@@ -4,14 +4,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-    Service, ServicePort, ServiceSpec,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -19,7 +22,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use serde_json::json;
 
-use crate::{Error, GeneratedFile, HEALTH_PORT, LEADER_ELECTION_ID, MANAGER_IMAGE, MANAGER_NAME, METRICS_PORT, NAMESPACE, yaml};
+use crate::{
+    Error, GeneratedFile, HEALTH_PORT, LEADER_ELECTION_ID, MANAGER_IMAGE, MANAGER_NAME,
+    METRICS_PORT, NAMESPACE, yaml,
+};
 
 /// Seconds the kubelet waits after SIGTERM. The manager stops its controllers within its own
 /// 30 s shutdown timeout and then releases the Lease, so this leaves a margin.
@@ -32,8 +38,14 @@ pub const METRICS_NAMESPACE_LABEL: (&str, &str) = ("metrics", "enabled");
 pub(crate) fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), MANAGER_NAME.to_owned()),
-        ("app.kubernetes.io/part-of".to_owned(), MANAGER_NAME.to_owned()),
-        ("app.kubernetes.io/managed-by".to_owned(), "kustomize".to_owned()),
+        (
+            "app.kubernetes.io/part-of".to_owned(),
+            MANAGER_NAME.to_owned(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            "kustomize".to_owned(),
+        ),
     ])
 }
 
@@ -41,7 +53,10 @@ pub(crate) fn labels() -> BTreeMap<String, String> {
 fn selector_labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), MANAGER_NAME.to_owned()),
-        ("app.kubernetes.io/component".to_owned(), "manager".to_owned()),
+        (
+            "app.kubernetes.io/component".to_owned(),
+            "manager".to_owned(),
+        ),
     ])
 }
 
@@ -82,10 +97,17 @@ pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
 fn namespace() -> Namespace {
     let mut labels = labels();
     for mode in ["enforce", "audit", "warn"] {
-        labels.insert(format!("pod-security.kubernetes.io/{mode}"), "restricted".to_owned());
+        labels.insert(
+            format!("pod-security.kubernetes.io/{mode}"),
+            "restricted".to_owned(),
+        );
     }
     Namespace {
-        metadata: ObjectMeta { name: Some(NAMESPACE.to_owned()), labels: Some(labels), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(NAMESPACE.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
         ..Namespace::default()
     }
 }
@@ -94,7 +116,10 @@ fn env_from_field(name: &str, field_path: &str) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
         value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector { field_path: field_path.to_owned(), ..ObjectFieldSelector::default() }),
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
             ..EnvVarSource::default()
         }),
         ..EnvVar::default()
@@ -115,7 +140,10 @@ fn http_probe(path: &str, initial_delay_seconds: i32, period_seconds: i32) -> Pr
 }
 
 fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned()))).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
 }
 
 fn scrape_annotations() -> BTreeMap<String, String> {
@@ -142,11 +170,23 @@ fn deployment() -> Deployment {
         env: Some(vec![
             env_from_field("POD_NAME", "metadata.name"),
             env_from_field("POD_NAMESPACE", "metadata.namespace"),
-            EnvVar { name: "RUST_LOG".to_owned(), value: Some("info".to_owned()), ..EnvVar::default() },
+            EnvVar {
+                name: "RUST_LOG".to_owned(),
+                value: Some("info".to_owned()),
+                ..EnvVar::default()
+            },
         ]),
         ports: Some(vec![
-            ContainerPort { name: Some("metrics".to_owned()), container_port: METRICS_PORT, ..ContainerPort::default() },
-            ContainerPort { name: Some("health".to_owned()), container_port: HEALTH_PORT, ..ContainerPort::default() },
+            ContainerPort {
+                name: Some("metrics".to_owned()),
+                container_port: METRICS_PORT,
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some("health".to_owned()),
+                container_port: HEALTH_PORT,
+                ..ContainerPort::default()
+            },
         ]),
         liveness_probe: Some(http_probe("/healthz", 15, 20)),
         readiness_probe: Some(http_probe("/readyz", 5, 10)),
@@ -158,7 +198,10 @@ fn deployment() -> Deployment {
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                ..Capabilities::default()
+            }),
             ..SecurityContext::default()
         }),
         ..Container::default()
@@ -167,7 +210,10 @@ fn deployment() -> Deployment {
         metadata: meta(MANAGER_NAME, Some(NAMESPACE)),
         spec: DeploymentSpec {
             replicas: Some(2),
-            selector: LabelSelector { match_labels: Some(selector_labels()), ..LabelSelector::default() },
+            selector: LabelSelector {
+                match_labels: Some(selector_labels()),
+                ..LabelSelector::default()
+            },
             // Start the new pod before stopping an old one: the standby takes the Lease at once.
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".to_owned()),
@@ -232,7 +278,10 @@ fn network_policy() -> NetworkPolicy {
     NetworkPolicy {
         metadata: meta(&format!("{MANAGER_NAME}-allow-metrics"), Some(NAMESPACE)),
         spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector { match_labels: Some(selector_labels()), ..LabelSelector::default() }),
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector_labels()),
+                ..LabelSelector::default()
+            }),
             policy_types: Some(vec!["Ingress".to_owned()]),
             ingress: Some(vec![NetworkPolicyIngressRule {
                 from: Some(vec![NetworkPolicyPeer {
@@ -278,25 +327,68 @@ mod tests {
         let pod_security = pod.security_context.expect("pod security context");
         assert_eq!(pod_security.run_as_non_root, Some(true));
         assert!(pod_security.run_as_user.is_some_and(|uid| uid > 0));
-        assert_eq!(pod_security.seccomp_profile.map(|p| p.type_).as_deref(), Some("RuntimeDefault"));
+        assert_eq!(
+            pod_security.seccomp_profile.map(|p| p.type_).as_deref(),
+            Some("RuntimeDefault")
+        );
         let container = &pod.containers[0];
-        let security = container.security_context.clone().expect("container security context");
+        let security = container
+            .security_context
+            .clone()
+            .expect("container security context");
         assert_eq!(security.allow_privilege_escalation, Some(false));
-        assert_eq!(security.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_owned()]));
-        let probe_path = |p: &Option<Probe>| p.as_ref().and_then(|p| p.http_get.as_ref()).and_then(|h| h.path.clone());
-        assert_eq!(probe_path(&container.liveness_probe).as_deref(), Some("/healthz"));
-        assert_eq!(probe_path(&container.readiness_probe).as_deref(), Some("/readyz"));
-        let env: Vec<&str> = container.env.iter().flatten().map(|e| e.name.as_str()).collect();
-        assert!(env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"), "{env:?}");
-        assert!(container.args.iter().flatten().any(|a| a == "--leader-elect"));
-        assert!(container.resources.as_ref().and_then(|r| r.limits.as_ref()).is_some());
+        assert_eq!(
+            security.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_owned()])
+        );
+        let probe_path = |p: &Option<Probe>| {
+            p.as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .and_then(|h| h.path.clone())
+        };
+        assert_eq!(
+            probe_path(&container.liveness_probe).as_deref(),
+            Some("/healthz")
+        );
+        assert_eq!(
+            probe_path(&container.readiness_probe).as_deref(),
+            Some("/readyz")
+        );
+        let env: Vec<&str> = container
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(
+            env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"),
+            "{env:?}"
+        );
+        assert!(
+            container
+                .args
+                .iter()
+                .flatten()
+                .any(|a| a == "--leader-elect")
+        );
+        assert!(
+            container
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .is_some()
+        );
         assert_eq!(pod.service_account_name.as_deref(), Some(MANAGER_NAME));
     }
 
     #[test]
     fn selector_matches_pod_labels_and_service() {
         let spec = deployment().spec;
-        let pod_labels = spec.template.metadata.and_then(|m| m.labels).expect("labels");
+        let pod_labels = spec
+            .template
+            .metadata
+            .and_then(|m| m.labels)
+            .expect("labels");
         for (k, v) in spec.selector.match_labels.expect("match labels") {
             assert_eq!(pod_labels.get(&k), Some(&v));
         }
@@ -309,6 +401,11 @@ mod tests {
     #[test]
     fn namespace_enforces_restricted_pod_security() {
         let labels = namespace().metadata.labels.expect("labels");
-        assert_eq!(labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
+        assert_eq!(
+            labels
+                .get("pod-security.kubernetes.io/enforce")
+                .map(String::as_str),
+            Some("restricted")
+        );
     }
 }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use controllers::ManagedController;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::ObjectMeta;
 
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::labels, yaml};
@@ -14,21 +16,43 @@ use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::labels, yaml
 /// Name of the namespaced Role that lets the manager hold its Lease and record Events.
 pub const LEADER_ELECTION_ROLE: &str = "operator-manager-leader-election";
 
-pub(crate) fn render(controllers: &[Box<dyn ManagedController>]) -> Result<Vec<GeneratedFile>, Error> {
+pub(crate) fn render(
+    controllers: &[Box<dyn ManagedController>],
+) -> Result<Vec<GeneratedFile>, Error> {
     let role = cluster_role(controllers)?;
     let files: Vec<(&str, Result<String, Error>)> = vec![
-        ("rbac/service_account.yaml", doc("rbac/service_account.yaml", &service_account())),
-        ("rbac/cluster_role.yaml", doc("rbac/cluster_role.yaml", &role)),
-        ("rbac/cluster_role_binding.yaml", doc("rbac/cluster_role_binding.yaml", &cluster_role_binding())),
-        ("rbac/leader_election_role.yaml", doc("rbac/leader_election_role.yaml", &leader_election_role())),
+        (
+            "rbac/service_account.yaml",
+            doc("rbac/service_account.yaml", &service_account()),
+        ),
+        (
+            "rbac/cluster_role.yaml",
+            doc("rbac/cluster_role.yaml", &role),
+        ),
+        (
+            "rbac/cluster_role_binding.yaml",
+            doc("rbac/cluster_role_binding.yaml", &cluster_role_binding()),
+        ),
+        (
+            "rbac/leader_election_role.yaml",
+            doc("rbac/leader_election_role.yaml", &leader_election_role()),
+        ),
         (
             "rbac/leader_election_role_binding.yaml",
-            doc("rbac/leader_election_role_binding.yaml", &leader_election_role_binding()),
+            doc(
+                "rbac/leader_election_role_binding.yaml",
+                &leader_election_role_binding(),
+            ),
         ),
     ];
     files
         .into_iter()
-        .map(|(path, contents)| Ok(GeneratedFile { path: PathBuf::from(path), contents: contents? }))
+        .map(|(path, contents)| {
+            Ok(GeneratedFile {
+                path: PathBuf::from(path),
+                contents: contents?,
+            })
+        })
         .collect()
 }
 
@@ -46,7 +70,10 @@ fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
 }
 
 fn service_account() -> ServiceAccount {
-    ServiceAccount { metadata: meta(MANAGER_NAME, Some(NAMESPACE)), ..ServiceAccount::default() }
+    ServiceAccount {
+        metadata: meta(MANAGER_NAME, Some(NAMESPACE)),
+        ..ServiceAccount::default()
+    }
 }
 
 fn manager_subject() -> Vec<Subject> {
@@ -76,7 +103,9 @@ pub fn cluster_role(controllers: &[Box<dyn ManagedController>]) -> Result<Cluste
 ///
 /// # Errors
 /// As [`cluster_role`].
-pub fn union_of_rules(controllers: &[Box<dyn ManagedController>]) -> Result<Vec<PolicyRule>, Error> {
+pub fn union_of_rules(
+    controllers: &[Box<dyn ManagedController>],
+) -> Result<Vec<PolicyRule>, Error> {
     let mut verbs_by_resource: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
     for controller in controllers {
         for rule in controller.rbac_rules() {
@@ -93,7 +122,10 @@ pub fn union_of_rules(controllers: &[Box<dyn ManagedController>]) -> Result<Vec<
     }
     let mut resources_by_verbs: BTreeMap<(&str, BTreeSet<&str>), Vec<&str>> = BTreeMap::new();
     for ((group, resource), verbs) in verbs_by_resource {
-        resources_by_verbs.entry((group, verbs)).or_default().push(resource);
+        resources_by_verbs
+            .entry((group, verbs))
+            .or_default()
+            .push(resource);
     }
     Ok(resources_by_verbs
         .into_iter()
@@ -107,14 +139,23 @@ pub fn union_of_rules(controllers: &[Box<dyn ManagedController>]) -> Result<Vec<
 }
 
 fn validate(controller: &str, rule: &controllers::PolicyRule) -> Result<(), Error> {
-    let fields: [(&'static str, &[&str]); 3] =
-        [("apiGroups", rule.api_groups), ("resources", rule.resources), ("verbs", rule.verbs)];
+    let fields: [(&'static str, &[&str]); 3] = [
+        ("apiGroups", rule.api_groups),
+        ("resources", rule.resources),
+        ("verbs", rule.verbs),
+    ];
     for (field, values) in fields {
         if values.is_empty() {
-            return Err(Error::EmptyRule { controller: controller.to_owned(), field });
+            return Err(Error::EmptyRule {
+                controller: controller.to_owned(),
+                field,
+            });
         }
         if values.iter().any(|v| v.contains('*')) {
-            return Err(Error::WildcardRule { controller: controller.to_owned(), field });
+            return Err(Error::WildcardRule {
+                controller: controller.to_owned(),
+                field,
+            });
         }
     }
     Ok(())
@@ -147,7 +188,9 @@ fn leader_election_role() -> Role {
             rule(
                 "coordination.k8s.io",
                 "leases",
-                &["create", "delete", "get", "list", "patch", "update", "watch"],
+                &[
+                    "create", "delete", "get", "list", "patch", "update", "watch",
+                ],
             ),
             rule("events.k8s.io", "events", &["create", "patch"]),
         ]),
@@ -181,13 +224,18 @@ mod tests {
         fn rbac_rules(&self) -> &'static [controllers::PolicyRule] {
             self.1
         }
-        fn run(&self, _ctx: RunContext) -> futures::future::BoxFuture<'static, Result<(), controllers::Error>> {
+        fn run(
+            &self,
+            _ctx: RunContext,
+        ) -> futures::future::BoxFuture<'static, Result<(), controllers::Error>> {
             Box::pin(async { Ok(()) })
         }
     }
 
     /// Every (group, resource, verb) in the rules, flattened.
-    fn triples<'a>(rules: impl IntoIterator<Item = &'a PolicyRule>) -> BTreeSet<(String, String, String)> {
+    fn triples<'a>(
+        rules: impl IntoIterator<Item = &'a PolicyRule>,
+    ) -> BTreeSet<(String, String, String)> {
         let mut out = BTreeSet::new();
         for rule in rules {
             for group in rule.api_groups.iter().flatten() {
@@ -223,7 +271,10 @@ mod tests {
         let role = cluster_role(&registered).expect("valid rules");
         let rules = role.rules.expect("rules");
         assert_eq!(triples(&rules), declared(&registered));
-        assert!(!rules.is_empty(), "the registered controllers need permissions");
+        assert!(
+            !rules.is_empty(),
+            "the registered controllers need permissions"
+        );
     }
 
     #[test]
@@ -235,10 +286,17 @@ mod tests {
         }];
         const EXTENDED: &[controllers::PolicyRule] = &[
             BASE[0],
-            controllers::PolicyRule { api_groups: &[""], resources: &["configmaps"], verbs: &["get"] },
+            controllers::PolicyRule {
+                api_groups: &[""],
+                resources: &["configmaps"],
+                verbs: &["get"],
+            },
         ];
-        let before = union_of_rules(&[Box::new(Declares("a", BASE)) as Box<dyn ManagedController>]).expect("valid");
-        let after = union_of_rules(&[Box::new(Declares("a", EXTENDED)) as Box<dyn ManagedController>]).expect("valid");
+        let before = union_of_rules(&[Box::new(Declares("a", BASE)) as Box<dyn ManagedController>])
+            .expect("valid");
+        let after =
+            union_of_rules(&[Box::new(Declares("a", EXTENDED)) as Box<dyn ManagedController>])
+                .expect("valid");
         assert_ne!(before, after);
         assert!(triples(&after).contains(&("".into(), "configmaps".into(), "get".into())));
     }
@@ -261,26 +319,40 @@ mod tests {
         ])
         .expect("valid");
         assert_eq!(rules.len(), 1, "{rules:?}");
-        assert_eq!(rules[0].resources, Some(vec!["deployments".to_owned(), "statefulsets".to_owned()]));
+        assert_eq!(
+            rules[0].resources,
+            Some(vec!["deployments".to_owned(), "statefulsets".to_owned()])
+        );
         assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
     }
 
     #[test]
     fn wildcards_are_refused_with_the_controller_named() {
-        const WILD: &[controllers::PolicyRule] =
-            &[controllers::PolicyRule { api_groups: &["apps"], resources: &["*"], verbs: &["get"] }];
-        let err = union_of_rules(&[Box::new(Declares("greedy", WILD)) as Box<dyn ManagedController>])
-            .expect_err("wildcard refused");
+        const WILD: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+            api_groups: &["apps"],
+            resources: &["*"],
+            verbs: &["get"],
+        }];
+        let err =
+            union_of_rules(&[Box::new(Declares("greedy", WILD)) as Box<dyn ManagedController>])
+                .expect_err("wildcard refused");
         let message = err.to_string();
-        assert!(message.contains("greedy") && message.contains("resources"), "{message}");
+        assert!(
+            message.contains("greedy") && message.contains("resources"),
+            "{message}"
+        );
     }
 
     #[test]
     fn empty_lists_are_refused() {
-        const EMPTY: &[controllers::PolicyRule] =
-            &[controllers::PolicyRule { api_groups: &["apps"], resources: &["deployments"], verbs: &[] }];
-        let err = union_of_rules(&[Box::new(Declares("lazy", EMPTY)) as Box<dyn ManagedController>])
-            .expect_err("empty refused");
+        const EMPTY: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+            api_groups: &["apps"],
+            resources: &["deployments"],
+            verbs: &[],
+        }];
+        let err =
+            union_of_rules(&[Box::new(Declares("lazy", EMPTY)) as Box<dyn ManagedController>])
+                .expect_err("empty refused");
         assert!(err.to_string().contains("verbs"), "{err}");
     }
 
@@ -289,7 +361,11 @@ mod tests {
         let role = leader_election_role();
         assert_eq!(role.metadata.namespace.as_deref(), Some(NAMESPACE));
         let t = triples(role.rules.iter().flatten());
-        assert!(t.contains(&("coordination.k8s.io".into(), "leases".into(), "update".into())));
+        assert!(t.contains(&(
+            "coordination.k8s.io".into(),
+            "leases".into(),
+            "update".into()
+        )));
         assert!(t.iter().all(|(_, r, _)| r == "leases" || r == "events"));
     }
 }

@@ -14,12 +14,27 @@ pub const MYAPP_SAMPLE: &str = "myapp-sample";
 pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
     let memcached = Memcached::new(
         MEMCACHED_SAMPLE,
-        MemcachedSpec { size: 3, image: apis::memcached::DEFAULT_IMAGE.to_owned() },
+        MemcachedSpec {
+            size: 3,
+            image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+        },
     );
-    let myapp = MyApp::new(MYAPP_SAMPLE, MyAppSpec { replicas: 2, image: "nginx:1.29-alpine".to_owned() });
+    let myapp = MyApp::new(
+        MYAPP_SAMPLE,
+        MyAppSpec {
+            replicas: 2,
+            image: "nginx:1.29-alpine".to_owned(),
+        },
+    );
     let files = [
-        ("samples/cache_v1alpha1_memcached.yaml", serde_json::to_value(memcached)),
-        ("samples/myscheme_v1_myapp.yaml", serde_json::to_value(myapp)),
+        (
+            "samples/cache_v1alpha1_memcached.yaml",
+            serde_json::to_value(memcached),
+        ),
+        (
+            "samples/myscheme_v1_myapp.yaml",
+            serde_json::to_value(myapp),
+        ),
     ];
     files
         .into_iter()
@@ -30,7 +45,10 @@ pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
                 source: <yaml_serde::Error as serde::ser::Error>::custom(e),
             })?;
             let contents = yaml::render_documents(Path::new(path), &[value])?;
-            Ok(GeneratedFile { path: path_buf, contents })
+            Ok(GeneratedFile {
+                path: path_buf,
+                contents,
+            })
         })
         .collect()
 }

@@ -1,0 +1,133 @@
+//! The physical limit: the minimum writes the work needs, made by the bench client itself.
+//!
+//! Per object: create the Memcached, create its Deployment, write its status once. That is
+//! what any controller must cause at the least, so the manager's convergence time is reported
+//! as a ratio to this, measured against the same API server at the same concurrency. Nothing
+//! reconciles these objects (the manager is not running while this is measured) and the
+//! Deployments ask for zero replicas, so no pods are started behind the benchmark's back.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use anyhow::Context;
+use apis::{Memcached, MemcachedSpec, MemcachedStatus};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use serde::Serialize;
+use serde_json::json;
+use testkit::{TestCluster, TestNamespace};
+
+use super::BenchArgs;
+
+/// How long the minimum writes took.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Limit {
+    /// Wall-clock seconds for all writes.
+    pub seconds: f64,
+    /// Number of writes made (three per object).
+    pub writes: usize,
+}
+
+pub async fn measure(
+    cluster: &TestCluster,
+    objects: usize,
+    args: &BenchArgs,
+) -> anyhow::Result<Limit> {
+    let namespace = TestNamespace::create(cluster, "bench-limit").await?;
+    let memcacheds: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let size = args.size;
+
+    let started = Instant::now();
+    stream::iter(0..objects)
+        .map(|i| {
+            let (memcacheds, deployments) = (memcacheds.clone(), deployments.clone());
+            async move {
+                let name = format!("limit-{i}");
+                let created = memcacheds
+                    .create(
+                        &PostParams::default(),
+                        &Memcached::new(
+                            &name,
+                            MemcachedSpec {
+                                size,
+                                image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+                            },
+                        ),
+                    )
+                    .await
+                    .with_context(|| format!("creating Memcached {name}"))?;
+                deployments
+                    .create(&PostParams::default(), &deployment(&name))
+                    .await
+                    .with_context(|| format!("creating Deployment {name}"))?;
+                let status = MemcachedStatus {
+                    observed_generation: created.metadata.generation,
+                    ..MemcachedStatus::default()
+                };
+                memcacheds
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
+                    .await
+                    .with_context(|| format!("writing the status of Memcached {name}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let seconds = started.elapsed().as_secs_f64();
+
+    namespace
+        .delete()
+        .await
+        .context("deleting the physical-limit namespace")?;
+    Ok(Limit {
+        seconds,
+        writes: objects * 3,
+    })
+}
+
+/// A Deployment of the shape the controller writes, scaled to zero.
+fn deployment(name: &str) -> Deployment {
+    let labels = BTreeMap::from([
+        ("app".to_owned(), "memcached".to_owned()),
+        ("memcached_cr".to_owned(), name.to_owned()),
+    ]);
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(0),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "memcached".to_owned(),
+                        image: Some(apis::memcached::DEFAULT_IMAGE.to_owned()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    }
+}

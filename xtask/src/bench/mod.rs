@@ -1,0 +1,215 @@
+//! `cargo xtask bench`: convergence, cost per object and failover, on the local control plane.
+//!
+//! For each object count N it measures, in one run and against the same API server:
+//! - the *physical limit*: the bench client itself making the minimum writes the work needs
+//!   (each object's create, its Deployment's create, one status write) at the same concurrency;
+//! - *convergence*: N Memcached objects created at that concurrency, timed until every one has
+//!   its Deployment at the right size, its pods ready, `status.nodes` complete and `Available`
+//!   True; reported as total time, objects per second, per-object p50/p99, and a ratio to the
+//!   physical limit;
+//! - a *scale event*: the size of all N objects changed at once, timed the same way;
+//! - *cost*: the manager's resident memory (idle, peak, after convergence), its CPU seconds, and
+//!   the API requests it made per object, counted by the API server itself (a FlowSchema that
+//!   matches only the manager's ServiceAccount, read from `apiserver_flowcontrol_*` metrics).
+//!
+//! Then *failover*: two managers, the leader stopped gracefully (SIGTERM) or killed (SIGKILL)
+//! several times, timing how long until the standby leads.
+//!
+//! The manager runs as a release build with only the generated RBAC. Numbers are printed and
+//! written as JSON; nothing is asserted about them.
+
+mod baseline;
+mod failover;
+mod probe;
+mod report;
+mod workload;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+/// Options of `cargo xtask bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Object counts to measure, comma-separated (e.g. `100,1000,5000`).
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    pub objects: Vec<usize>,
+    /// Concurrent requests the bench client keeps in flight, for creates and patches alike.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// `spec.size` of every Memcached (pods per object); the scale event adds one.
+    #[arg(long, default_value_t = 1)]
+    pub size: i32,
+    /// Concurrent reconciles per controller in the manager under test.
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent_reconciles: u16,
+    /// Graceful and crash failovers to measure each (0 skips failover).
+    #[arg(long, default_value_t = 3)]
+    pub failover_rounds: usize,
+    /// Give up on a phase after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub timeout_seconds: u64,
+    /// Where to write the JSON results (default: `<target-dir>/bench/bench.json`).
+    #[arg(long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_seconds)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.objects.is_empty() || self.objects.contains(&0) {
+            anyhow::bail!(
+                "--objects: every count must be at least 1 (got {:?})",
+                self.objects
+            );
+        }
+        if self.concurrency == 0 {
+            anyhow::bail!("--concurrency must be at least 1");
+        }
+        if !(0..100).contains(&self.size) {
+            anyhow::bail!(
+                "--size must be within 0..=99 so the scale event (size + 1) stays within the CRD's 0..=100"
+            );
+        }
+        if self.max_concurrent_reconciles == 0 {
+            anyhow::bail!("--max-concurrent-reconciles must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    args.validate()?;
+    let manager = build_release_manager()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_async(args, manager))
+}
+
+async fn run_async(args: BenchArgs, manager: PathBuf) -> anyhow::Result<()> {
+    let cluster = testkit::cluster()
+        .await
+        .context("connecting to the local cluster")?;
+    let kubeconfig = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir())
+        .await
+        .context("installing the generated CRDs and RBAC")?;
+    let counter = probe::RequestCounter::install(&cluster.client, &kubeconfig)
+        .await
+        .context("installing the request-counting FlowSchema")?;
+    let machine = report::Machine::describe(&cluster.client).await;
+
+    let mut runs = Vec::new();
+    for &objects in &args.objects {
+        println!(
+            "\n== {objects} objects, concurrency {}, size {}",
+            args.concurrency, args.size
+        );
+        let limit = baseline::measure(&cluster, objects, &args).await?;
+        println!(
+            "physical limit: {:.2} s for {} writes",
+            limit.seconds, limit.writes
+        );
+        let run = workload::measure(
+            &cluster,
+            &manager,
+            &kubeconfig,
+            &counter,
+            objects,
+            &args,
+            limit,
+        )
+        .await?;
+        report::print_run(&run);
+        runs.push(run);
+    }
+
+    let failover = if args.failover_rounds > 0 {
+        println!("\n== failover, {} rounds each", args.failover_rounds);
+        Some(failover::measure(&cluster, &manager, &kubeconfig, args.failover_rounds).await?)
+    } else {
+        None
+    };
+    counter.remove(&cluster.client).await?;
+
+    let results = report::Results {
+        machine,
+        settings: report::Settings::from(&args),
+        runs,
+        failover,
+    };
+    println!();
+    print!("{}", report::markdown(&results));
+    let output = args.output.clone().unwrap_or_else(default_output);
+    report::write_json(&output, &results)?;
+    println!("\nJSON written to {}", output.display());
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"))
+}
+
+fn default_output() -> PathBuf {
+    target_dir().join("bench").join("bench.json")
+}
+
+/// Benchmarks measure the optimised manager, as it ships.
+fn build_release_manager() -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    println!("building the manager (release)...");
+    let status = std::process::Command::new(&cargo)
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "manager",
+            "--bin",
+            "manager",
+        ])
+        .current_dir(crate::workspace_root())
+        .status()
+        .with_context(|| format!("running {cargo}"))?;
+    anyhow::ensure!(
+        status.success(),
+        "building the release manager failed ({status})"
+    );
+    Ok(target_dir().join("release").join("manager"))
+}
+
+/// The `p`-th percentile (0..=100) of sorted samples, nearest-rank.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let samples: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&samples, 50.0), 50.0);
+        assert_eq!(percentile(&samples, 99.0), 99.0);
+        assert_eq!(percentile(&samples, 100.0), 100.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+}

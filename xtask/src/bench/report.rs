@@ -1,0 +1,176 @@
+//! The benchmark's output: a table for the terminal and BENCHMARKS.md, and a JSON file.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::BenchArgs;
+use super::failover::Failover;
+use super::workload::Run;
+
+/// The machine and software the numbers were measured on.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub cores: usize,
+    pub memory_gib: f64,
+    pub kernel: String,
+    pub rustc: String,
+    pub kubernetes: String,
+    pub kube_crate: String,
+}
+
+impl Machine {
+    pub async fn describe(client: &kube::Client) -> Self {
+        let memory_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines().find_map(|l| {
+                    l.strip_prefix("MemTotal:")?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+            })
+            .unwrap_or(0.0);
+        Self {
+            cores: std::thread::available_parallelism().map_or(0, usize::from),
+            memory_gib: (memory_kib / (1024.0 * 1024.0) * 10.0).round() / 10.0,
+            kernel: first_line(&["uname", "-sr"]),
+            rustc: first_line(&["rustc", "--version"]),
+            kubernetes: client
+                .apiserver_version()
+                .await
+                .map_or_else(|e| format!("unknown ({e})"), |v| v.git_version),
+            kube_crate: locked_version("kube").unwrap_or_else(|| "unknown".to_owned()),
+        }
+    }
+}
+
+fn first_line(command: &[&str]) -> String {
+    std::process::Command::new(command[0])
+        .args(&command[1..])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The version of `package` in the workspace's Cargo.lock.
+fn locked_version(package: &str) -> Option<String> {
+    let lock = std::fs::read_to_string(crate::workspace_root().join("Cargo.lock")).ok()?;
+    let needle = format!("name = \"{package}\"\nversion = \"");
+    let start = lock.find(&needle)? + needle.len();
+    Some(lock[start..].split('"').next()?.to_owned())
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    pub concurrency: usize,
+    pub size: i32,
+    pub max_concurrent_reconciles: u16,
+}
+
+impl From<&BenchArgs> for Settings {
+    fn from(args: &BenchArgs) -> Self {
+        Self {
+            concurrency: args.concurrency,
+            size: args.size,
+            max_concurrent_reconciles: args.max_concurrent_reconciles,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    pub machine: Machine,
+    pub settings: Settings,
+    pub runs: Vec<Run>,
+    pub failover: Option<Failover>,
+}
+
+pub fn print_run(run: &Run) {
+    println!(
+        "{} objects: converged in {:.2} s ({:.1}/s, p50 {:.2} s, p99 {:.2} s), {:.1}x the physical limit; scale {:.2} s",
+        run.objects,
+        run.convergence.seconds,
+        run.convergence.objects_per_second,
+        run.convergence.p50_seconds,
+        run.convergence.p99_seconds,
+        run.ratio_to_limit,
+        run.scale.seconds
+    );
+}
+
+/// The results as Markdown tables (what BENCHMARKS.md holds).
+pub fn markdown(results: &Results) -> String {
+    let m = &results.machine;
+    let s = &results.settings;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Machine: {} cores, {} GiB, {}; {}; Kubernetes {}; kube {}.",
+        m.cores, m.memory_gib, m.kernel, m.rustc, m.kubernetes, m.kube_crate
+    );
+    let _ = writeln!(
+        out,
+        "Settings: bench concurrency {}, size {} (scale event to {}), {} concurrent reconciles per controller.\n",
+        s.concurrency,
+        s.size,
+        s.size + 1,
+        s.max_concurrent_reconciles
+    );
+    out.push_str("| objects | limit (s) | converge (s) | ratio | obj/s | p50 (s) | p99 (s) | req/obj | CPU (s) | scale (s) | scale p99 (s) | scale req/obj | RSS idle / peak / converged (MiB) |\n");
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for r in &results.runs {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} / {:.1} / {:.1} |",
+            r.objects,
+            r.limit.seconds,
+            r.convergence.seconds,
+            r.ratio_to_limit,
+            r.convergence.objects_per_second,
+            r.convergence.p50_seconds,
+            r.convergence.p99_seconds,
+            r.convergence.requests_per_object,
+            r.convergence.cpu_seconds + r.scale.cpu_seconds,
+            r.scale.seconds,
+            r.scale.p99_seconds,
+            r.scale.requests_per_object,
+            r.memory.idle_mib,
+            r.memory.peak_mib,
+            r.memory.converged_mib,
+        );
+    }
+    if let Some(f) = &results.failover {
+        out.push_str(
+            "\n| failover | runs | min (s) | median (s) | max (s) |\n|---|---:|---:|---:|---:|\n",
+        );
+        for (name, spread) in [
+            ("graceful (SIGTERM)", &f.graceful),
+            ("crash (SIGKILL)", &f.crash),
+        ] {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {:.3} | {:.3} | {:.3} |",
+                spread.samples.len(),
+                spread.min,
+                spread.median,
+                spread.max
+            );
+        }
+    }
+    out
+}
+
+pub fn write_json(path: &Path, results: &Results) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(results).context("serializing the results")?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,437 @@
+//! Convergence and scale-event timing with the real manager, and what it cost.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use apis::{Memcached, MemcachedSpec};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::Serialize;
+use serde_json::json;
+use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
+
+use super::baseline::Limit;
+use super::probe::{RequestCounter, sample};
+use super::{BenchArgs, percentile};
+
+/// One timed phase: every object changed, then waited for.
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    /// From the first request until the last object converged.
+    pub seconds: f64,
+    pub objects_per_second: f64,
+    /// Per object, from its own create/patch response until it converged.
+    pub p50_seconds: f64,
+    pub p99_seconds: f64,
+    /// Requests the API server dispatched for the manager during the phase, per object.
+    pub requests_per_object: f64,
+    /// The manager's CPU seconds during the phase.
+    pub cpu_seconds: f64,
+}
+
+/// The manager's resident memory at the moments that matter, in MiB.
+#[derive(Clone, Debug, Serialize)]
+pub struct Memory {
+    pub idle_mib: f64,
+    pub peak_mib: f64,
+    pub converged_mib: f64,
+}
+
+/// Everything measured for one object count.
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    pub objects: usize,
+    pub limit: Limit,
+    pub convergence: Phase,
+    /// Convergence time over the physical limit's time.
+    pub ratio_to_limit: f64,
+    pub scale: Phase,
+    pub memory: Memory,
+}
+
+pub async fn measure(
+    cluster: &TestCluster,
+    manager_binary: &Path,
+    kubeconfig: &ServiceAccountKubeconfig,
+    counter: &RequestCounter,
+    objects: usize,
+    args: &BenchArgs,
+    limit: Limit,
+) -> anyhow::Result<Run> {
+    let namespace = TestNamespace::create(cluster, "bench").await?;
+    let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let lease_id = testkit::unique_name("bench-lease");
+    let manager = start_manager(cluster, manager_binary, kubeconfig, &lease_id, args).await?;
+    let pid = manager
+        .id()
+        .context("the manager exited right after starting")?;
+    // Let the watches list and settle before calling the manager idle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = sample(pid)?;
+
+    let names: Vec<String> = (0..objects).map(|i| format!("bench-{i}")).collect();
+    let size = args.size;
+    let convergence = timed_phase(
+        cluster,
+        counter,
+        pid,
+        &api,
+        &names,
+        size,
+        args,
+        |api, name| async move {
+            let spec = MemcachedSpec {
+                size,
+                image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+            };
+            api.create(&PostParams::default(), &Memcached::new(&name, spec))
+                .await
+                .map(|_| ())
+        },
+    )
+    .await
+    .context("convergence phase")?;
+    let converged = sample(pid)?;
+    println!("converged: {:.2} s", convergence.seconds);
+
+    let scaled = size + 1;
+    let scale = timed_phase(
+        cluster,
+        counter,
+        pid,
+        &api,
+        &names,
+        scaled,
+        args,
+        |api, name| async move {
+            let patch = json!({"spec": {"size": scaled}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map(|_| ())
+        },
+    )
+    .await
+    .context("scale phase")?;
+    let after = sample(pid)?;
+    println!("scaled: {:.2} s", scale.seconds);
+
+    stop_manager(manager).await?;
+    delete_and_wait(cluster, namespace, args.timeout()).await?;
+
+    Ok(Run {
+        objects,
+        ratio_to_limit: convergence.seconds / limit.seconds,
+        limit,
+        convergence,
+        scale,
+        memory: Memory {
+            idle_mib: mib(idle.rss_bytes),
+            peak_mib: mib(after.peak_rss_bytes.max(converged.peak_rss_bytes)),
+            converged_mib: mib(converged.rss_bytes),
+        },
+    })
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Changes every object with `change` (at the configured concurrency) and waits until each has
+/// converged at `size`, timing each object from its own request's response.
+#[allow(clippy::too_many_arguments)]
+async fn timed_phase<F, Fut>(
+    cluster: &TestCluster,
+    counter: &RequestCounter,
+    pid: u32,
+    api: &Api<Memcached>,
+    names: &[String],
+    size: i32,
+    args: &BenchArgs,
+    change: F,
+) -> anyhow::Result<Phase>
+where
+    F: Fn(Api<Memcached>, String) -> Fut,
+    Fut: Future<Output = Result<(), kube::Error>>,
+{
+    let converged_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let watch = tokio::spawn(record_convergence(api.clone(), size, converged_at.clone()));
+    let requests_before = counter.read(&cluster.client).await?;
+    let cpu_before = sample(pid)?.cpu_seconds;
+
+    let started = Instant::now();
+    let changed_at: HashMap<String, Instant> = stream::iter(names.iter().cloned())
+        .map(|name| {
+            let fut = change(api.clone(), name.clone());
+            async move {
+                fut.await
+                    .with_context(|| format!("changing Memcached {name}"))?;
+                anyhow::Ok((name, Instant::now()))
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect()
+        .await?;
+
+    let deadline = started + args.timeout();
+    loop {
+        let done = converged_at.lock().map(|m| m.len()).unwrap_or(0);
+        if done >= names.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            watch.abort();
+            anyhow::bail!(
+                "only {done} of {} objects converged within {:?}",
+                names.len(),
+                args.timeout()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    watch.abort();
+    let converged_at = converged_at.lock().map(|m| m.clone()).unwrap_or_default();
+    let seconds = converged_at
+        .values()
+        .max()
+        .map_or(0.0, |last| last.duration_since(started).as_secs_f64());
+    let mut latencies: Vec<f64> = names
+        .iter()
+        .filter_map(|n| {
+            Some(
+                converged_at
+                    .get(n)?
+                    .saturating_duration_since(*changed_at.get(n)?)
+                    .as_secs_f64(),
+            )
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let requests = counter.read(&cluster.client).await? - requests_before;
+    #[allow(clippy::cast_precision_loss)]
+    let count = names.len() as f64;
+    Ok(Phase {
+        seconds,
+        objects_per_second: count / seconds.max(f64::EPSILON),
+        p50_seconds: percentile(&latencies, 50.0),
+        p99_seconds: percentile(&latencies, 99.0),
+        requests_per_object: requests / count,
+        cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
+    })
+}
+
+/// Notes the first moment each object is converged at `size`.
+async fn record_convergence(
+    api: Api<Memcached>,
+    size: i32,
+    converged_at: Arc<Mutex<HashMap<String, Instant>>>,
+) {
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let Ok(memcached) = event else { continue };
+        if is_converged(&memcached, size) {
+            let name = memcached.metadata.name.clone().unwrap_or_default();
+            if let Ok(mut map) = converged_at.lock() {
+                map.entry(name).or_insert_with(Instant::now);
+            }
+        }
+    }
+}
+
+/// Deployment at the right size with every pod ready, `status.nodes` complete, `Available`
+/// True, and all of it describing the latest spec.
+fn is_converged(memcached: &Memcached, size: i32) -> bool {
+    let Some(status) = &memcached.status else {
+        return false;
+    };
+    let expected = usize::try_from(size).unwrap_or(0);
+    memcached.spec.size == size
+        && status.observed_generation.is_some()
+        && status.observed_generation == memcached.metadata.generation
+        && status.ready_replicas == size
+        && status.nodes.len() == expected
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == apis::condition::AVAILABLE && c.status == "True")
+}
+
+async fn start_manager(
+    cluster: &TestCluster,
+    binary: &Path,
+    kubeconfig: &ServiceAccountKubeconfig,
+    lease_id: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<ManagerProcess> {
+    let metrics = format!("--metrics-bind-address=127.0.0.1:{}", testkit::free_port()?);
+    let probes = format!(
+        "--health-probe-bind-address=127.0.0.1:{}",
+        testkit::free_port()?
+    );
+    let lease = format!("--leader-election-id={lease_id}");
+    let namespace = format!("--leader-election-namespace={}", kubeconfig.namespace);
+    let concurrency = format!(
+        "--max-concurrent-reconciles={}",
+        args.max_concurrent_reconciles
+    );
+    let manager = testkit::spawn_manager_binary(
+        binary,
+        &kubeconfig.path,
+        &[
+            "--leader-elect",
+            &lease,
+            &namespace,
+            &metrics,
+            &probes,
+            &concurrency,
+            "--log-format=json",
+        ],
+        &[("RUST_LOG", "warn")],
+    )
+    .await?;
+    wait_for_holder(
+        cluster,
+        &kubeconfig.namespace,
+        lease_id,
+        |holder| !holder.is_empty(),
+        Duration::from_secs(60),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "the manager did not take the Lease; its log: {}",
+            manager.log().display()
+        )
+    })?;
+    Ok(manager)
+}
+
+async fn stop_manager(mut manager: ManagerProcess) -> anyhow::Result<()> {
+    manager.terminate();
+    if manager
+        .wait_timeout(Duration::from_secs(40))
+        .await?
+        .is_none()
+    {
+        manager.kill().await?;
+    }
+    Ok(())
+}
+
+/// Polls the Lease until `accept(holderIdentity)`; returns the holder.
+pub async fn wait_for_holder(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+    accept: impl Fn(&str) -> bool,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), namespace);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let holder = leases
+            .get_opt(name)
+            .await?
+            .and_then(|l| l.spec?.holder_identity)
+            .unwrap_or_default();
+        if accept(&holder) {
+            return Ok(holder);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "Lease {namespace}/{name} not acquired within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn delete_and_wait(
+    cluster: &TestCluster,
+    namespace: TestNamespace,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let name = namespace.name().to_owned();
+    namespace.delete().await?;
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let deadline = Instant::now() + timeout;
+    while namespaces.get_opt(&name).await?.is_some() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "namespace {name} still terminating after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn memcached(
+        size: i32,
+        generation: i64,
+        observed: i64,
+        ready: i32,
+        nodes: usize,
+        available: &str,
+    ) -> Memcached {
+        let mut mc = Memcached::new(
+            "m",
+            MemcachedSpec {
+                size,
+                image: "i".into(),
+            },
+        );
+        mc.metadata.generation = Some(generation);
+        mc.status = Some(apis::MemcachedStatus {
+            nodes: (0..nodes).map(|i| format!("m-{i}")).collect(),
+            ready_replicas: ready,
+            observed_generation: Some(observed),
+            conditions: vec![Condition {
+                type_: "Available".into(),
+                status: available.into(),
+                reason: "R".into(),
+                message: String::new(),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            }],
+        });
+        mc
+    }
+
+    #[test]
+    fn convergence_needs_every_part() {
+        assert!(is_converged(&memcached(3, 2, 2, 3, 3, "True"), 3));
+        assert!(
+            !is_converged(&memcached(3, 2, 1, 3, 3, "True"), 3),
+            "stale generation"
+        );
+        assert!(
+            !is_converged(&memcached(3, 2, 2, 2, 3, "True"), 3),
+            "not all ready"
+        );
+        assert!(
+            !is_converged(&memcached(3, 2, 2, 3, 2, "True"), 3),
+            "nodes incomplete"
+        );
+        assert!(
+            !is_converged(&memcached(3, 2, 2, 3, 3, "False"), 3),
+            "not available"
+        );
+        assert!(
+            !is_converged(&memcached(3, 2, 2, 3, 3, "True"), 4),
+            "other size"
+        );
+    }
+}

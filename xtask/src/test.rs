@@ -1,0 +1,49 @@
+//! `cargo xtask test`: the whole test suite, end-to-end tests included, on a local cluster.
+//!
+//! Builds the manager (the end-to-end tests run the real binary), brings the local control plane
+//! up, runs `cargo test --workspace`, and tears the cluster down again, even when tests fail, if
+//! this command was the one that started it. A cluster you started yourself is left running.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+use localcluster::LocalCluster;
+
+use crate::cluster::{self, ClusterCommand};
+
+pub fn run(test_args: &[String]) -> anyhow::Result<()> {
+    cargo(&["build", "--package", "manager", "--bin", "manager"])
+        .context("building the manager")?;
+
+    let already_running = LocalCluster::from_env()?
+        .status()?
+        .is_some_and(|s| s.healthy());
+    if already_running {
+        println!("Using the local cluster that is already running; it stays up afterwards.");
+    } else {
+        cluster::run(ClusterCommand::Up).context("starting the local cluster")?;
+    }
+
+    let mut args = vec!["test", "--workspace"];
+    args.extend(test_args.iter().map(String::as_str));
+    let tests = cargo(&args);
+
+    if !already_running && let Err(error) = cluster::run(ClusterCommand::Down) {
+        eprintln!("warning: stopping the local cluster failed: {error:#}");
+    }
+    tests.context("tests failed")
+}
+
+fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .args(args)
+        .current_dir(crate::workspace_root())
+        .status()
+        .with_context(|| format!("running {cargo}"))?;
+    if !status.success() {
+        bail!("`cargo {}` exited with {status}", args.join(" "));
+    }
+    Ok(())
+}
