@@ -21,6 +21,16 @@ pub enum Error {
         field: &'static str,
     },
 
+    /// An object could not be serialized (to compare it with what was applied before).
+    #[error("cannot serialize the desired {kind}")]
+    Serialize {
+        /// The kind of the object.
+        kind: &'static str,
+        /// What the serializer reported.
+        #[source]
+        source: serde_json::Error,
+    },
+
     /// A shared watch stopped before its first complete list, so its cache never became usable.
     #[error("the shared {resource} watch stopped before its cache was ready")]
     WatchStopped {
@@ -54,6 +64,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::MissingField { .. } => "missing_field",
             Error::WatchStopped { .. } => "watch_stopped",
+            Error::Serialize { .. } => "serialize",
         }
     }
 }

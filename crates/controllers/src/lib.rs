@@ -18,6 +18,7 @@ pub mod labels;
 pub mod memcached;
 pub mod metrics;
 pub mod myapp;
+pub mod owned;
 pub mod rbac;
 pub mod status;
 pub mod watches;

@@ -27,7 +27,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::api::{Api, ObjectMeta};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -35,10 +35,11 @@ use kube::{Resource, ResourceExt};
 
 use crate::driver::{Driver, Outcome};
 use crate::events::Events;
+use crate::owned::{DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
-use crate::status::{REASON_NOT_OWNED, Rollout, merge_conditions, not_owned_conditions};
+use crate::status::{Rollout, merge_conditions, not_owned_conditions};
 use crate::watches::PodMeta;
-use crate::workload::{self, Existing};
+use crate::workload;
 use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -116,7 +117,7 @@ impl ManagedController for MemcachedController {
 struct Context {
     client: kube::Client,
     events: Events,
-    deployments: Store<Deployment>,
+    deployments: OwnedDeployments,
     pods: Store<PodMeta>,
 }
 
@@ -148,7 +149,7 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
     let context = Arc::new(Context {
         client: ctx.client.clone(),
         events: Events::new(ctx.client.clone(), NAME, &ctx.options.instance),
-        deployments: deployments.store(),
+        deployments: OwnedDeployments::new(ctx.client.clone(), deployments.store(), FIELD_MANAGER),
         pods: pods.store(),
     });
     driver.run(controller, reconcile, context).await
@@ -342,111 +343,47 @@ async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error
         // recreate what it deletes.
         return Ok(Outcome::Done);
     }
-    let name = mc.name_any();
-    let namespace = mc.namespace().ok_or(Error::MissingField {
-        kind: KIND,
-        field: "metadata.namespace",
-    })?;
-    let uid = mc.uid().ok_or(Error::MissingField {
-        kind: KIND,
-        field: "metadata.uid",
-    })?;
-    let regarding = mc.object_ref(&());
-
-    let existing =
-        workload::find_deployment(&ctx.client, &ctx.deployments, &namespace, &name, &uid).await?;
-    let deployment = match &existing {
-        Existing::Foreign(_) => {
-            let note = format!(
-                "Deployment {namespace}/{name} exists and is not controlled by this Memcached; \
-                 it is left untouched. Delete or rename it, or rename the Memcached."
-            );
-            tracing::warn!("{note}");
-            let conditions = mc
-                .status
-                .as_ref()
-                .map(|s| s.conditions.as_slice())
-                .unwrap_or_default();
-            if !crate::status::reports(conditions, apis::condition::DEGRADED, REASON_NOT_OWNED) {
-                ctx.events
-                    .warning(&regarding, REASON_NOT_OWNED, "Reconcile", note)
-                    .await;
-            }
-            None
-        }
-        Existing::Missing | Existing::Owned(_) => {
-            let desired = desired_deployment(mc)?;
-            let applied =
-                match workload::apply_deployment(&ctx.client, &namespace, FIELD_MANAGER, &desired)
-                    .await
-                {
-                    Ok(applied) => applied,
-                    Err(e) if e.is_namespace_terminating() => {
-                        tracing::debug!("namespace is being deleted; nothing to do");
-                        return Ok(Outcome::Done);
-                    }
-                    Err(e) => return Err(e),
-                };
-            announce(ctx, &regarding, &existing, mc).await;
-            Some(applied)
-        }
+    let deployment = match ctx
+        .deployments
+        .ensure(mc, &desired_deployment(mc)?, &ctx.events)
+        .await?
+    {
+        Ensured::NamespaceTerminating => return Ok(Outcome::Done),
+        Ensured::Foreign => None,
+        Ensured::Ready(deployment) => Some(deployment),
     };
 
+    let namespace = mc.namespace().unwrap_or_default();
     let pods = ctx.pods.state();
-    let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
-    let status = desired_status(mc, deployment.as_ref(), nodes, &crate::status::now());
+    let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &mc.name_any());
+    let status = desired_status(mc, deployment.as_deref(), nodes, &crate::status::now());
     if mc.status.as_ref() != Some(&status) {
         tracing::debug!(nodes = ?status.nodes, ready = status.ready_replicas, "status changed");
         workload::patch_status(&ctx.client, mc, &status).await?;
     }
-    Ok(match existing {
-        Existing::Foreign(_) => Outcome::RequeueAfter(FOREIGN_RECHECK),
-        Existing::Missing | Existing::Owned(_) => Outcome::Done,
+    Ok(match deployment {
+        None => Outcome::RequeueAfter(FOREIGN_RECHECK),
+        Some(_) => Outcome::Done,
     })
 }
 
-/// Events for what applying changed: a new Deployment, a new size, a new image.
-async fn announce(
-    ctx: &Context,
-    regarding: &k8s_openapi::api::core::v1::ObjectReference,
-    existing: &Existing,
-    mc: &Memcached,
-) {
-    let name = mc.name_any();
-    let size = mc.spec.size;
-    match existing {
-        Existing::Missing => {
-            let note = format!(
-                "Created Deployment {name} with {size} replicas of {}",
-                mc.spec.image
-            );
-            ctx.events
-                .normal(regarding, "Created", "CreateDeployment", note)
-                .await;
-        }
-        Existing::Owned(current) => {
-            let spec = &current.spec;
-            let replicas = spec.replicas.unwrap_or(1);
-            if replicas != size {
-                let note = format!("Scaled Deployment {name} from {replicas} to {size} replicas");
-                ctx.events
-                    .normal(regarding, "Scaled", "ScaleDeployment", note)
-                    .await;
-            }
-            let image = spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|p| p.containers.iter().find(|c| c.name == CONTAINER))
-                .and_then(|c| c.image.as_deref());
-            if image != Some(mc.spec.image.as_str()) {
-                let note = format!("Set the image of Deployment {name} to {}", mc.spec.image);
-                ctx.events
-                    .normal(regarding, "Updated", "UpdateDeployment", note)
-                    .await;
-            }
-        }
-        Existing::Foreign(_) => {}
+impl DeploymentOwner for Memcached {
+    const KIND: &'static str = KIND;
+    const CONTAINER: &'static str = CONTAINER;
+
+    fn desired_replicas(&self) -> i32 {
+        self.spec.size
+    }
+
+    fn desired_image(&self) -> &str {
+        &self.spec.image
+    }
+
+    fn current_conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default()
     }
 }
 

@@ -21,8 +21,8 @@ use apis::{MyApp, MyAppStatus};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, ObjectReference, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::api::{Api, ObjectMeta};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -31,9 +31,10 @@ use kube::{Resource, ResourceExt};
 use crate::driver::{Driver, Outcome};
 use crate::events::Events;
 use crate::memcached::FOREIGN_RECHECK;
+use crate::owned::{DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
-use crate::status::{REASON_NOT_OWNED, Rollout, merge_conditions, not_owned_conditions};
-use crate::workload::{self, Existing};
+use crate::status::{Rollout, merge_conditions, not_owned_conditions};
+use crate::workload;
 use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -95,7 +96,7 @@ impl ManagedController for MyAppController {
 struct Context {
     client: kube::Client,
     events: Events,
-    deployments: Store<Deployment>,
+    deployments: OwnedDeployments,
 }
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
@@ -117,7 +118,7 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
     let context = Arc::new(Context {
         client: ctx.client.clone(),
         events: Events::new(ctx.client.clone(), NAME, &ctx.options.instance),
-        deployments: deployments.store(),
+        deployments: OwnedDeployments::new(ctx.client.clone(), deployments.store(), FIELD_MANAGER),
     });
     driver.run(controller, reconcile, context).await
 }
@@ -239,101 +240,42 @@ async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     if app.metadata.deletion_timestamp.is_some() {
         return Ok(Outcome::Done);
     }
-    let name = app.name_any();
-    let namespace = app.namespace().ok_or(Error::MissingField {
-        kind: KIND,
-        field: "metadata.namespace",
-    })?;
-    let uid = app.uid().ok_or(Error::MissingField {
-        kind: KIND,
-        field: "metadata.uid",
-    })?;
-    let regarding = app.object_ref(&());
-
-    let existing =
-        workload::find_deployment(&ctx.client, &ctx.deployments, &namespace, &name, &uid).await?;
-    let deployment = match &existing {
-        Existing::Foreign(_) => {
-            let note = format!(
-                "Deployment {namespace}/{name} exists and is not controlled by this MyApp; \
-                 it is left untouched. Delete or rename it, or rename the MyApp."
-            );
-            tracing::warn!("{note}");
-            let conditions = app
-                .status
-                .as_ref()
-                .map(|s| s.conditions.as_slice())
-                .unwrap_or_default();
-            if !crate::status::reports(conditions, apis::condition::DEGRADED, REASON_NOT_OWNED) {
-                ctx.events
-                    .warning(&regarding, REASON_NOT_OWNED, "Reconcile", note)
-                    .await;
-            }
-            None
-        }
-        Existing::Missing | Existing::Owned(_) => {
-            let desired = desired_deployment(app)?;
-            let applied =
-                match workload::apply_deployment(&ctx.client, &namespace, FIELD_MANAGER, &desired)
-                    .await
-                {
-                    Ok(applied) => applied,
-                    Err(e) if e.is_namespace_terminating() => {
-                        tracing::debug!("namespace is being deleted; nothing to do");
-                        return Ok(Outcome::Done);
-                    }
-                    Err(e) => return Err(e),
-                };
-            announce(ctx, &regarding, &existing, app).await;
-            Some(applied)
-        }
+    let deployment = match ctx
+        .deployments
+        .ensure(app, &desired_deployment(app)?, &ctx.events)
+        .await?
+    {
+        Ensured::NamespaceTerminating => return Ok(Outcome::Done),
+        Ensured::Foreign => None,
+        Ensured::Ready(deployment) => Some(deployment),
     };
-
-    let status = desired_status(app, deployment.as_ref(), &crate::status::now());
+    let status = desired_status(app, deployment.as_deref(), &crate::status::now());
     if app.status.as_ref() != Some(&status) {
         workload::patch_status(&ctx.client, app, &status).await?;
     }
-    Ok(match existing {
-        Existing::Foreign(_) => Outcome::RequeueAfter(FOREIGN_RECHECK),
-        Existing::Missing | Existing::Owned(_) => Outcome::Done,
+    Ok(match deployment {
+        None => Outcome::RequeueAfter(FOREIGN_RECHECK),
+        Some(_) => Outcome::Done,
     })
 }
 
-/// Events for what applying changed: a new Deployment, a new replica count, a new (or restored)
-/// image.
-async fn announce(ctx: &Context, regarding: &ObjectReference, existing: &Existing, app: &MyApp) {
-    let name = app.name_any();
-    let (replicas, image) = (app.spec.replicas, app.spec.image.as_str());
-    match existing {
-        Existing::Missing => {
-            let note = format!("Created Deployment {name} with {replicas} replicas of {image}");
-            ctx.events
-                .normal(regarding, "Created", "CreateDeployment", note)
-                .await;
-        }
-        Existing::Owned(current) => {
-            let spec = &current.spec;
-            let had = spec.replicas.unwrap_or(1);
-            if had != replicas {
-                let note = format!("Scaled Deployment {name} from {had} to {replicas} replicas");
-                ctx.events
-                    .normal(regarding, "Scaled", "ScaleDeployment", note)
-                    .await;
-            }
-            let had_image = spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|p| p.containers.iter().find(|c| c.name == CONTAINER))
-                .and_then(|c| c.image.as_deref());
-            if had_image != Some(image) {
-                let note = format!("Set the image of Deployment {name} to {image}");
-                ctx.events
-                    .normal(regarding, "Updated", "UpdateDeployment", note)
-                    .await;
-            }
-        }
-        Existing::Foreign(_) => {}
+impl DeploymentOwner for MyApp {
+    const KIND: &'static str = KIND;
+    const CONTAINER: &'static str = CONTAINER;
+
+    fn desired_replicas(&self) -> i32 {
+        self.spec.replicas
+    }
+
+    fn desired_image(&self) -> &str {
+        &self.spec.image
+    }
+
+    fn current_conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default()
     }
 }
 
