@@ -51,6 +51,9 @@ pub struct BenchArgs {
     /// Give up on a phase after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_seconds: u64,
+    /// Benchmark this manager binary instead of building the workspace's (to compare builds).
+    #[arg(long, value_name = "PATH")]
+    pub manager_binary: Option<PathBuf>,
     /// Where to write the JSON results (default: `<target-dir>/bench/bench.json`).
     #[arg(long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -85,7 +88,11 @@ impl BenchArgs {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     args.validate()?;
-    let manager = build_release_manager()?;
+    let manager = match &args.manager_binary {
+        Some(path) if path.is_file() => path.clone(),
+        Some(path) => anyhow::bail!("--manager-binary: {} is not a file", path.display()),
+        None => build_release_manager()?,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
