@@ -66,7 +66,8 @@ fn pod_labels() -> BTreeMap<String, String> {
     labels
 }
 
-fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+/// Metadata with the common labels, for every object the manifests create.
+pub(crate) fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_owned()),
         namespace: namespace.map(str::to_owned),

@@ -9,9 +9,8 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
-use kube::api::ObjectMeta;
 
-use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::labels, yaml};
+use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::meta, yaml};
 
 /// Name of the namespaced Role that lets the manager hold its Lease and record Events.
 pub const LEADER_ELECTION_ROLE: &str = "operator-manager-leader-election";
@@ -58,15 +57,6 @@ pub(crate) fn render(
 
 fn doc<T: serde::Serialize>(path: &str, value: &T) -> Result<String, Error> {
     yaml::render_documents(std::path::Path::new(path), std::slice::from_ref(value))
-}
-
-fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_owned()),
-        namespace: namespace.map(str::to_owned),
-        labels: Some(labels()),
-        ..ObjectMeta::default()
-    }
 }
 
 fn service_account() -> ServiceAccount {

@@ -25,17 +25,17 @@ use std::time::Duration;
 use apis::{Memcached, MemcachedStatus};
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
-use kube::api::{Api, ObjectMeta};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, ContainerPort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::driver::{Driver, Outcome};
 use crate::events::Events;
-use crate::owned::{DeploymentOwner, Ensured, OwnedDeployments};
+use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
 use crate::status::{Rollout, merge_conditions, not_owned_conditions};
 use crate::watches::PodMeta;
@@ -221,54 +221,25 @@ pub fn object_labels(memcached_name: &str) -> BTreeMap<String, String> {
 /// [`Error::MissingField`] when `mc` lacks a namespace or uid (it was not read from the server).
 pub fn desired_deployment(mc: &Memcached) -> Result<Deployment, Error> {
     let name = mc.name_any();
-    let namespace = mc.namespace().ok_or(Error::MissingField {
-        kind: KIND,
-        field: "metadata.namespace",
-    })?;
-    let labels = object_labels(&name);
-    Ok(Deployment {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![workload::owner_reference(mc)?]),
-            ..ObjectMeta::default()
-        },
-        spec: DeploymentSpec {
-            replicas: Some(mc.spec.size),
-            selector: LabelSelector {
-                match_labels: Some(selector_labels(&name)),
-                match_expressions: None,
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    security_context: Some(workload::restricted_pod_security(RUN_AS_USER)),
-                    containers: vec![Container {
-                        name: CONTAINER.to_owned(),
-                        image: Some(mc.spec.image.clone()),
-                        command: Some(COMMAND.iter().map(|s| (*s).to_owned()).collect()),
-                        ports: Some(vec![ContainerPort {
-                            container_port: PORT,
-                            name: Some(PORT_NAME.to_owned()),
-                            protocol: Some("TCP".to_owned()),
-                            ..ContainerPort::default()
-                        }]),
-                        security_context: Some(workload::restricted_container_security(
-                            RUN_AS_USER,
-                        )),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    })
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(mc.spec.image.clone()),
+        command: Some(COMMAND.iter().map(|s| (*s).to_owned()).collect()),
+        ports: Some(vec![ContainerPort {
+            container_port: PORT,
+            name: Some(PORT_NAME.to_owned()),
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        ..Container::default()
+    };
+    owned::desired_deployment(
+        mc,
+        object_labels(&name),
+        selector_labels(&name),
+        container,
+        RUN_AS_USER,
+    )
 }
 
 /// The sorted names of a `Memcached`'s pods among `pods`, leaving out pods being deleted.
@@ -393,6 +364,7 @@ mod tests {
     use apis::MemcachedSpec;
     use apis::condition::{AVAILABLE, DEGRADED};
     use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use kube::api::ObjectMeta;
     use kube::runtime::watcher;
 
     fn memcached(name: &str, size: i32) -> Memcached {

@@ -20,10 +20,10 @@ use std::sync::Arc;
 use apis::{MyApp, MyAppStatus};
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
-use kube::api::{Api, ObjectMeta};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -31,7 +31,7 @@ use kube::{Resource, ResourceExt};
 use crate::driver::{Driver, Outcome};
 use crate::events::Events;
 use crate::memcached::FOREIGN_RECHECK;
-use crate::owned::{DeploymentOwner, Ensured, OwnedDeployments};
+use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
 use crate::status::{Rollout, merge_conditions, not_owned_conditions};
 use crate::workload;
@@ -156,47 +156,18 @@ pub fn object_labels(myapp_name: &str) -> BTreeMap<String, String> {
 /// [`Error::MissingField`] when `app` lacks a namespace or uid (it was not read from the server).
 pub fn desired_deployment(app: &MyApp) -> Result<Deployment, Error> {
     let name = app.name_any();
-    let namespace = app.namespace().ok_or(Error::MissingField {
-        kind: KIND,
-        field: "metadata.namespace",
-    })?;
-    let labels = object_labels(&name);
-    Ok(Deployment {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![workload::owner_reference(app)?]),
-            ..ObjectMeta::default()
-        },
-        spec: DeploymentSpec {
-            replicas: Some(app.spec.replicas),
-            selector: LabelSelector {
-                match_labels: Some(selector_labels(&name)),
-                match_expressions: None,
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    security_context: Some(workload::restricted_pod_security(RUN_AS_USER)),
-                    containers: vec![Container {
-                        name: CONTAINER.to_owned(),
-                        image: Some(app.spec.image.clone()),
-                        security_context: Some(workload::restricted_container_security(
-                            RUN_AS_USER,
-                        )),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        },
-        ..Deployment::default()
-    })
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(app.spec.image.clone()),
+        ..Container::default()
+    };
+    owned::desired_deployment(
+        app,
+        object_labels(&name),
+        selector_labels(&name),
+        container,
+        RUN_AS_USER,
+    )
 }
 
 /// The status a `MyApp` should report, given its Deployment (`None` when blocked by a foreign
@@ -285,6 +256,7 @@ mod tests {
     use apis::MyAppSpec;
     use apis::condition::{AVAILABLE, PROGRESSING};
     use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use kube::api::ObjectMeta;
 
     fn myapp(name: &str, replicas: i32, image: &str) -> MyApp {
         let mut app = MyApp::new(

@@ -2,12 +2,14 @@
 //! taking over somebody else's, applying it only when that changes something, and the Events
 //! that say what changed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::api::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
@@ -28,6 +30,59 @@ pub trait DeploymentOwner: Resource<DynamicType = ()> {
     fn desired_image(&self) -> &str;
     /// The conditions its status reports now.
     fn current_conditions(&self) -> &[Condition];
+}
+
+/// The Deployment `owner` asks for: its own name and namespace, a controller owner reference,
+/// [`DeploymentOwner::desired_replicas`] pods labelled `labels` and selected by `selector`, each
+/// running `container` as `run_as_user` under the `restricted` Pod Security Standard.
+///
+/// # Errors
+/// [`Error::MissingField`] when `owner` lacks a namespace or uid (it was not read from the
+/// server).
+pub fn desired_deployment<K: DeploymentOwner>(
+    owner: &K,
+    labels: BTreeMap<String, String>,
+    selector: BTreeMap<String, String>,
+    container: Container,
+    run_as_user: i64,
+) -> Result<Deployment, Error> {
+    let namespace = owner.namespace().ok_or(Error::MissingField {
+        kind: K::KIND,
+        field: "metadata.namespace",
+    })?;
+    let container = Container {
+        security_context: Some(workload::restricted_container_security(run_as_user)),
+        ..container
+    };
+    Ok(Deployment {
+        metadata: ObjectMeta {
+            name: Some(owner.name_any()),
+            namespace: Some(namespace),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![workload::owner_reference(owner)?]),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(owner.desired_replicas()),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    security_context: Some(workload::restricted_pod_security(run_as_user)),
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    })
 }
 
 /// What [`OwnedDeployments::ensure`] came to.
