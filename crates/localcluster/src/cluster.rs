@@ -641,8 +641,8 @@ async fn create_fake_nodes(client: &kube::Client) -> Result<()> {
                 },
             },
             "status": {
-                "allocatable": { "cpu": "100", "memory": "1Ti", "pods": "1000" },
-                "capacity": { "cpu": "100", "memory": "1Ti", "pods": "1000" },
+                "allocatable": { "cpu": "1000", "memory": "4Ti", "pods": "10000" },
+                "capacity": { "cpu": "1000", "memory": "4Ti", "pods": "10000" },
             },
         }))
         .map_err(|e| Error::Render {
