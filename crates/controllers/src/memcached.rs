@@ -28,10 +28,10 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, ContainerPort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::{Resource, ResourceExt};
 
 use crate::driver::{Driver, Outcome};
 use crate::events::Events;
@@ -296,16 +296,7 @@ pub fn desired_status(
 }
 
 async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-    match reconcile_inner(&mc, &ctx).await {
-        Ok(outcome) => Ok(outcome),
-        Err(e) => {
-            let note = format!("Reconciling failed, will retry: {e}");
-            ctx.events
-                .warning(&mc.object_ref(&()), "ReconcileFailed", "Reconcile", note)
-                .await;
-            Err(e)
-        }
-    }
+    owned::report_failure(mc.as_ref(), &ctx.events, reconcile_inner(&mc, &ctx).await).await
 }
 
 async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error> {

@@ -23,10 +23,10 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::{Resource, ResourceExt};
 
 use crate::driver::{Driver, Outcome};
 use crate::events::Events;
@@ -195,16 +195,7 @@ pub fn desired_status(app: &MyApp, deployment: Option<&Deployment>, now: &Time) 
 }
 
 async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-    match reconcile_inner(&app, &ctx).await {
-        Ok(outcome) => Ok(outcome),
-        Err(e) => {
-            let note = format!("Reconciling failed, will retry: {e}");
-            ctx.events
-                .warning(&app.object_ref(&()), "ReconcileFailed", "Reconcile", note)
-                .await;
-            Err(e)
-        }
-    }
+    owned::report_failure(app.as_ref(), &ctx.events, reconcile_inner(&app, &ctx).await).await
 }
 
 async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {

@@ -247,6 +247,25 @@ fn hash_of(desired: &Deployment) -> Result<u64, Error> {
     Ok(hasher.finish())
 }
 
+/// Passes `result` through, first publishing a `ReconcileFailed` Warning Event on `owner` when
+/// it is an error, so a user sees failures with `kubectl describe` as well as in the logs.
+pub async fn report_failure<K, T>(
+    owner: &K,
+    events: &Events,
+    result: Result<T, Error>,
+) -> Result<T, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    if let Err(e) = &result {
+        let note = format!("Reconciling failed, will retry: {e}");
+        events
+            .warning(&owner.object_ref(&()), "ReconcileFailed", "Reconcile", note)
+            .await;
+    }
+    result
+}
+
 /// Events for what applying changed: a new Deployment, a new replica count, a new (or restored)
 /// image.
 async fn announce<K: DeploymentOwner>(

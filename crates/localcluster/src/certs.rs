@@ -167,8 +167,9 @@ impl Pki {
     }
 }
 
-/// Writes a file readable by its owner only (keys are secrets; certificates do not mind).
-fn write(path: &Path, contents: &str) -> Result<()> {
+/// Writes a file readable by its owner only (keys and kubeconfigs are secrets; certificates do
+/// not mind).
+pub(crate) fn write(path: &Path, contents: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

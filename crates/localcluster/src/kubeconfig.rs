@@ -90,21 +90,11 @@ impl KubeconfigSpec {
     /// # Errors
     /// [`Error::Render`] or [`Error::Io`].
     pub fn write(&self, path: &Path) -> Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let text = self.render()?;
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(Error::io("creating", parent))?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(Error::io("writing", path))?;
-        file.write_all(text.as_bytes())
-            .map_err(Error::io("writing", path))
+        crate::certs::write(path, &text)
     }
 }
 
