@@ -62,7 +62,10 @@ pub const PORT_NAME: &str = "memcached";
 /// kubelet can only verify a numeric user against `runAsNonRoot`.
 pub const RUN_AS_USER: i64 = 11211;
 /// The memcached command line: 64 MB of memory, modern defaults, verbose.
-pub const COMMAND: [&str; 5] = ["memcached", "-m=64", "-o", "modern", "-v"];
+///
+/// `-m 64`, not the tutorial's `-m=64`: memcached reads short options with getopt, which hands
+/// it `=64`; that parses as 0 MB and memcached 1.6 refuses to start.
+pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
 /// How often a `Memcached` blocked by a foreign Deployment checks again.
 pub const FOREIGN_RECHECK: Duration = Duration::from_secs(120);
 
@@ -443,7 +446,7 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some(apis::memcached::DEFAULT_IMAGE));
         assert_eq!(
             c.command.clone().unwrap_or_default(),
-            ["memcached", "-m=64", "-o", "modern", "-v"]
+            ["memcached", "-m", "64", "-o", "modern", "-v"]
         );
         let port = &c.ports.as_ref().expect("ports")[0];
         assert_eq!(
