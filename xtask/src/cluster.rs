@@ -8,8 +8,13 @@ use localcluster::{LocalCluster, Up, toolchain::human};
 /// The `cluster` subcommands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
 pub enum ClusterCommand {
-    /// Build the control plane (once) and start it; does nothing when it already runs.
-    Up,
+    /// Build the control plane (once) and start it with kwok's fake nodes and a real node
+    /// (kubelet, containerd, CNI, kube-proxy); does nothing when it already runs.
+    Up {
+        /// Only the control plane and the fake nodes: no root, containerd or bridge needed.
+        #[arg(long)]
+        without_real_node: bool,
+    },
     /// Stop every process of the control plane and remove its state.
     Down,
     /// Show which processes run, with their pids, ports and logs.
@@ -34,7 +39,12 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
 async fn run_async(cmd: ClusterCommand) -> anyhow::Result<()> {
     let cluster = LocalCluster::from_env()?.with_progress(|line| println!("{line}"));
     match cmd {
-        ClusterCommand::Up => {
+        ClusterCommand::Up { without_real_node } => {
+            let cluster = if without_real_node {
+                cluster.without_real_node()
+            } else {
+                cluster
+            };
             let up = cluster.up().await?;
             if let Up::Started {
                 build_time,
@@ -59,6 +69,15 @@ async fn run_async(cmd: ClusterCommand) -> anyhow::Result<()> {
                 "kubectl of the same version: {}",
                 state.bin_dir.join("kubectl").display()
             );
+            if state.node.is_some() {
+                println!(
+                    "Real containers: pods in a namespace annotated with {:?} run on node {}; \
+                     other pods land on the fake nodes.",
+                    localcluster::node::namespace_annotations(),
+                    localcluster::node::NODE_NAME
+                );
+                println!("Load images into it with: cargo xtask image --load");
+            }
             println!("Stop it with: cargo xtask cluster down");
         }
         ClusterCommand::Down => {

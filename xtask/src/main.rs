@@ -6,7 +6,9 @@
 mod bench;
 mod cluster;
 mod demo;
+mod image;
 mod manifests;
+mod setup;
 mod test;
 
 use std::path::PathBuf;
@@ -48,8 +50,18 @@ enum Command {
         #[arg(long)]
         stop: bool,
     },
+    /// Install the distribution packages the local cluster's real node and the tests need
+    /// (as root, with apt-get).
+    Setup {
+        /// Install nothing; fail and list what is missing.
+        #[arg(long)]
+        check: bool,
+    },
     /// Measure convergence, cost per object and failover on the local cluster.
     Bench(bench::BenchArgs),
+    /// Build container images (the manager, memcached) as reproducible OCI archives, without a
+    /// container daemon or registry; optionally import them into a containerd.
+    Image(image::ImageArgs),
     /// Run every test, end-to-end tests included, against the local cluster (started and
     /// stopped around the run unless one is already up).
     Test {
@@ -85,6 +97,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Bench(args) => bench::run(args),
+        Command::Setup { check } => setup::run(check),
+        Command::Image(args) => image::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

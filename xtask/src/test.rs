@@ -13,6 +13,7 @@ use localcluster::LocalCluster;
 use crate::cluster::{self, ClusterCommand};
 
 pub fn run(test_args: &[String]) -> anyhow::Result<()> {
+    crate::setup::run(false).context("installing the packages the real node needs")?;
     cargo(&["build", "--package", "manager", "--bin", "manager"])
         .context("building the manager")?;
 
@@ -22,7 +23,20 @@ pub fn run(test_args: &[String]) -> anyhow::Result<()> {
     if already_running {
         println!("Using the local cluster that is already running; it stays up afterwards.");
     } else {
-        cluster::run(ClusterCommand::Up).context("starting the local cluster")?;
+        cluster::run(ClusterCommand::Up {
+            without_real_node: false,
+        })
+        .context("starting the local cluster")?;
+    }
+
+    // The in-cluster tests run these images on the real node, which cannot pull.
+    let loaded = crate::image::run(crate::image::ImageArgs::all_loaded())
+        .context("building the images and loading them into the real node");
+    if let Err(error) = loaded {
+        if !already_running && let Err(e) = cluster::run(ClusterCommand::Down) {
+            eprintln!("warning: stopping the local cluster failed: {e:#}");
+        }
+        return Err(error);
     }
 
     let mut args = vec!["test", "--workspace"];

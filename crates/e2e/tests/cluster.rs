@@ -469,7 +469,9 @@ async fn a_second_cluster_starts_reports_and_stops() -> Result<()> {
 
     let scratch = std::env::temp_dir().join(testkit::unique_name("second-cluster"));
     let state_dir = scratch.join("cluster");
+    // The real node belongs to the shared cluster (one bridge and one kubelet per machine).
     let cluster = LocalCluster::new(Paths::from_env()?.with_state_dir(&state_dir))
+        .without_real_node()
         .with_progress(|line| println!("[second cluster] {line}"));
     let result = lifecycle(&cluster, &state_dir).await;
     if result.is_err() {

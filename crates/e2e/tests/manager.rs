@@ -889,7 +889,9 @@ impl PrivateCluster {
         testkit::cluster().await?;
         let scratch = std::env::temp_dir().join(testkit::unique_name(prefix));
         let paths = localcluster::Paths::from_env()?.with_state_dir(scratch.join("cluster"));
+        // The real node belongs to the shared cluster (one bridge and one kubelet per machine).
         let local = localcluster::LocalCluster::new(paths)
+            .without_real_node()
             .with_progress(|line| println!("[private cluster] {line}"));
         let started = local.up().await;
         let state = match started {

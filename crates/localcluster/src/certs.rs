@@ -48,6 +48,26 @@ pub(crate) const KWOK: Identity = Identity {
     groups: &["system:masters"],
 };
 
+/// The real node's kubelet: the Node authorizer lets `system:node:<name>` in `system:nodes`
+/// manage its own node and pods.
+pub(crate) const KUBELET: Identity = Identity {
+    file: "kubelet",
+    user: "system:node:real-node",
+    groups: &["system:nodes"],
+};
+/// kube-proxy, as kubeadm names it (bound to `system:node-proxier` by default).
+pub(crate) const KUBE_PROXY: Identity = Identity {
+    file: "kube-proxy",
+    user: "system:kube-proxy",
+    groups: &[],
+};
+/// The API server's identity towards kubelets (logs, exec, port-forward).
+pub(crate) const APISERVER_KUBELET_CLIENT: Identity = Identity {
+    file: "apiserver-kubelet-client",
+    user: "kube-apiserver-kubelet-client",
+    groups: &["system:masters"],
+};
+
 /// Paths of the generated files.
 #[derive(Debug, Clone)]
 pub(crate) struct Pki {
@@ -84,7 +104,8 @@ impl Pki {
     ///
     /// `service_ip` is the first address of the service range: the `kubernetes` Service's
     /// ClusterIP, which the serving certificate must name.
-    pub fn generate(dir: &Path, service_ip: Ipv4Addr) -> Result<Self> {
+    /// `node_ip`, when the real node runs, is its address: pods may reach the API server there.
+    pub fn generate(dir: &Path, service_ip: Ipv4Addr, node_ip: Option<Ipv4Addr>) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(Error::io("creating", dir))?;
         let pki = Self {
             dir: dir.to_owned(),
@@ -124,6 +145,11 @@ impl Pki {
         params
             .subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(service_ip)));
+        if let Some(ip) = node_ip {
+            params
+                .subject_alt_names
+                .push(SanType::IpAddress(IpAddr::V4(ip)));
+        }
         params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
@@ -139,7 +165,15 @@ impl Pki {
         write(&pki.serving_cert(), &cert.pem())?;
         write(&pki.serving_key(), &key.serialize_pem())?;
 
-        for id in [ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK] {
+        for id in [
+            ADMIN,
+            CONTROLLER_MANAGER,
+            SCHEDULER,
+            KWOK,
+            KUBELET,
+            KUBE_PROXY,
+            APISERVER_KUBELET_CLIENT,
+        ] {
             let mut params = CertificateParams::default();
             params.distinguished_name.push(DnType::CommonName, id.user);
             for group in id.groups {
@@ -188,9 +222,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_kubelet_is_the_real_node() {
+        assert_eq!(
+            KUBELET.user,
+            format!("system:node:{}", crate::node::NODE_NAME)
+        );
+        assert_eq!(KUBELET.groups, ["system:nodes"]);
+    }
+
+    #[test]
     fn generates_every_file() {
         let dir = std::env::temp_dir().join(format!("localcluster-pki-{}", std::process::id()));
-        let pki = Pki::generate(&dir, Ipv4Addr::new(10, 96, 0, 1)).expect("generate");
+        let pki = Pki::generate(
+            &dir,
+            Ipv4Addr::new(10, 96, 0, 1),
+            Some(Ipv4Addr::new(10, 85, 0, 1)),
+        )
+        .expect("generate");
         for path in [
             pki.ca_cert(),
             pki.ca_key(),
@@ -198,6 +246,8 @@ mod tests {
             pki.serving_key(),
             pki.client_cert(ADMIN),
             pki.client_key(KWOK),
+            pki.client_cert(KUBELET),
+            pki.client_key(APISERVER_KUBELET_CLIENT),
             pki.service_account_key(),
             pki.service_account_pub(),
         ] {

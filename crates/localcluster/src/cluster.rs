@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::certs::{self, Identity, Pki};
 use crate::kubeconfig::{Credentials, KubeconfigSpec};
+use crate::node::{self, Network, NodeKubeconfigs, NodeStart, NodeState};
 use crate::state::{ClusterState, Component, Status};
 use crate::toolchain::{self, Binaries, human};
 use crate::{Error, Paths, Result, lock, process, versions};
@@ -22,6 +23,9 @@ const SERVICE_CIDR: &str = "10.96.0.0/16";
 const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 /// The pod IP range kwok hands out addresses from.
 const POD_CIDR: &str = "10.244.0.0/16";
+/// The address kwok gives its fake nodes, and the range it is in.
+const FAKE_NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 240, 0, 1);
+const FAKE_NODE_CIDR: &str = "10.240.0.0/16";
 /// The annotation that marks a node as kwok's to manage.
 pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// How many fake nodes `up` creates.
@@ -46,12 +50,14 @@ pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct LocalCluster {
     paths: Paths,
     progress: Progress,
+    real_node: bool,
 }
 
 impl std::fmt::Debug for LocalCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalCluster")
             .field("paths", &self.paths)
+            .field("real_node", &self.real_node)
             .finish_non_exhaustive()
     }
 }
@@ -95,7 +101,16 @@ impl LocalCluster {
         Self {
             paths,
             progress: Arc::new(|_| {}),
+            real_node: true,
         }
+    }
+
+    /// Starts only the control plane and the fake nodes, without the real node (which needs
+    /// root, containerd and a bridge of its own, so only one cluster per machine can have it).
+    #[must_use]
+    pub fn without_real_node(mut self) -> Self {
+        self.real_node = false;
+        self
     }
 
     /// Reports progress, one line per step, to `progress`.
@@ -110,7 +125,7 @@ impl LocalCluster {
         &self.paths
     }
 
-    fn say(&self, line: &str) {
+    pub(crate) fn say(&self, line: &str) {
         (self.progress)(line);
     }
 
@@ -138,13 +153,25 @@ impl LocalCluster {
         if let Some(state) = ClusterState::load(&state_dir)? {
             if state.versions == versions::cache_key()
                 && state.all_alive()
+                && state.node.is_some() == self.real_node
                 && api_ready(&state).await.is_ok()
             {
                 self.say("The local cluster is already running; nothing to do.");
                 return Ok(Up::AlreadyRunning(state));
             }
-            self.say("Found a stopped or partly running cluster; removing it first.");
-            stop_all(&state);
+            if state.all_alive() && state.node.is_some() != self.real_node {
+                self.say(if self.real_node {
+                    "The running cluster has no real node; replacing it with one that has."
+                } else {
+                    "The running cluster has a real node; replacing it with one without."
+                });
+            } else {
+                self.say("Found a stopped or partly running cluster; removing it first.");
+            }
+            self.stop_all(&state);
+        }
+        if self.real_node {
+            node::check_prerequisites()?;
         }
         if state_dir.exists() {
             std::fs::remove_dir_all(&state_dir).map_err(Error::io("removing", &state_dir))?;
@@ -165,6 +192,7 @@ impl LocalCluster {
             ca_cert: PathBuf::new(),
             bin_dir: built.binaries.dir().to_owned(),
             components: Vec::new(),
+            node: None,
         };
         match self.start(&built.binaries, &state_dir, &mut state).await {
             Ok(()) => {
@@ -181,7 +209,7 @@ impl LocalCluster {
             }
             Err(e) => {
                 self.say("Start-up failed; stopping what was started (logs are kept).");
-                stop_all(&state);
+                self.stop_all(&state);
                 Err(e)
             }
         }
@@ -190,9 +218,25 @@ impl LocalCluster {
     async fn start(&self, bin: &Binaries, dir: &Path, state: &mut ClusterState) -> Result<()> {
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs).map_err(Error::io("creating", &logs))?;
-        let pki = Pki::generate(&dir.join("pki"), KUBERNETES_SERVICE_IP)?;
+        let node_ip = self.real_node.then_some(node::NODE_IP);
+        let pki = Pki::generate(&dir.join("pki"), KUBERNETES_SERVICE_IP, node_ip)?;
         state.ca_cert = pki.ca_cert();
         self.say("Generated the CA, serving and client certificates and service-account keys");
+        if self.real_node {
+            // Recorded before it is made, so `down` undoes a half-made network too.
+            let mut node = NodeState::new(dir);
+            node.network = Network::plan(SERVICE_CIDR, &[POD_CIDR, FAKE_NODE_CIDR]);
+            state.node = Some(node.clone());
+            state.save(dir)?;
+            node.network.create()?;
+            state.node = Some(node);
+            state.save(dir)?;
+            self.say(&format!(
+                "Created the real node's bridge {} ({}) and routes",
+                node::BRIDGE,
+                node::NODE_IP
+            ));
+        }
 
         // etcd.
         let etcd_port = process::free_port()?;
@@ -202,7 +246,7 @@ impl LocalCluster {
         let etcd = self.launch(
             state,
             dir,
-            bin,
+            &bin.path("etcd"),
             "etcd",
             &[("client", etcd_port), ("peer", peer_port)],
             vec![
@@ -253,39 +297,62 @@ impl LocalCluster {
         let kcm_config = kubeconfig(certs::CONTROLLER_MANAGER)?;
         let scheduler_config = kubeconfig(certs::SCHEDULER)?;
         let kwok_config = kubeconfig(certs::KWOK)?;
+        let kubelet_config = kubeconfig(certs::KUBELET)?;
+        let kube_proxy_config = kubeconfig(certs::KUBE_PROXY)?;
 
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", pki.serving_cert().display()),
+            format!("--tls-private-key-file={}", pki.serving_key().display()),
+            format!("--client-ca-file={}", pki.ca_cert().display()),
+            "--authorization-mode=Node,RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!(
+                "--service-account-key-file={}",
+                pki.service_account_pub().display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                pki.service_account_key().display()
+            ),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+            // Namespaces choose between the fake nodes and the real one (see `node`).
+            "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction".into(),
+            format!(
+                "--kubelet-client-certificate={}",
+                pki.client_cert(certs::APISERVER_KUBELET_CLIENT).display()
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                pki.client_key(certs::APISERVER_KUBELET_CLIENT).display()
+            ),
+            // Reach kubelets (logs, exec) at their node's address: a node name is no
+            // host name here, and looking it up would ask the machine's DNS.
+            "--kubelet-preferred-address-types=InternalIP".into(),
+        ];
+        match node_ip {
+            // Pods reach the API server through the `kubernetes` Service at the node's address,
+            // where a forwarder passes connections on to loopback.
+            Some(ip) => apiserver_args.push(format!("--advertise-address={ip}")),
+            // The `kubernetes` Service cannot point at a loopback address, and no real pod
+            // would use it.
+            None => apiserver_args.extend([
+                "--advertise-address=127.0.0.1".into(),
+                "--endpoint-reconciler-type=none".into(),
+            ]),
+        }
         let apiserver = self.launch(
             state,
             dir,
-            bin,
+            &bin.path("kube-apiserver"),
             "kube-apiserver",
             &[("https", api_port)],
-            vec![
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--tls-cert-file={}", pki.serving_cert().display()),
-                format!("--tls-private-key-file={}", pki.serving_key().display()),
-                format!("--client-ca-file={}", pki.ca_cert().display()),
-                "--authorization-mode=Node,RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!(
-                    "--service-account-key-file={}",
-                    pki.service_account_pub().display()
-                ),
-                format!(
-                    "--service-account-signing-key-file={}",
-                    pki.service_account_key().display()
-                ),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                // The `kubernetes` Service cannot point at a loopback address; nothing in this
-                // cluster runs real pods that would use it.
-                "--endpoint-reconciler-type=none".into(),
-                "--allow-privileged=true".into(),
-                "--profiling=false".into(),
-                format!("--cert-dir={}", dir.join("apiserver-certs").display()),
-            ],
+            apiserver_args,
         )?;
         let client = client_from_kubeconfig(&state.kubeconfig).await?;
         wait(
@@ -305,7 +372,7 @@ impl LocalCluster {
         let kcm = self.launch(
             state,
             dir,
-            bin,
+            &bin.path("kube-controller-manager"),
             "kube-controller-manager",
             &[("https", kcm_port)],
             vec![
@@ -337,7 +404,7 @@ impl LocalCluster {
         let scheduler = self.launch(
             state,
             dir,
-            bin,
+            &bin.path("kube-scheduler"),
             "kube-scheduler",
             &[("https", scheduler_port)],
             vec![
@@ -356,7 +423,7 @@ impl LocalCluster {
         let kwok = self.launch(
             state,
             dir,
-            bin,
+            &bin.path("kwok"),
             "kwok",
             &[("http", kwok_port)],
             vec![
@@ -366,7 +433,7 @@ impl LocalCluster {
                 format!("--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake"),
                 format!("--server-address=127.0.0.1:{kwok_port}"),
                 format!("--cidr={POD_CIDR}"),
-                "--node-ip=10.240.0.1".into(),
+                format!("--node-ip={FAKE_NODE_IP}"),
             ],
         )?;
         self.say(&format!(
@@ -406,21 +473,35 @@ impl LocalCluster {
         .await?;
         self.say("kube-controller-manager created the default ServiceAccount");
         state.save(dir)?;
+        if self.real_node {
+            let start = NodeStart {
+                bin,
+                dir,
+                pki: &pki,
+                kubeconfigs: NodeKubeconfigs {
+                    kubelet: kubelet_config,
+                    kube_proxy: kube_proxy_config,
+                },
+                api_port,
+                client: &client,
+            };
+            self.start_node(start, state).await?;
+        }
         Ok(())
     }
 
     /// Starts one component, recording it in `state` (saved at once, so `down` can stop a
     /// half-started cluster).
-    fn launch(
+    pub(crate) fn launch(
         &self,
         state: &mut ClusterState,
         dir: &Path,
-        bin: &Binaries,
+        binary: &Path,
         name: &str,
         ports: &[(&str, u16)],
         args: Vec<String>,
     ) -> Result<Component> {
-        let binary = bin.path(name);
+        let binary = binary.to_owned();
         let log = dir.join("logs").join(format!("{name}.log"));
         let pid = process::spawn_detached(name, &binary, &args, &log, dir)?;
         let component = Component {
@@ -445,10 +526,15 @@ impl LocalCluster {
         let state_dir = self.paths.state_dir();
         let found = match ClusterState::load(&state_dir) {
             Ok(Some(state)) => {
+                let leftovers = self.remove_node(&state);
                 for c in state.components.iter().rev() {
                     let killed = process::stop(c.pid, &c.binary, STOP_GRACE);
                     let how = if killed { "killed" } else { "stopped" };
                     self.say(&format!("{how} {} (pid {})", c.name, c.pid));
+                }
+                if !leftovers.is_empty() {
+                    // The state stays, so another `down` can try again.
+                    return Err(Error::Leftovers(leftovers));
                 }
                 true
             }
@@ -505,10 +591,30 @@ impl LocalCluster {
     }
 }
 
-/// Stops every recorded process, last started first.
-fn stop_all(state: &ClusterState) {
-    for c in state.components.iter().rev() {
-        process::stop(c.pid, &c.binary, STOP_GRACE);
+impl LocalCluster {
+    /// Stops every recorded process, last started first, and removes the real node.
+    fn stop_all(&self, state: &ClusterState) {
+        for leftover in self.remove_node(state) {
+            self.say(&format!("warning: left behind: {leftover}"));
+        }
+        for c in state.components.iter().rev() {
+            process::stop(c.pid, &c.binary, STOP_GRACE);
+        }
+    }
+
+    /// Removes the real node, if the cluster has one, with a warning per leftover.
+    ///
+    /// Returns what is still on the machine afterwards.
+    fn remove_node(&self, state: &ClusterState) -> Vec<String> {
+        let Some(node) = &state.node else {
+            return Vec::new();
+        };
+        self.say("removing the real node (containers, mounts, cgroups, network)");
+        let kube_proxy = state.bin_dir.join("kube-proxy");
+        for failure in node::teardown(node, &state.components, &kube_proxy, &*self.progress) {
+            self.say(&format!("warning: {failure}"));
+        }
+        node::leftovers(node)
     }
 }
 
@@ -529,7 +635,7 @@ pub async fn client_from_kubeconfig(kubeconfig: &Path) -> Result<kube::Client> {
 }
 
 /// Polls `check` every 250 ms until it succeeds, failing early when a watched process exits.
-async fn wait<T, F, Fut>(
+pub(crate) async fn wait<T, F, Fut>(
     what: &str,
     timeout: Duration,
     watch: &[&Component],

@@ -46,6 +46,53 @@ pub enum Error {
         tail: String,
     },
 
+    /// The C compiler that builds `pause` could not be run.
+    #[error(
+        "cannot run the C compiler `{compiler}` to build the pod sandbox (`pause`); install \
+         Debian's `gcc` and `libc6-dev` (`cargo xtask setup` does)"
+    )]
+    CompilerMissing {
+        /// The compiler command (`$CC`, else `cc`).
+        compiler: String,
+        /// Why it could not be run.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// This machine cannot run the real node, and why.
+    #[error(
+        "the real node cannot run here: {problem}\n  fix: {fix}\n  (`cargo xtask cluster up \
+         --without-real-node` starts the control plane and the fake nodes only)"
+    )]
+    NodePrerequisite {
+        /// What is missing or wrong.
+        problem: String,
+        /// What to do about it.
+        fix: String,
+    },
+
+    /// A host command that sets up or tears down the real node failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    HostCommand {
+        /// The command line.
+        command: String,
+        /// Its exit status, or why it did not run.
+        status: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+
+    /// Building or loading a locally built image failed.
+    #[error("preparing an image for the real node failed")]
+    Image(#[from] ociimage::Error),
+
+    /// `down` could not remove everything the real node had made.
+    #[error(
+        "the real node left these behind (run `cargo xtask cluster down` again; if they stay, \
+         remove them by hand):\n  {}", .0.join("\n  ")
+    )]
+    Leftovers(Vec<String>),
+
     /// A file or directory could not be read or written.
     #[error("{action} {path}")]
     Io {

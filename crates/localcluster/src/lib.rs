@@ -26,6 +26,7 @@ mod cluster;
 mod error;
 mod kubeconfig;
 mod lock;
+pub mod node;
 mod outage;
 mod paths;
 mod process;

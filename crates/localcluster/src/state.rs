@@ -46,6 +46,9 @@ pub struct ClusterState {
     pub bin_dir: PathBuf,
     /// The processes, in start order.
     pub components: Vec<Component>,
+    /// The real node, when the cluster has one.
+    #[serde(default)]
+    pub node: Option<crate::node::NodeState>,
 }
 
 impl ClusterState {

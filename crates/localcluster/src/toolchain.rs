@@ -22,14 +22,20 @@ pub struct Binaries {
 }
 
 /// Every binary the build produces.
-pub const BINARIES: [&str; 6] = [
+pub const BINARIES: [&str; 9] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
     "kubectl",
+    "kubelet",
+    "kube-proxy",
     "kwok",
+    PAUSE,
 ];
+
+/// The real node's sandbox process, compiled from the C source in the Kubernetes module.
+pub const PAUSE: &str = "pause";
 
 /// The file, next to the binaries, with kwok's stages (how fake nodes and pods change state).
 const KWOK_STAGES: &str = "kwok-stages.yaml";
@@ -121,6 +127,8 @@ const MODULES: [GoModule; 3] = [
             "k8s.io/kubernetes/cmd/kube-controller-manager",
             "k8s.io/kubernetes/cmd/kube-scheduler",
             "k8s.io/kubernetes/cmd/kubectl",
+            "k8s.io/kubernetes/cmd/kubelet",
+            "k8s.io/kubernetes/cmd/kube-proxy",
         ],
         kubernetes_version: true,
     },
@@ -220,6 +228,8 @@ pub async fn ensure(paths: &Paths, progress: &(dyn Fn(&str) + Send + Sync)) -> R
     }
 
     write_kwok_stages(&src.join("kwok"), &partial.join(KWOK_STAGES)).await?;
+    progress("  compiling pause (the pod sandbox) with the C compiler");
+    build_pause(&src.join("kubernetes"), &partial.join(PAUSE), &log).await?;
 
     let elapsed = started.elapsed();
     let record = partial.join(BUILD_TIME);
@@ -387,10 +397,10 @@ async fn build(
     }
 }
 
-/// Copies kwok's upstream stages from the module cache into one configuration file.
-async fn write_kwok_stages(kwok_module: &Path, target: &Path) -> Result<()> {
-    let out = go(kwok_module)
-        .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"])
+/// The directory of a module in the module cache, as resolved from `module_dir`'s `go.mod`.
+async fn module_source(module_dir: &Path, module: &str) -> Result<PathBuf> {
+    let out = go(module_dir)
+        .args(["list", "-m", "-f", "{{.Dir}}", module])
         .output()
         .await
         .map_err(|source| Error::GoMissing {
@@ -404,6 +414,49 @@ async fn write_kwok_stages(kwok_module: &Path, target: &Path) -> Result<()> {
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         });
     }
+    Ok(dir)
+}
+
+/// Compiles Kubernetes' own `pause` (the process that holds a pod's namespaces) from the C
+/// source of the pinned release, statically linked so its image needs nothing else.
+async fn build_pause(kubernetes_module: &Path, target: &Path, log: &Path) -> Result<()> {
+    let dir = module_source(kubernetes_module, "k8s.io/kubernetes").await?;
+    let source = dir.join("build/pause/linux/pause.c");
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let out = Command::new(&compiler)
+        .args(["-Os", "-Wall", "-Werror", "-static"])
+        .arg(format!("-DVERSION=v{}", versions::PAUSE))
+        .arg("-o")
+        .arg(target)
+        .arg(&source)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|source| Error::CompilerMissing {
+            compiler: compiler.clone(),
+            source,
+        })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log)
+        .map_err(Error::io("opening", log))?;
+    file.write_all(&out.stderr)
+        .map_err(Error::io("writing", log))?;
+    Err(Error::GoBuild {
+        what: "pause (a static C build: it needs a C compiler and the C library's static \
+               archive, Debian's `gcc` and `libc6-dev`)",
+        log: log.to_owned(),
+        tail: crate::process::tail(log, 20),
+    })
+}
+
+/// Copies kwok's upstream stages from the module cache into one configuration file.
+async fn write_kwok_stages(kwok_module: &Path, target: &Path) -> Result<()> {
+    let dir = module_source(kwok_module, "sigs.k8s.io/kwok").await?;
     let mut docs = Vec::new();
     for file in KWOK_STAGE_FILES {
         let path = dir.join(file);

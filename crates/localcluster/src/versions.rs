@@ -16,6 +16,11 @@ pub const ETCD: &str = "v3.7.3";
 /// kwok, which fakes nodes and moves pods through their lifecycle.
 pub const KWOK: &str = "v0.8.0";
 
+/// The pod sandbox (`pause`) of Kubernetes v1.37, compiled from the Kubernetes module's C
+/// source and tagged as the image the container runtime expects
+/// (`registry.k8s.io/pause:<this>`, kubeadm's `PauseVersion`).
+pub const PAUSE: &str = "3.10.2";
+
 /// The oldest Go release that builds these versions (their `go.mod` files say `go 1.26.0`).
 pub const GO_REQUIRED: &str = "1.26";
 

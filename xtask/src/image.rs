@@ -1,0 +1,441 @@
+//! `cargo xtask image [manager|memcached]...`: container images as OCI archives, built without a
+//! container daemon or registry.
+//!
+//! - `manager`: the release `manager` binary and exactly the shared libraries it loads, run as a
+//!   numeric non-root user. No shell, no package manager.
+//! - `memcached`: the distribution's memcached (install it with `apt-get install memcached`) and
+//!   its libraries, for the `Memcached` resources on a local cluster that cannot pull images.
+//!
+//! Each archive loads with `ctr images import`, `docker load`, `podman load` or `skopeo copy
+//! oci-archive:…`; `--containerd ADDRESS` imports it straight into a containerd's `k8s.io`
+//! namespace, where the kubelet looks. Rebuilding unchanged sources gives the same digest: every
+//! timestamp comes from `SOURCE_DATE_EPOCH` or the last commit.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use ociimage::{BuiltImage, Image, ImageConfig, Metadata, Platform, Port, Reference, User};
+use serde::Deserialize;
+
+/// Where the distribution's package installs memcached; the image keeps it at the same path.
+const MEMCACHED_BINARY: &str = "/usr/bin/memcached";
+/// The memcached image's repository: a registry domain no one serves, so nothing tries to pull
+/// it and it cannot be mistaken for an upstream image.
+const MEMCACHED_REPOSITORY: &str = "operator-manager.local/memcached";
+/// The user name memcached runs as, as in the distribution's package.
+const MEMCACHED_USER: &str = "memcache";
+/// The manager's user: the `nonroot` user of distroless images, which the Deployment names by
+/// number in `runAsUser`.
+const MANAGER_USER: u32 = 65532;
+/// `PATH` in both images: the memcached Deployment names its program without a directory.
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// The manager's path in its image, and its entrypoint.
+const MANAGER_BINARY: &str = "/manager";
+
+/// Arguments of `cargo xtask image`.
+#[derive(Debug, clap::Args)]
+pub struct ImageArgs {
+    /// Images to build (default: manager).
+    #[arg(value_enum, value_name = "IMAGE")]
+    images: Vec<Which>,
+    /// Directory for the archives (default: `images/` in the cargo target directory).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Also import each image into the containerd at this socket, in the `k8s.io` namespace the
+    /// kubelet uses.
+    #[arg(long, value_name = "ADDRESS", conflicts_with = "load")]
+    containerd: Option<PathBuf>,
+    /// Also load each image into the running local cluster's real node
+    /// (`cargo xtask cluster up`), where its pods find it without a registry.
+    #[arg(long)]
+    load: bool,
+}
+
+impl ImageArgs {
+    /// Every image, loaded into the local cluster's real node: what the in-cluster tests run.
+    pub fn all_loaded() -> Self {
+        Self {
+            images: vec![Which::Manager, Which::Memcached],
+            out: None,
+            containerd: None,
+            load: true,
+        }
+    }
+}
+
+/// An image this command knows how to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    /// The operator manager.
+    Manager,
+    /// memcached from the distribution's package.
+    Memcached,
+}
+
+pub fn run(args: ImageArgs) -> anyhow::Result<()> {
+    let root = crate::workspace_root();
+    let metadata = cargo_metadata(&root)?;
+    let out = args
+        .out
+        .unwrap_or_else(|| metadata.target_directory.join("images"));
+    let created = ociimage::source_date_epoch(&root)?;
+    let revision = ociimage::git_revision(&root);
+    let containerd = match (args.containerd, args.load) {
+        (Some(address), _) => Some(address),
+        (None, true) => Some(local_node_containerd()?),
+        (None, false) => None,
+    };
+
+    for which in selected(&args.images) {
+        let image = match which {
+            Which::Manager => {
+                let binary = build_manager(&root, &metadata.target_directory)?;
+                let package = metadata.package("manager")?;
+                manager_image(&binary, package, created, revision.clone())?
+            }
+            Which::Memcached => {
+                let version = memcached_version(Path::new(MEMCACHED_BINARY))?;
+                memcached_image(Path::new(MEMCACHED_BINARY), &version, created)?
+            }
+        };
+        let archive = out.join(archive_name(image.reference()));
+        let built = image
+            .write(&archive)
+            .with_context(|| format!("writing the image {}", image.reference()))?;
+        report(&built);
+        if let Some(address) = &containerd {
+            ociimage::import_into_containerd(&built.archive, &built.reference, address)?;
+            println!(
+                "  imported into the containerd at {} (namespace {})",
+                address.display(),
+                ociimage::KUBERNETES_NAMESPACE
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The containerd socket of the running local cluster's real node.
+fn local_node_containerd() -> anyhow::Result<PathBuf> {
+    let state = localcluster::LocalCluster::from_env()?
+        .running()
+        .context("`--load` loads into the local cluster's real node")?;
+    let node = state.node.context(
+        "the local cluster runs without a real node; restart it with `cargo xtask cluster down \
+         && cargo xtask cluster up`",
+    )?;
+    Ok(node.containerd_socket)
+}
+
+/// The images asked for, each once, in the order given; the manager when none is named.
+fn selected(images: &[Which]) -> Vec<Which> {
+    let mut selected = Vec::new();
+    for which in images {
+        if !selected.contains(which) {
+            selected.push(*which);
+        }
+    }
+    if selected.is_empty() {
+        selected.push(Which::Manager);
+    }
+    selected
+}
+
+/// `<name>-<tag>.oci.tar`, from the last component of the image's name.
+fn archive_name(reference: &Reference) -> String {
+    format!("{}-{}.oci.tar", reference.short_name(), reference.tag())
+}
+
+fn report(built: &BuiltImage) {
+    let archive = built.archive.display();
+    println!("{}", built.reference);
+    println!(
+        "  archive: {archive} ({:.1} MiB)",
+        built.size as f64 / (1024.0 * 1024.0)
+    );
+    println!("  name:    {}", built.reference.normalized());
+    println!("  digest:  {}", built.manifest_digest);
+    println!(
+        "  load:    ctr -n {} images import {archive}  (or docker load -i, podman load -i, skopeo copy oci-archive:{archive} DEST)",
+        ociimage::KUBERNETES_NAMESPACE
+    );
+}
+
+/// The manager's image name: the one the generated Deployment uses, at the workspace version.
+fn manager_reference(version: &str) -> anyhow::Result<Reference> {
+    Ok(Reference::parse(&format!(
+        "{}:{version}",
+        codegen::MANAGER_IMAGE
+    ))?)
+}
+
+fn manager_image(
+    binary: &Path,
+    package: &Package,
+    created: u64,
+    revision: Option<String>,
+) -> anyhow::Result<Image> {
+    let ports = [codegen::METRICS_PORT, codegen::HEALTH_PORT]
+        .into_iter()
+        .map(|port| u16::try_from(port).map(Port::Tcp))
+        .collect::<Result<Vec<_>, _>>()
+        .context("the manager's ports are out of range")?;
+    let config = ImageConfig {
+        platform: Platform::host(),
+        user: User {
+            name: "nonroot".into(),
+            uid: MANAGER_USER,
+            gid: MANAGER_USER,
+        },
+        entrypoint: vec![MANAGER_BINARY.into()],
+        cmd: Vec::new(),
+        env: vec![("PATH".into(), PATH.into())],
+        exposed_ports: ports,
+        working_dir: "/".into(),
+        metadata: Metadata {
+            title: codegen::MANAGER_IMAGE.into(),
+            description: package.description.clone().unwrap_or_default(),
+            version: package.version.clone(),
+            revision,
+            source: package.repository.clone(),
+            url: package.repository.clone(),
+            licenses: package.license.clone(),
+            created,
+        },
+    };
+    let mut image = Image::new(manager_reference(&package.version)?, config);
+    image
+        .add_binary(binary, MANAGER_BINARY)
+        .with_context(|| format!("adding {} to the manager image", binary.display()))?;
+    Ok(image)
+}
+
+/// The memcached image's name, tagged with the packaged memcached's version.
+fn memcached_reference(version: &str) -> anyhow::Result<Reference> {
+    Ok(Reference::parse(&format!(
+        "{MEMCACHED_REPOSITORY}:{version}"
+    ))?)
+}
+
+fn memcached_image(binary: &Path, version: &str, created: u64) -> anyhow::Result<Image> {
+    let uid = u32::try_from(controllers::memcached::RUN_AS_USER)
+        .context("memcached's user id is out of range")?;
+    let port =
+        u16::try_from(controllers::memcached::PORT).context("memcached's port is out of range")?;
+    let config = ImageConfig {
+        platform: Platform::host(),
+        user: User {
+            name: MEMCACHED_USER.into(),
+            uid,
+            gid: uid,
+        },
+        // The program name the Deployment's command starts with, found on PATH.
+        entrypoint: vec![controllers::memcached::COMMAND[0].into()],
+        cmd: Vec::new(),
+        env: vec![("PATH".into(), PATH.into())],
+        exposed_ports: vec![Port::Tcp(port)],
+        working_dir: "/".into(),
+        metadata: Metadata {
+            title: "memcached".into(),
+            description: "memcached from the distribution's package, for Memcached resources on a local cluster".into(),
+            version: version.into(),
+            revision: None,
+            source: None,
+            url: Some("https://memcached.org/".into()),
+            licenses: Some("BSD-3-Clause".into()),
+            created,
+        },
+    };
+    let mut image = Image::new(memcached_reference(version)?, config);
+    image
+        .add_binary(binary, MEMCACHED_BINARY)
+        .with_context(|| format!("adding {} to the memcached image", binary.display()))?;
+    Ok(image)
+}
+
+/// The version `memcached -V` reports, e.g. `1.6.18`.
+fn memcached_version(binary: &Path) -> anyhow::Result<String> {
+    if !binary.is_file() {
+        bail!(
+            "{} not found: the memcached image packages the distribution's memcached; \
+             install it with `apt-get install memcached`",
+            binary.display()
+        );
+    }
+    let output = Command::new(binary)
+        .arg("-V")
+        .output()
+        .with_context(|| format!("running {} -V", binary.display()))?;
+    if !output.status.success() {
+        bail!(
+            "`{} -V` exited with {}: {}",
+            binary.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    parse_memcached_version(&String::from_utf8_lossy(&output.stdout))
+}
+
+fn parse_memcached_version(output: &str) -> anyhow::Result<String> {
+    match output.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["memcached", version] => Ok((*version).to_owned()),
+        _ => bail!("unexpected output from memcached -V: {:?}", output.trim()),
+    }
+}
+
+/// Builds the release manager exactly as the Dockerfile does and returns the binary's path.
+fn build_manager(root: &Path, target_dir: &Path) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let args = [
+        "build",
+        "--release",
+        "--locked",
+        "--package",
+        "manager",
+        "--bin",
+        "manager",
+    ];
+    let status = Command::new(&cargo)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("running {cargo}"))?;
+    if !status.success() {
+        bail!("`cargo {}` exited with {status}", args.join(" "));
+    }
+    let binary = target_dir.join("release").join("manager");
+    if !binary.is_file() {
+        bail!("the release build left no manager at {}", binary.display());
+    }
+    Ok(binary)
+}
+
+#[derive(Debug, Deserialize)]
+struct CargoMetadata {
+    target_directory: PathBuf,
+    packages: Vec<Package>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Package {
+    name: String,
+    version: String,
+    description: Option<String>,
+    license: Option<String>,
+    repository: Option<String>,
+}
+
+impl CargoMetadata {
+    fn package(&self, name: &str) -> anyhow::Result<&Package> {
+        self.packages
+            .iter()
+            .find(|p| p.name == name)
+            .with_context(|| format!("no package {name} in the workspace"))
+    }
+}
+
+/// The workspace's packages and target directory (which honours `CARGO_TARGET_DIR` and cargo's
+/// configuration), as cargo itself reports them.
+fn cargo_metadata(root: &Path) -> anyhow::Result<CargoMetadata> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("running {cargo} metadata"))?;
+    if !output.status.success() {
+        bail!(
+            "`cargo metadata` exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&output.stdout).context("reading `cargo metadata`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_manager_is_built_when_nothing_is_named_and_each_image_once() {
+        assert_eq!(selected(&[]), [Which::Manager]);
+        assert_eq!(
+            selected(&[Which::Memcached, Which::Manager, Which::Memcached]),
+            [Which::Memcached, Which::Manager]
+        );
+    }
+
+    #[test]
+    fn archives_are_named_after_the_image() {
+        let manager = manager_reference("0.1.0").unwrap();
+        assert_eq!(archive_name(&manager), "operator-manager-0.1.0.oci.tar");
+        let memcached = memcached_reference("1.6.18").unwrap();
+        assert_eq!(archive_name(&memcached), "memcached-1.6.18.oci.tar");
+        assert_eq!(
+            memcached.normalized(),
+            "operator-manager.local/memcached:1.6.18"
+        );
+    }
+
+    #[test]
+    fn memcached_versions_are_read_from_its_banner() {
+        assert_eq!(
+            parse_memcached_version("memcached 1.6.18\n").unwrap(),
+            "1.6.18"
+        );
+        assert!(parse_memcached_version("Usage: memcached\n").is_err());
+        assert!(parse_memcached_version("").is_err());
+    }
+
+    #[test]
+    fn the_manager_image_is_what_the_generated_deployment_runs() {
+        let files = codegen::render().unwrap();
+        let deployment = files
+            .iter()
+            .find(|f| f.path == Path::new("manager/deployment.yaml"))
+            .expect("the manager's Deployment is generated");
+        let reference = manager_reference(env!("CARGO_PKG_VERSION")).unwrap();
+        assert!(
+            deployment
+                .contents
+                .contains(&format!("image: {reference}\n")),
+            "{}",
+            deployment.contents
+        );
+        for user in [
+            format!("runAsUser: {MANAGER_USER}\n"),
+            format!("runAsGroup: {MANAGER_USER}\n"),
+        ] {
+            assert!(deployment.contents.contains(&user), "{user}");
+        }
+    }
+
+    #[test]
+    fn memcached_runs_as_the_deployment_expects() {
+        // The Deployment's command names the program without a directory: it must be on PATH.
+        let program = controllers::memcached::COMMAND[0];
+        let dir = Path::new(MEMCACHED_BINARY).parent().unwrap();
+        assert_eq!(Path::new(MEMCACHED_BINARY).file_name().unwrap(), program);
+        assert!(PATH.split(':').any(|p| Path::new(p) == dir), "{PATH}");
+    }
+
+    #[test]
+    fn a_missing_memcached_says_how_to_install_it() {
+        let error = memcached_version(Path::new("/nonexistent/memcached")).unwrap_err();
+        let message = format!("{error:#}");
+        assert!(message.contains("/nonexistent/memcached"), "{message}");
+        assert!(message.contains("apt-get install memcached"), "{message}");
+    }
+
+    #[test]
+    fn the_workspace_describes_the_manager() {
+        let metadata = cargo_metadata(&crate::workspace_root()).unwrap();
+        let manager = metadata.package("manager").unwrap();
+        assert_eq!(manager.version, env!("CARGO_PKG_VERSION"));
+        assert!(manager.description.is_some());
+        assert!(metadata.package("no-such-package").is_err());
+    }
+}
