@@ -22,7 +22,7 @@ pub struct Binaries {
 }
 
 /// Every binary the build produces.
-pub const BINARIES: [&str; 9] = [
+pub const BINARIES: [&str; 10] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
@@ -32,6 +32,7 @@ pub const BINARIES: [&str; 9] = [
     "kube-proxy",
     "kwok",
     PAUSE,
+    "prometheus",
 ];
 
 /// The real node's sandbox process, compiled from the C source in the Kubernetes module.
@@ -91,9 +92,11 @@ struct GoModule {
     packages: &'static [&'static str],
     /// Whether to stamp the Kubernetes version into the binaries.
     kubernetes_version: bool,
+    /// Go build tags.
+    tags: &'static [&'static str],
 }
 
-const MODULES: [GoModule; 3] = [
+const MODULES: [GoModule; 4] = [
     GoModule {
         name: "etcd",
         files: &[
@@ -104,6 +107,7 @@ const MODULES: [GoModule; 3] = [
         probe: "go.etcd.io/etcd/server/v3",
         packages: &["."],
         kubernetes_version: false,
+        tags: &[],
     },
     GoModule {
         name: "kwok",
@@ -114,6 +118,7 @@ const MODULES: [GoModule; 3] = [
         probe: "sigs.k8s.io/kwok",
         packages: &["sigs.k8s.io/kwok/cmd/kwok"],
         kubernetes_version: false,
+        tags: &[],
     },
     GoModule {
         name: "kubernetes",
@@ -131,6 +136,20 @@ const MODULES: [GoModule; 3] = [
             "k8s.io/kubernetes/cmd/kube-proxy",
         ],
         kubernetes_version: true,
+        tags: &[],
+    },
+    GoModule {
+        name: "prometheus",
+        files: &[
+            ("go.mod", include_str!("../go/prometheus/go.mod")),
+            ("go.sum", include_str!("../go/prometheus/go.sum")),
+        ],
+        probe: "github.com/prometheus/prometheus",
+        packages: &["github.com/prometheus/prometheus/cmd/prometheus"],
+        kubernetes_version: false,
+        // Kubernetes service discovery only: the tests need nothing else, and the other
+        // discovery plugins pull in every cloud's SDK.
+        tags: &["remove_all_sd", "enable_kubernetes_sd"],
     },
 ];
 
@@ -288,12 +307,12 @@ async fn go_version() -> Result<String> {
     Ok(version)
 }
 
-/// Whether `go1.X.Y` is at least `required` (`1.X`).
+/// Whether `go1.X.Y` is at least `required` (`1.X.Y`).
 fn at_least(version: &str, required: &str) -> bool {
     let parse = |s: &str| -> Vec<u64> {
         s.trim_start_matches("go")
             .split(|c: char| !c.is_ascii_digit())
-            .take(2)
+            .take(3)
             .map(|p| p.parse().unwrap_or(0))
             .collect()
     };
@@ -363,6 +382,7 @@ async fn build(
         .arg("build")
         .arg("-trimpath")
         .arg(format!("-ldflags={}", ldflags(module)))
+        .arg(format!("-tags={}", module.tags.join(",")))
         .arg("-o")
         .arg(out_dir)
         .args(module.packages)
@@ -481,11 +501,14 @@ mod tests {
 
     #[test]
     fn go_version_comparison() {
-        assert!(at_least("go1.26.8", "1.26"));
-        assert!(at_least("go1.27", "1.26"));
-        assert!(at_least("go2.0.1", "1.26"));
-        assert!(!at_least("go1.25.3", "1.26"));
-        assert!(!at_least("devel", "1.26"));
+        assert!(at_least("go1.26.8", "1.26.7"));
+        assert!(at_least("go1.26.7", "1.26.7"));
+        assert!(at_least("go1.27", "1.26.7"));
+        assert!(at_least("go2.0.1", "1.26.7"));
+        assert!(!at_least("go1.26.6", "1.26.7"));
+        assert!(!at_least("go1.26", "1.26.7"));
+        assert!(!at_least("go1.25.3", "1.26.7"));
+        assert!(!at_least("devel", "1.26.7"));
     }
 
     #[test]
