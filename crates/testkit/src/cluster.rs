@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use localcluster::node::NodeState;
 use localcluster::{ClusterState, LocalCluster};
 use tokio::sync::OnceCell;
 
@@ -32,6 +33,39 @@ impl TestCluster {
     /// The `kubectl` built with the cluster (same Kubernetes version; no system kubectl needed).
     pub fn kubectl_path(&self) -> PathBuf {
         self.state.bin_dir.join("kubectl")
+    }
+
+    /// The real node (kubelet, containerd) of the cluster.
+    ///
+    /// # Errors
+    /// [`crate::Error::NoRealNode`] when the cluster runs without one.
+    pub fn real_node(&self) -> Result<&NodeState> {
+        self.state.node.as_ref().ok_or(crate::Error::NoRealNode)
+    }
+
+    /// The full name (`docker.io/library/name:tag`) of the image of `repository` loaded on the
+    /// real node, e.g. `operator-manager.local/memcached`; `what` is the
+    /// `cargo xtask image` target that builds it, for the error message.
+    ///
+    /// # Errors
+    /// [`crate::Error::NoRealNode`], [`crate::Error::ImageNotLoaded`], or
+    /// [`crate::Error::Cluster`] when containerd cannot be asked.
+    pub fn loaded_image(&self, repository: &str, what: &str) -> Result<String> {
+        let node = self.real_node()?;
+        let loaded = localcluster::node::loaded_images(&node.containerd_socket)?;
+        let prefixes = [
+            format!("{repository}:"),
+            format!("docker.io/library/{repository}:"),
+        ];
+        loaded
+            .iter()
+            .find(|image| prefixes.iter().any(|p| image.starts_with(p.as_str())))
+            .cloned()
+            .ok_or_else(|| crate::Error::ImageNotLoaded {
+                repository: repository.to_owned(),
+                what: what.to_owned(),
+                loaded: loaded.join(", "),
+            })
     }
 
     /// A `kubectl` command against this cluster as administrator (`KUBECONFIG` set).

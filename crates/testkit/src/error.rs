@@ -58,6 +58,46 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// The test needs real containers, but the local cluster runs without its real node.
+    #[error(
+        "the local cluster runs without a real node, which this test needs; restart it with \
+         `cargo xtask cluster down && cargo xtask cluster up` (as root, after `cargo xtask setup`)"
+    )]
+    NoRealNode,
+
+    /// An image the test runs on the real node has not been loaded there.
+    #[error(
+        "no image {repository}:* is loaded on the real node (loaded: {loaded}); build and load it \
+         with `cargo xtask image {what} --load` (`cargo xtask test` does)"
+    )]
+    ImageNotLoaded {
+        /// The image repository looked for.
+        repository: String,
+        /// The `cargo xtask image` target that builds it.
+        what: String,
+        /// The images the node has.
+        loaded: String,
+    },
+
+    /// The cluster's binaries have no Prometheus (a cache built before it was added).
+    #[error(
+        "{path} does not exist; restart the local cluster (`cargo xtask cluster down && cargo \
+         xtask cluster up`), which builds it"
+    )]
+    PrometheusMissing {
+        /// Where it was expected.
+        path: PathBuf,
+    },
+
+    /// Prometheus's HTTP API failed or answered an error.
+    #[error("Prometheus request {request} failed: {message}")]
+    Prometheus {
+        /// The request path.
+        request: String,
+        /// What went wrong.
+        message: String,
+    },
+
     /// A process could not be started.
     #[error("cannot start {binary}: {source}")]
     Spawn {

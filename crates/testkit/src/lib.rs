@@ -26,6 +26,7 @@ mod error;
 mod manager;
 mod manifests;
 mod namespace;
+mod prometheus;
 mod serviceaccount;
 mod wait;
 
@@ -39,7 +40,8 @@ pub use manifests::{
     FIELD_MANAGER, apply_dir, apply_objects, apply_yaml_file, deploy_dir, parse_yaml,
     read_yaml_file, workspace_root, yaml_files,
 };
-pub use namespace::{PodSecurity, TestNamespace, unique_name};
+pub use namespace::{PodSecurity, TestNamespace, pod_security_labels, unique_name};
+pub use prometheus::{Prometheus, Target};
 pub use serviceaccount::{
     ServiceAccountKubeconfig, manager_kubeconfig, service_account_kubeconfig,
 };

@@ -75,18 +75,23 @@ impl TestNamespace {
         prefix: &str,
         level: PodSecurity,
     ) -> Result<Self> {
-        let mut labels = BTreeMap::new();
-        for mode in ["enforce", "warn", "audit"] {
-            labels.insert(
-                format!("pod-security.kubernetes.io/{mode}"),
-                level.as_str().to_owned(),
-            );
-            labels.insert(
-                format!("pod-security.kubernetes.io/{mode}-version"),
-                "latest".to_owned(),
-            );
-        }
-        Self::create_with_labels(cluster, prefix, labels).await
+        Self::create_with(cluster, prefix, pod_security_labels(level), BTreeMap::new()).await
+    }
+
+    /// Creates a namespace whose pods run on the local cluster's real node (real containers:
+    /// images must be loaded there), enforcing a Pod Security Standard level.
+    ///
+    /// # Errors
+    /// [`Error::NoRealNode`] when the cluster runs without one, [`Error::Kube`] when the API
+    /// server refuses.
+    pub async fn on_real_node(
+        cluster: &TestCluster,
+        prefix: &str,
+        level: PodSecurity,
+    ) -> Result<Self> {
+        cluster.real_node()?;
+        let annotations = localcluster::node::namespace_annotations();
+        Self::create_with(cluster, prefix, pod_security_labels(level), annotations).await
     }
 
     /// Creates a namespace with the given labels.
@@ -98,11 +103,21 @@ impl TestNamespace {
         prefix: &str,
         labels: BTreeMap<String, String>,
     ) -> Result<Self> {
+        Self::create_with(cluster, prefix, labels, BTreeMap::new()).await
+    }
+
+    async fn create_with(
+        cluster: &TestCluster,
+        prefix: &str,
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<Self> {
         let name = unique_name(prefix);
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 labels: Some(labels),
+                annotations: Some(annotations),
                 ..ObjectMeta::default()
             },
             ..Namespace::default()
@@ -132,6 +147,22 @@ impl TestNamespace {
         self.deleted = true;
         delete(&self.client, &self.name).await
     }
+}
+
+/// `pod-security.kubernetes.io/{enforce,warn,audit}` at `level`, version `latest`.
+pub fn pod_security_labels(level: PodSecurity) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    for mode in ["enforce", "warn", "audit"] {
+        labels.insert(
+            format!("pod-security.kubernetes.io/{mode}"),
+            level.as_str().to_owned(),
+        );
+        labels.insert(
+            format!("pod-security.kubernetes.io/{mode}-version"),
+            "latest".to_owned(),
+        );
+    }
+    labels
 }
 
 async fn delete(client: &kube::Client, name: &str) -> Result<()> {

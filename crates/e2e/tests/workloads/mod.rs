@@ -39,6 +39,22 @@ impl Env {
             Some(level) => TestNamespace::with_pod_security(&cluster, prefix, level).await?,
             None => TestNamespace::create(&cluster, prefix).await?,
         };
+        Self::in_namespace(cluster, ns, controllers).await
+    }
+
+    /// Like [`Env::start`], in a namespace whose pods run as real containers on the cluster's
+    /// real node, under the `restricted` Pod Security Standard.
+    pub async fn on_real_node(prefix: &str, controllers: &str) -> Result<Self> {
+        let cluster = testkit::cluster().await?;
+        let ns = TestNamespace::on_real_node(&cluster, prefix, PodSecurity::Restricted).await?;
+        Self::in_namespace(cluster, ns, controllers).await
+    }
+
+    async fn in_namespace(
+        cluster: TestCluster,
+        ns: TestNamespace,
+        controllers: &str,
+    ) -> Result<Self> {
         let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
         wait_for_crds(&cluster).await?;
         let metrics_port = testkit::free_port()?;

@@ -1,0 +1,618 @@
+//! The manager as users run it: its image loaded on the real node, installed with
+//! `kubectl apply -k deploy/`, probed by the kubelet, configured from its mounted
+//! ServiceAccount token, two replicas electing one leader.
+//!
+//! The installation is cluster-wide (`operator-system`, the ClusterRole), so this binary runs
+//! one scenario from start to end. The in-cluster manager also reconciles the objects of tests
+//! running at the same time; like their own managers, it applies the same desired state.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use apis::{Memcached, MemcachedSpec};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use testkit::{PodSecurity, TestCluster, TestNamespace};
+
+/// Where the generated manifests install the manager.
+const NAMESPACE: &str = "operator-system";
+/// The manager's Deployment (and its pods' `app.kubernetes.io/name`).
+const MANAGER: &str = "operator-manager";
+/// The Lease the replicas elect a leader with.
+const LEASE: &str = "operator-manager-leader";
+/// The image `cargo xtask image manager --load` builds.
+const MANAGER_IMAGE: &str = "operator-manager";
+/// The memcached image built from the distribution's package.
+const MEMCACHED_IMAGE: &str = "operator-manager.local/memcached";
+/// Pods of the manager.
+const MANAGER_PODS: &str = "app.kubernetes.io/name=operator-manager";
+/// Generous: real containers start on a loaded two-core machine.
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+#[tokio::test]
+async fn the_manager_runs_in_cluster_as_users_install_it() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    cluster.loaded_image(MANAGER_IMAGE, "manager")?;
+    let memcached_image = cluster.loaded_image(MEMCACHED_IMAGE, "memcached")?;
+
+    let result = scenario(&cluster, &memcached_image).await;
+    let report = if result.is_err() {
+        manager_report(&cluster)
+    } else {
+        String::new()
+    };
+    // Stop the manager's pods whatever happened; the CRDs and RBAC stay, as other tests use them.
+    let removed = uninstall(&cluster).await;
+    result.with_context(|| report)?;
+    removed
+}
+
+async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
+    let started = Instant::now();
+    install(cluster).await?;
+    let leader = wait_for_one_leader(cluster, None).await?;
+    println!(
+        "installed: 2 replicas Ready through the kubelet's probes, {leader} leads ({:.1}s)",
+        started.elapsed().as_secs_f64()
+    );
+    check_pod_security(cluster).await?;
+
+    // Watch every replica's own view of leadership for the rest of the scenario.
+    let watch = LeaderWatch::start(cluster.clone());
+
+    let prometheus = testkit::Prometheus::start(cluster, NAMESPACE).await?;
+    wait_for_scrapes(&prometheus).await?;
+    let reconciles = "sum(controller_runtime_reconcile_total{controller=\"memcached\"})";
+    let before = total(&prometheus, reconciles).await?;
+    println!("Prometheus discovered and scrapes both replicas; {reconciles} = {before}");
+
+    let ns = TestNamespace::on_real_node(cluster, "in-cluster", PodSecurity::Restricted).await?;
+    tutorial(cluster, &ns, memcached_image).await?;
+    println!(
+        "the tutorial flow converged ({:.1}s)",
+        started.elapsed().as_secs_f64()
+    );
+    let after = testkit::wait_for(
+        "Prometheus to see the Memcached reconciles",
+        Duration::from_secs(60),
+        || async {
+            match total(&prometheus, reconciles).await {
+                Ok(after) if after > before => Ok(after),
+                Ok(after) => Err(format!("still {after}")),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await?;
+    println!("through Prometheus: {reconciles} rose from {before} to {after}");
+
+    // Handovers with work in flight: three Memcacheds created before, resized during.
+    let mcs = Api::<Memcached>::namespaced(cluster.client.clone(), ns.name());
+    for (i, name) in ["handover-a", "handover-b", "handover-c"]
+        .iter()
+        .enumerate()
+    {
+        let size = i32::try_from(i)? + 1;
+        mcs.create(
+            &PostParams::default(),
+            &memcached(name, size, memcached_image),
+        )
+        .await?;
+    }
+
+    let before = leader.clone();
+    cluster_kubectl(
+        cluster,
+        &[
+            "rollout",
+            "restart",
+            &format!("deployment/{MANAGER}"),
+            "-n",
+            NAMESPACE,
+        ],
+    )?;
+    resize(&mcs, &[("handover-a", 2), ("handover-b", 1)]).await?;
+    cluster_kubectl(
+        cluster,
+        &[
+            "rollout",
+            "status",
+            &format!("deployment/{MANAGER}"),
+            "-n",
+            NAMESPACE,
+            "--timeout=180s",
+        ],
+    )?;
+    let leader = wait_for_one_leader(cluster, Some(&before)).await?;
+    converged_all(
+        cluster,
+        ns.name(),
+        &[("handover-a", 2), ("handover-b", 1), ("handover-c", 3)],
+    )
+    .await?;
+    println!(
+        "rollout restart: leadership went from {before} to {leader}, every Memcached converged"
+    );
+
+    let before = leader;
+    Api::<Pod>::namespaced(cluster.client.clone(), NAMESPACE)
+        .delete(&before, &DeleteParams::default())
+        .await?;
+    resize(&mcs, &[("handover-c", 1)]).await?;
+    let leader = wait_for_one_leader(cluster, Some(&before)).await?;
+    converged_all(
+        cluster,
+        ns.name(),
+        &[("handover-a", 2), ("handover-b", 1), ("handover-c", 1)],
+    )
+    .await?;
+    println!(
+        "deleting the leader pod: leadership went from {before} to {leader}, every Memcached converged"
+    );
+
+    let seen = watch.stop();
+    ensure!(
+        seen.most_leaders <= 1,
+        "{} replicas reported leading at the same time",
+        seen.most_leaders
+    );
+    ensure!(seen.samples > 0, "no replica's metrics could be read");
+    println!(
+        "never two leaders: {} samples of every replica's leader_election_master_status",
+        seen.samples
+    );
+    Ok(())
+}
+
+/// Waits until Prometheus scrapes every manager replica successfully.
+async fn wait_for_scrapes(prometheus: &testkit::Prometheus) -> Result<()> {
+    testkit::wait_for(
+        "Prometheus to scrape both manager replicas",
+        TIMEOUT,
+        || async {
+            let targets = prometheus.targets().await.map_err(|e| e.to_string())?;
+            let managers: Vec<_> = targets
+                .iter()
+                .filter(|t| {
+                    t.labels["pod"]
+                        .as_str()
+                        .is_some_and(|p| p.starts_with(MANAGER))
+                })
+                .collect();
+            let up = managers.iter().filter(|t| t.health == "up").count();
+            if up == 2 && managers.len() == 2 {
+                Ok(())
+            } else {
+                Err(format!("targets: {managers:?}"))
+            }
+        },
+    )
+    .await
+    .map_err(|e| prometheus.with_log(e))?;
+    Ok(())
+}
+
+/// The value of a query that sums to one number (0 when it has no series yet).
+async fn total(prometheus: &testkit::Prometheus, promql: &str) -> Result<f64> {
+    Ok(prometheus
+        .query(promql)
+        .await?
+        .first()
+        .map_or(0.0, |(_, value)| *value))
+}
+
+/// `kubectl apply -k deploy/`, after marking the manager's namespace for the real node (what a
+/// user's cluster needs no help with: it has only real nodes).
+async fn install(cluster: &TestCluster) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let marked = Namespace {
+        metadata: ObjectMeta {
+            name: Some(NAMESPACE.into()),
+            annotations: Some(localcluster::node::namespace_annotations()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    namespaces
+        .patch(
+            NAMESPACE,
+            &PatchParams::apply("e2e-real-node").force(),
+            &Patch::Apply(&marked),
+        )
+        .await
+        .context("marking operator-system for the real node")?;
+    let deploy = testkit::deploy_dir();
+    cluster_kubectl(cluster, &["apply", "-k", &deploy.to_string_lossy()])?;
+
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    testkit::wait_for("both manager replicas Ready", TIMEOUT, || async {
+        let d = deployments.get(MANAGER).await.map_err(|e| e.to_string())?;
+        let status = d.status.unwrap_or_default();
+        let want = d.spec.replicas.unwrap_or(1);
+        if want == 2
+            && status.ready_replicas == Some(2)
+            && status.updated_replicas == Some(2)
+            && status.replicas == Some(2)
+        {
+            Ok(())
+        } else {
+            Err(format!("status {status:?}"))
+        }
+    })
+    .await?;
+    for pod in manager_pods(cluster).await? {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        ensure!(
+            node.as_deref() == Some(localcluster::node::NODE_NAME),
+            "manager pod {:?} runs on {node:?}, not the real node",
+            pod.metadata.name
+        );
+    }
+    Ok(())
+}
+
+/// Deletes the manager's Deployment and waits for its pods to go.
+async fn uninstall(cluster: &TestCluster) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    match deployments
+        .delete(MANAGER, &DeleteParams::foreground())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    testkit::wait_for("the manager's pods to be gone", TIMEOUT, || async {
+        let pods = manager_pods(cluster).await.map_err(|e| e.to_string())?;
+        if pods.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} pods left", pods.len()))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Both namespaces enforce the restricted Pod Security Standard, and both kinds of pods were
+/// admitted under it (they run).
+async fn check_pod_security(cluster: &TestCluster) -> Result<()> {
+    let ns = Api::<Namespace>::all(cluster.client.clone())
+        .get(NAMESPACE)
+        .await?;
+    let labels = ns.metadata.labels.unwrap_or_default();
+    ensure!(
+        labels
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str)
+            == Some("restricted"),
+        "{NAMESPACE} does not enforce the restricted standard: {labels:?}"
+    );
+    Ok(())
+}
+
+/// The Operator SDK tutorial, against the in-cluster manager: the sample, a merge patch of
+/// `spec.size`, a deleted pod replaced, hand scaling undone, deletion garbage-collecting.
+async fn tutorial(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Result<()> {
+    let kubectl = |args: &[&str]| -> Result<String> {
+        let mut all = vec!["--namespace", ns.name()];
+        all.extend_from_slice(args);
+        cluster_kubectl(cluster, &all)
+    };
+    let sample = testkit::deploy_dir()
+        .join("samples")
+        .join("cache_v1alpha1_memcached.yaml");
+    kubectl(&["apply", "-f", &sample.to_string_lossy()])?;
+    // The sample names the public image, which cannot be pulled here.
+    let patch = format!(r#"{{"spec":{{"image":"{image}"}}}}"#);
+    kubectl(&[
+        "patch",
+        "memcached",
+        "memcached-sample",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    converged_all(cluster, ns.name(), &[("memcached-sample", 3)]).await?;
+
+    kubectl(&[
+        "patch",
+        "memcached",
+        "memcached-sample",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":2}}"#,
+    ])?;
+    let pods = converged_all(cluster, ns.name(), &[("memcached-sample", 2)]).await?;
+
+    let victim = pods.first().context("no memcached pod")?.clone();
+    kubectl(&["delete", "pod", &victim, "--wait=false"])?;
+    let after = converged_all(cluster, ns.name(), &[("memcached-sample", 2)]).await?;
+    ensure!(
+        !after.contains(&victim),
+        "pod {victim} was not replaced: {after:?}"
+    );
+
+    kubectl(&["scale", "deployment", "memcached-sample", "--replicas=4"])?;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), ns.name());
+    testkit::wait_for("the hand scaling to be undone", TIMEOUT, || async {
+        let d = deployments
+            .get("memcached-sample")
+            .await
+            .map_err(|e| e.to_string())?;
+        match d.spec.replicas {
+            Some(2) => Ok(()),
+            other => Err(format!("replicas {other:?}")),
+        }
+    })
+    .await?;
+    converged_all(cluster, ns.name(), &[("memcached-sample", 2)]).await?;
+
+    kubectl(&["delete", "memcached", "memcached-sample"])?;
+    testkit::wait_for(
+        "the Deployment to be garbage-collected",
+        TIMEOUT,
+        || async {
+            match deployments.get_opt("memcached-sample").await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+fn memcached(name: &str, size: i32, image: &str) -> Memcached {
+    Memcached::new(
+        name,
+        MemcachedSpec {
+            size,
+            image: image.to_owned(),
+        },
+    )
+}
+
+async fn resize(mcs: &Api<Memcached>, sizes: &[(&str, i32)]) -> Result<()> {
+    for (name, size) in sizes {
+        let patch = serde_json::json!({ "spec": { "size": size } });
+        mcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Waits until every named Memcached has its size in Ready pods, in its status, for its
+/// current generation; returns the pods of the first.
+async fn converged_all(
+    cluster: &TestCluster,
+    namespace: &str,
+    sizes: &[(&str, i32)],
+) -> Result<Vec<String>> {
+    let mcs: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace);
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), namespace);
+    let what = format!("Memcacheds {sizes:?} to converge");
+    Ok(testkit::wait_for(&what, TIMEOUT, || async {
+        let mut first = None;
+        for (name, size) in sizes {
+            let mc = mcs.get(name).await.map_err(|e| e.to_string())?;
+            let status = mc.status.clone().unwrap_or_default();
+            let wanted = usize::try_from(*size).unwrap_or_default();
+            let current = status.observed_generation == mc.metadata.generation;
+            let listed = pods
+                .list(&ListParams::default().labels(&format!("memcached_cr={name}")))
+                .await
+                .map_err(|e| e.to_string())?;
+            let ready = listed
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+                .count();
+            if !(current
+                && status.nodes.len() == wanted
+                && status.ready_replicas == *size
+                && ready == wanted)
+            {
+                return Err(format!(
+                    "{name}: want {size}, status nodes {:?} ready {} observed {:?}/{:?}, {ready} ready pods",
+                    status.nodes, status.ready_replicas, status.observed_generation, mc.metadata.generation
+                ));
+            }
+            first.get_or_insert(status.nodes);
+        }
+        Ok(first.unwrap_or_default())
+    })
+    .await?)
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn manager_pods(cluster: &TestCluster) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    Ok(pods
+        .list(&ListParams::default().labels(MANAGER_PODS))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+/// Waits until the Lease names a running, Ready manager pod (other than `not`, after a
+/// handover), and returns it.
+async fn wait_for_one_leader(cluster: &TestCluster, not: Option<&str>) -> Result<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    Ok(
+        testkit::wait_for("one manager pod to hold the Lease", TIMEOUT, || async {
+            let lease = leases.get(LEASE).await.map_err(|e| e.to_string())?;
+            let holder = lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default();
+            if holder.is_empty() || Some(holder.as_str()) == not {
+                return Err(format!("holder {holder:?}"));
+            }
+            let pods = manager_pods(cluster).await.map_err(|e| e.to_string())?;
+            let running = pods
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(holder.as_str()) && pod_ready(p));
+            if running {
+                Ok(holder)
+            } else {
+                Err(format!("holder {holder} is not a Ready manager pod"))
+            }
+        })
+        .await?,
+    )
+}
+
+/// What [`LeaderWatch`] saw.
+struct LeadersSeen {
+    most_leaders: usize,
+    samples: usize,
+}
+
+/// Polls every manager replica's `leader_election_master_status` in the background, counting
+/// how many report leading at once.
+struct LeaderWatch {
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicUsize>,
+    samples: Arc<AtomicUsize>,
+}
+
+impl LeaderWatch {
+    fn start(cluster: TestCluster) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let most = Arc::new(AtomicUsize::new(0));
+        let samples = Arc::new(AtomicUsize::new(0));
+        let (s, m, n) = (stop.clone(), most.clone(), samples.clone());
+        tokio::spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(pods) = manager_pods(&cluster).await {
+                    let mut leading = 0;
+                    let mut read = 0;
+                    for ip in pods
+                        .iter()
+                        .filter_map(|p| p.status.as_ref()?.pod_ip.as_ref()?.parse::<IpAddr>().ok())
+                    {
+                        if let Ok(Ok(text)) = tokio::time::timeout(
+                            Duration::from_secs(2),
+                            http_get(ip, 8080, "/metrics"),
+                        )
+                        .await
+                        {
+                            read += 1;
+                            if master_status(&text) == Some(1.0) {
+                                leading += 1;
+                            }
+                        }
+                    }
+                    if read > 0 {
+                        n.fetch_add(1, Ordering::Relaxed);
+                        m.fetch_max(leading, Ordering::Relaxed);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        Self {
+            stop,
+            most,
+            samples,
+        }
+    }
+
+    fn stop(self) -> LeadersSeen {
+        self.stop.store(true, Ordering::Relaxed);
+        LeadersSeen {
+            most_leaders: self.most.load(Ordering::Relaxed),
+            samples: self.samples.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn master_status(metrics: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix("leader_election_master_status{")?;
+        let (labels, value) = rest.split_once('}')?;
+        labels
+            .contains(&format!("name=\"{LEASE}\""))
+            .then(|| value.trim().parse().ok())?
+    })
+}
+
+/// A plain HTTP/1.0 GET.
+async fn http_get(ip: IpAddr, port: u16, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect((ip, port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or((response.as_str(), ""));
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!("GET {path}: {head}");
+    }
+    Ok(body.to_owned())
+}
+
+/// kubectl as administrator; fails unless it succeeds.
+fn cluster_kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String> {
+    let out = cluster.kubectl().args(args).output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "kubectl {} failed: {stdout}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(stdout)
+}
+
+/// The manager's pods, their events and the end of each replica's log, for a failure.
+fn manager_report(cluster: &TestCluster) -> String {
+    let mut report = String::new();
+    for args in [
+        vec!["get", "pods", "-o", "wide", "-n", NAMESPACE],
+        vec!["get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp"],
+        vec![
+            "logs",
+            "-n",
+            NAMESPACE,
+            "-l",
+            MANAGER_PODS,
+            "--tail=60",
+            "--prefix",
+        ],
+    ] {
+        let text = cluster_kubectl(cluster, &args).unwrap_or_else(|e| format!("{e:#}"));
+        report.push_str(&format!("$ kubectl {}\n{text}\n", args.join(" ")));
+    }
+    report
+}
+
+#[test]
+fn reads_the_leader_gauge() {
+    let text =
+        "# TYPE x gauge\nleader_election_master_status{name=\"operator-manager-leader\"} 1\n";
+    assert_eq!(master_status(text), Some(1.0));
+    assert_eq!(
+        master_status("leader_election_master_status{name=\"other\"} 1"),
+        None
+    );
+}

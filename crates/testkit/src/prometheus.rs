@@ -1,0 +1,347 @@
+//! A real Prometheus (built from source with the control plane) for tests: it discovers pods through the
+//! local API server's Kubernetes service discovery, as it would in a user's cluster, and is
+//! asked through its HTTP API.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use tokio::process::{Child, Command};
+
+use crate::manager::{free_port, log_dir};
+use crate::namespace::unique_name;
+use crate::{Error, FIELD_MANAGER, Result, TestCluster, service_account_kubeconfig};
+
+/// The ServiceAccount (and ClusterRole) Prometheus discovers pods as: read-only on pods,
+/// what the Prometheus Operator's own RBAC grants for pod discovery.
+const IDENTITY: &str = "e2e-prometheus";
+
+/// A running Prometheus, killed (and its data removed) when dropped.
+#[derive(Debug)]
+pub struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+/// One target as Prometheus's `/api/v1/targets` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// The URL it scrapes.
+    pub scrape_url: String,
+    /// `up`, `down` or `unknown`.
+    pub health: String,
+    /// The last scrape's error, if any.
+    pub last_error: String,
+    /// The target's labels after relabelling.
+    pub labels: serde_json::Value,
+}
+
+impl Prometheus {
+    /// Starts Prometheus on a free loopback port, scraping every 2 s the pods of `namespace`
+    /// that carry the `prometheus.io/scrape: "true"` annotation, at the port and path their
+    /// `prometheus.io/port` and `prometheus.io/path` annotations name (the convention the
+    /// generated manager Deployment follows).
+    ///
+    /// # Errors
+    /// [`Error::PrometheusMissing`] when it is not installed; API errors from creating its
+    /// ServiceAccount; [`Error::Timeout`] when it does not become ready.
+    pub async fn start(cluster: &TestCluster, namespace: &str) -> Result<Self> {
+        let binary = cluster.state.bin_dir.join("prometheus");
+        if !binary.is_file() {
+            return Err(Error::PrometheusMissing { path: binary });
+        }
+        let token_namespace = "default";
+        grant_pod_discovery(cluster, token_namespace).await?;
+        let identity = service_account_kubeconfig(cluster, token_namespace, IDENTITY).await?;
+
+        let dir = std::env::temp_dir().join(unique_name("e2e-prometheus"));
+        std::fs::create_dir_all(&dir).map_err(Error::io("creating", &dir))?;
+        let config = dir.join("prometheus.yml");
+        let text = scrape_config(&identity.path, namespace);
+        std::fs::write(&config, text).map_err(Error::io("writing", &config))?;
+
+        let logs = log_dir();
+        std::fs::create_dir_all(&logs).map_err(Error::io("creating", &logs))?;
+        let log = logs.join(format!("{}.log", unique_name("prometheus")));
+        let out = std::fs::File::create(&log).map_err(Error::io("creating", &log))?;
+        let err = out.try_clone().map_err(Error::io("opening", &log))?;
+        let port = free_port()?;
+        let child = Command::new(&binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                binary: binary.clone(),
+                source,
+            })?;
+        let prometheus = Self {
+            child,
+            port,
+            dir,
+            log,
+        };
+        crate::wait_for(
+            "Prometheus to be ready",
+            Duration::from_secs(60),
+            || async { get(port, "/-/ready").await.map(drop) },
+        )
+        .await
+        .map_err(|e| prometheus.with_log(e))?;
+        Ok(prometheus)
+    }
+
+    /// Its log file.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// The last lines of its log, appended to an error.
+    pub fn with_log(&self, error: Error) -> Error {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+        Error::Timeout {
+            what: format!("{error}"),
+            seconds: 0.0,
+            last: format!("Prometheus log ({}):\n{tail}", self.log.display()),
+        }
+    }
+
+    /// The active targets.
+    ///
+    /// # Errors
+    /// [`Error::Prometheus`] when the API answers with an error or unexpected JSON.
+    pub async fn targets(&self) -> Result<Vec<Target>> {
+        let body = self.api("/api/v1/targets?state=active").await?;
+        let targets = body["data"]["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(targets
+            .into_iter()
+            .map(|t| Target {
+                scrape_url: t["scrapeUrl"].as_str().unwrap_or_default().to_owned(),
+                health: t["health"].as_str().unwrap_or_default().to_owned(),
+                last_error: t["lastError"].as_str().unwrap_or_default().to_owned(),
+                labels: t["labels"].clone(),
+            })
+            .collect())
+    }
+
+    /// Evaluates an instant PromQL query; returns each series' labels and value.
+    ///
+    /// # Errors
+    /// [`Error::Prometheus`] when the query fails.
+    pub async fn query(&self, promql: &str) -> Result<Vec<(serde_json::Value, f64)>> {
+        let body = self
+            .api(&format!("/api/v1/query?query={}", percent_encode(promql)))
+            .await?;
+        let results = body["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(results
+            .into_iter()
+            .filter_map(|r| {
+                let value = r["value"][1].as_str()?.parse().ok()?;
+                Some((r["metric"].clone(), value))
+            })
+            .collect())
+    }
+
+    async fn api(&self, path: &str) -> Result<serde_json::Value> {
+        let text = get(self.port, path)
+            .await
+            .map_err(|message| Error::Prometheus {
+                request: path.to_owned(),
+                message,
+            })?;
+        let body: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::Prometheus {
+                request: path.to_owned(),
+                message: format!("{e}: {text}"),
+            })?;
+        if body["status"] != "success" {
+            return Err(Error::Prometheus {
+                request: path.to_owned(),
+                message: text,
+            });
+        }
+        Ok(body)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The scrape configuration: pod discovery in one namespace, the `prometheus.io/*`
+/// annotations deciding what and where to scrape.
+fn scrape_config(kubeconfig: &Path, namespace: &str) -> String {
+    format!(
+        r#"global:
+  scrape_interval: 2s
+  scrape_timeout: 1s
+  evaluation_interval: 2s
+scrape_configs:
+  - job_name: kubernetes-pods
+    kubernetes_sd_configs:
+      - role: pod
+        kubeconfig_file: {kubeconfig}
+        namespaces:
+          names: [{namespace}]
+    relabel_configs:
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
+        action: keep
+        regex: "true"
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
+        action: replace
+        target_label: __metrics_path__
+        regex: (.+)
+      - source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
+        action: replace
+        regex: ([^:]+)(?::\d+)?;(\d+)
+        replacement: $1:$2
+        target_label: __address__
+      - source_labels: [__meta_kubernetes_namespace]
+        target_label: namespace
+      - source_labels: [__meta_kubernetes_pod_name]
+        target_label: pod
+"#,
+        kubeconfig = kubeconfig.display()
+    )
+}
+
+/// A ClusterRole to list and watch pods, bound to Prometheus's ServiceAccount.
+async fn grant_pod_discovery(cluster: &TestCluster, namespace: &str) -> Result<()> {
+    let client = &cluster.client;
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(IDENTITY.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .patch(IDENTITY, &apply, &Patch::Apply(&sa))
+        .await
+        .map_err(Error::kube("creating Prometheus's ServiceAccount"))?;
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(IDENTITY.into()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            ..PolicyRule::default()
+        }]),
+        ..ClusterRole::default()
+    };
+    Api::<ClusterRole>::all(client.clone())
+        .patch(IDENTITY, &apply, &Patch::Apply(&role))
+        .await
+        .map_err(Error::kube("creating Prometheus's ClusterRole"))?;
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(IDENTITY.into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: IDENTITY.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: IDENTITY.into(),
+            namespace: Some(namespace.into()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(IDENTITY, &apply, &Patch::Apply(&binding))
+        .await
+        .map_err(Error::kube("binding Prometheus's ClusterRole"))?;
+    Ok(())
+}
+
+/// A plain HTTP/1.0 GET on loopback; the body of a 200 answer.
+async fn get(port: u16, path: &str) -> std::result::Result<String, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or((response.as_str(), ""));
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) == Some("200") {
+        Ok(body.to_owned())
+    } else {
+        Err(format!("{status}: {body}"))
+    }
+}
+
+/// Percent-encodes a query parameter value (everything but unreserved characters).
+fn percent_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_percent_encoded() {
+        assert_eq!(
+            percent_encode(r#"sum(x{a="b"})"#),
+            "sum%28x%7Ba%3D%22b%22%7D%29"
+        );
+        assert_eq!(percent_encode("plain-text_1.0~"), "plain-text_1.0~");
+    }
+
+    #[test]
+    fn the_configuration_keeps_annotated_pods_of_one_namespace() {
+        let config = scrape_config(Path::new("/k"), "ns");
+        assert!(config.contains("names: [ns]"));
+        assert!(config.contains("__meta_kubernetes_pod_annotation_prometheus_io_scrape"));
+        assert!(config.contains("kubeconfig_file: /k"));
+    }
+}
