@@ -63,6 +63,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     queue: Arc<Queue<K>>,
+    /// The cache of the custom resources, once [`Driver::watch_resources`] made it.
+    cache: std::sync::OnceLock<kube::runtime::reflector::Store<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Debug for Driver<K> {
@@ -95,6 +97,7 @@ where
             metrics: ctx.metrics.clone(),
             shutdown: ctx.shutdown.clone(),
             queue,
+            cache: std::sync::OnceLock::new(),
         }
     }
 
@@ -109,6 +112,7 @@ where
         use kube::runtime::WatchStreamExt;
         let queue = self.queue.clone();
         let name = self.name;
+        let _ = self.cache.set(writer.as_reader());
         kube::runtime::watcher(api, watcher::Config::default())
             .default_backoff()
             .reflect(writer)
@@ -199,10 +203,25 @@ where
             });
         let mut results = std::pin::pin!(results);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let cache = self.cache.get().cloned();
+        let mut stopping = false;
         loop {
             tokio::select! {
                 () = &mut results => break,
                 _ = tick.tick() => queue.refresh(),
+                () = self.shutdown.cancelled(), if !stopping => {
+                    stopping = true;
+                    // kube's runner holds every reconcile until the cache has its first list,
+                    // and stops polling the watch once shutdown starts: stopped before then,
+                    // it would wait forever. Nothing can be in flight, so return at once.
+                    let synced = cache.as_ref().is_none_or(|c| {
+                        futures::FutureExt::now_or_never(c.wait_until_ready()).is_some()
+                    });
+                    if !synced {
+                        tracing::info!(controller = name, "stopped before its cache had synced");
+                        break;
+                    }
+                }
             }
         }
         queue.clear();

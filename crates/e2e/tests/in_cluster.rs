@@ -155,6 +155,14 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
         "deleting the leader pod: leadership went from {before} to {leader}, every Memcached converged"
     );
 
+    let before = leader;
+    let (restarted, leader) = partition_leader(cluster, &before).await?;
+    println!(
+        "a leader cut off from the API server: the kubelet restarted it after {restarted:.1}s, \
+         {leader} leads"
+    );
+    wait_for_ready_replicas(cluster).await?;
+
     let seen = watch.stop();
     ensure!(
         seen.most_leaders <= 1,
@@ -166,6 +174,127 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
         "never two leaders: {} samples of every replica's leader_election_master_status",
         seen.samples
     );
+    Ok(())
+}
+
+/// Cuts the leader pod off from the API server until the kubelet has restarted its container
+/// (it cannot renew its Lease) and the standby leads, then lets it reconnect. Returns how long
+/// the restart took, and the new leader.
+///
+/// The partition stays until the standby leads: the restarted container keeps its pod name,
+/// which is its identity, so reconnected before the Lease expired it would take its own Lease
+/// back.
+async fn partition_leader(cluster: &TestCluster, leader: &str) -> Result<(f64, String)> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let pod = pods.get(leader).await?;
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("the leader has no IP")?;
+    let restarts = |pod: &Pod| -> i32 {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.first())
+            .map_or(0, |c| c.restart_count)
+    };
+    let before = restarts(&pod);
+    let api_port = cluster
+        .state
+        .server
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .context("the API server URL has no port")?;
+    let started = Instant::now();
+    let cut = Partition::cut(&ip, api_port)?;
+    testkit::wait_for(
+        "the kubelet to restart the leader that cannot renew its Lease",
+        TIMEOUT,
+        || async {
+            let pod = pods.get(leader).await.map_err(|e| e.to_string())?;
+            let now = restarts(&pod);
+            if now > before {
+                Ok(())
+            } else {
+                Err(format!("{now} restarts"))
+            }
+        },
+    )
+    .await?;
+    let took = started.elapsed().as_secs_f64();
+    let new_leader = wait_for_one_leader(cluster, Some(leader)).await?;
+    drop(cut);
+    Ok((took, new_leader))
+}
+
+/// An iptables rule that drops a pod's packets to the API server (they arrive at the node's
+/// forwarder, on this host), removed when dropped.
+struct Partition {
+    rule: Vec<String>,
+}
+
+impl Partition {
+    fn cut(pod_ip: &str, api_port: u16) -> Result<Self> {
+        let rule: Vec<String> = [
+            "INPUT",
+            "-s",
+            pod_ip,
+            "-p",
+            "tcp",
+            "--dport",
+            &api_port.to_string(),
+            "-m",
+            "comment",
+            "--comment",
+            "e2e: a leader cut off from the API server",
+            "-j",
+            "DROP",
+        ]
+        .map(String::from)
+        .to_vec();
+        let out = std::process::Command::new("iptables")
+            .arg("-I")
+            .args(&rule)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "iptables -I {}: {}",
+            rule.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(Self { rule })
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let removed = std::process::Command::new("iptables")
+            .arg("-D")
+            .args(&self.rule)
+            .status();
+        if !removed.is_ok_and(|s| s.success()) {
+            eprintln!(
+                "warning: could not remove iptables rule {}",
+                self.rule.join(" ")
+            );
+        }
+    }
+}
+
+/// Waits until both manager replicas are Ready again.
+async fn wait_for_ready_replicas(cluster: &TestCluster) -> Result<()> {
+    testkit::wait_for("both manager replicas Ready again", TIMEOUT, || async {
+        let pods = manager_pods(cluster).await.map_err(|e| e.to_string())?;
+        let ready = pods.iter().filter(|p| pod_ready(p)).count();
+        if ready == 2 && pods.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("{ready} of {} Ready", pods.len()))
+        }
+    })
+    .await?;
     Ok(())
 }
 

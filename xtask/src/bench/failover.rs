@@ -55,6 +55,9 @@ pub async fn measure(
         spawn(binary, kubeconfig, &lease, REPLICAS[0]).await?,
         spawn(binary, kubeconfig, &lease, REPLICAS[1]).await?,
     ];
+    for replica in &mut replicas {
+        replica.wait_ready().await?;
+    }
     let namespace = kubeconfig.namespace.as_str();
     let takes_over = LEASE_DURATION * 3;
 
@@ -74,42 +77,60 @@ pub async fn measure(
         let is_crash = round % 2 == 1;
         let started = Instant::now();
         if is_crash {
-            replicas[leader].kill().await?;
+            replicas[leader].process.kill().await?;
         } else {
-            replicas[leader].terminate();
+            replicas[leader].process.terminate();
         }
         wait_for_holder(cluster, namespace, &lease, |h| h == standby, takes_over).await?;
         let seconds = started.elapsed().as_secs_f64();
-        println!(
-            "{} handover {}: {seconds:.3} s",
-            if is_crash { "crash" } else { "graceful" },
-            round / 2 + 1
-        );
+        let kind = if is_crash { "crash" } else { "graceful" };
+        println!("{kind} handover {}: {seconds:.3} s", round / 2 + 1);
+        let exit = replicas[leader]
+            .process
+            .wait_timeout(Duration::from_secs(40))
+            .await?;
+        let exited_well = match exit {
+            // A graceful stop releases the Lease and exits 0.
+            Some(status) if !is_crash => status.success(),
+            Some(_) => true,
+            None => {
+                replicas[leader].process.kill().await?;
+                false
+            }
+        };
+        let slow = seconds
+            > if is_crash {
+                LEASE_DURATION.as_secs_f64() + 1.0
+            } else {
+                1.0
+            };
+        if !exited_well || slow {
+            println!(
+                "  the stopped replica {} exited with {exit:?}; the end of its log ({}):\n{}",
+                REPLICAS[leader],
+                replicas[leader].process.log().display(),
+                indent(&tail(&replicas[leader].process.log_text(), 30))
+            );
+        }
         if is_crash {
             crash.push(seconds)
         } else {
             graceful.push(seconds)
         }
-        if replicas[leader]
-            .wait_timeout(Duration::from_secs(40))
-            .await?
-            .is_none()
-        {
-            replicas[leader].kill().await?;
-        }
-        // Bring the stopped replica back as the new standby, like the kubelet would.
+        // Bring the stopped replica back as the new standby, like the kubelet would, and wait
+        // until it is ready (connected, watching the Lease) before the next round.
         replicas[leader] = spawn(binary, kubeconfig, &lease, REPLICAS[leader]).await?;
-        // Let it reach its watch on the Lease before the next round.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        replicas[leader].wait_ready().await?;
     }
     for replica in &mut replicas {
-        replica.terminate();
+        replica.process.terminate();
         if replica
+            .process
             .wait_timeout(Duration::from_secs(40))
             .await?
             .is_none()
         {
-            replica.kill().await?;
+            replica.process.kill().await?;
         }
     }
     Ok(Failover {
@@ -118,20 +139,62 @@ pub async fn measure(
     })
 }
 
+/// One manager replica and its health-probe port.
+struct Replica {
+    process: ManagerProcess,
+    probes: u16,
+}
+
+impl Replica {
+    /// Waits until `/readyz` answers 200: connected to the API server and standing by.
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let port = self.probes;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if ready(port).await {
+                return Ok(());
+            }
+            if let Some(status) = self.process.try_exit_status()? {
+                anyhow::bail!(
+                    "a restarted replica exited with {status}:\n{}",
+                    tail(&self.process.log_text(), 30)
+                );
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "a restarted replica was not ready within 60 s:\n{}",
+                tail(&self.process.log_text(), 30)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Whether `GET /readyz` on 127.0.0.1:`port` answers 200.
+async fn ready(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    let request = b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    let mut response = String::new();
+    stream.write_all(request).await.is_ok()
+        && stream.read_to_string(&mut response).await.is_ok()
+        && response.lines().next().is_some_and(|l| l.contains(" 200"))
+}
+
 async fn spawn(
     binary: &Path,
     kubeconfig: &ServiceAccountKubeconfig,
     lease: &str,
     identity: &str,
-) -> anyhow::Result<ManagerProcess> {
+) -> anyhow::Result<Replica> {
     let lease_arg = format!("--leader-election-id={lease}");
     let namespace = format!("--leader-election-namespace={}", kubeconfig.namespace);
     let metrics = format!("--metrics-bind-address=127.0.0.1:{}", testkit::free_port()?);
-    let probes = format!(
-        "--health-probe-bind-address=127.0.0.1:{}",
-        testkit::free_port()?
-    );
-    Ok(testkit::spawn_manager_binary(
+    let probes = testkit::free_port()?;
+    let probes_arg = format!("--health-probe-bind-address=127.0.0.1:{probes}");
+    let process = testkit::spawn_manager_binary(
         binary,
         &kubeconfig.path,
         &[
@@ -139,12 +202,26 @@ async fn spawn(
             &lease_arg,
             &namespace,
             &metrics,
-            &probes,
+            &probes_arg,
             "--log-format=json",
         ],
-        &[("POD_NAME", identity), ("RUST_LOG", "warn")],
+        &[("POD_NAME", identity), ("RUST_LOG", "info")],
     )
-    .await?)
+    .await?;
+    Ok(Replica { process, probes })
+}
+
+/// The last `lines` lines of `text`.
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
