@@ -215,10 +215,14 @@ where
     /// [`Error::WatchStopped`] when the watch ended before its first list.
     pub async fn ready(&self, cancel: &CancellationToken) -> Result<bool, Error> {
         tokio::select! {
+            biased;
             () = cancel.cancelled() => Ok(false),
-            ready = self.store.wait_until_ready() => {
-                ready.map(|()| true).map_err(|_| Error::WatchStopped { resource: self.resource })
-            }
+            ready = self.store.wait_until_ready() => match ready {
+                Ok(()) => Ok(true),
+                // The watch stops with the shutdown that cancels us: that is no failure.
+                Err(_) if cancel.is_cancelled() => Ok(false),
+                Err(_) => Err(Error::WatchStopped { resource: self.resource }),
+            },
         }
     }
 
