@@ -637,7 +637,7 @@ impl LeaderWatch {
                     {
                         if let Ok(Ok(text)) = tokio::time::timeout(
                             Duration::from_secs(2),
-                            http_get(ip, 8080, "/metrics"),
+                            localcluster::http::get_ok(ip, 8080, "/metrics"),
                         )
                         .await
                         {
@@ -679,24 +679,6 @@ fn master_status(metrics: &str) -> Option<f64> {
             .contains(&format!("name=\"{LEASE}\""))
             .then(|| value.trim().parse().ok())?
     })
-}
-
-/// A plain HTTP/1.0 GET.
-async fn http_get(ip: IpAddr, port: u16, path: &str) -> Result<String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect((ip, port)).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .unwrap_or((response.as_str(), ""));
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!("GET {path}: {head}");
-    }
-    Ok(body.to_owned())
 }
 
 /// kubectl as administrator; fails unless it succeeds.

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::certs::{self, Identity, Pki};
 use crate::kubeconfig::{Credentials, KubeconfigSpec};
@@ -674,27 +673,13 @@ where
     }
 }
 
-/// etcd's `/health`, over a plain loopback HTTP/1.0 request.
+/// etcd's `/health`.
 async fn etcd_healthy(port: u16) -> std::result::Result<(), String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .map_err(|e| e.to_string())?;
-    if response.contains("\"health\":\"true\"") {
+    let (_, body) = crate::http::get(Ipv4Addr::LOCALHOST.into(), port, "/health").await?;
+    if body.contains("\"health\":\"true\"") {
         Ok(())
     } else {
-        Err(format!(
-            "etcd is not healthy yet: {}",
-            response.lines().last().unwrap_or_default()
-        ))
+        Err(format!("etcd is not healthy yet: {}", body.trim()))
     }
 }
 

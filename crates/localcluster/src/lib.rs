@@ -24,6 +24,7 @@
 mod certs;
 mod cluster;
 mod error;
+pub mod http;
 mod kubeconfig;
 mod lock;
 pub mod node;

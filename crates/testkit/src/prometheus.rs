@@ -285,30 +285,9 @@ async fn grant_pod_discovery(cluster: &TestCluster, namespace: &str) -> Result<(
     Ok(())
 }
 
-/// A plain HTTP/1.0 GET on loopback; the body of a 200 answer.
+/// `GET path` from Prometheus on loopback; the body of a 200 answer.
 async fn get(port: u16, path: &str) -> std::result::Result<String, String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .unwrap_or((response.as_str(), ""));
-    let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) == Some("200") {
-        Ok(body.to_owned())
-    } else {
-        Err(format!("{status}: {body}"))
-    }
+    localcluster::http::get_ok(std::net::Ipv4Addr::LOCALHOST.into(), port, path).await
 }
 
 /// Percent-encodes a query parameter value (everything but unreserved characters).

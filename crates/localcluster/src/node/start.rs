@@ -141,7 +141,15 @@ impl LocalCluster {
             "kube-proxy to program the Services (its /healthz)",
             Duration::from_secs(60),
             &[&kube_proxy, &forwarder, &kubelet],
-            || async move { http_ok(proxy_healthz, "/healthz").await },
+            || async move {
+                crate::http::get_ok(
+                    std::net::Ipv4Addr::LOCALHOST.into(),
+                    proxy_healthz,
+                    "/healthz",
+                )
+                .await
+                .map(drop)
+            },
         )
         .await?;
         let api = (NODE_IP, start.api_port);
@@ -242,27 +250,4 @@ async fn remove_not_ready_taint(client: &kube::Client) -> Result<()> {
             source,
         })?;
     Ok(())
-}
-
-/// A plain HTTP GET on loopback that must answer 200.
-async fn http_ok(port: u16, path: &str) -> std::result::Result<(), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) == Some("200") {
-        Ok(())
-    } else {
-        Err(format!("{path} answered {status:?}"))
-    }
 }
