@@ -1,16 +1,21 @@
 //! `cargo xtask demo`: the Memcached tutorial in one command, on the local cluster.
 //!
-//! 1. brings the local control plane up (`cargo xtask cluster up`, built once);
-//! 2. installs the CRDs, the manager's namespace and its RBAC from `deploy/`;
-//! 3. builds the manager and starts it in the background as its ServiceAccount (so it has
-//!    exactly the generated permissions), logging to a file, metrics on a loopback port;
-//! 4. applies the Memcached sample (`deploy/samples`, size 3) and waits until it converges;
-//! 5. prints what the tutorial shows, then how to scale it, where the logs and metrics are, and
-//!    how to stop everything.
+//! 1. installs the distribution packages and brings the local cluster up with its real node
+//!    (`cargo xtask setup`, `cargo xtask cluster up`; built once);
+//! 2. builds the manager's image and a memcached image and loads them into the real node;
+//! 3. installs everything with `kubectl apply -k deploy/`, as a user would, and waits for the
+//!    manager's two replicas to be Ready;
+//! 4. applies the Memcached sample (`deploy/samples`, size 3, its image pointed at the local
+//!    memcached) in namespace `memcached-demo`, waits until it converges, and stores and reads a
+//!    key on every memcached pod;
+//! 5. prints what the tutorial shows, then what to try next and how to stop everything.
 //!
-//! `cargo xtask demo --stop` ([`stop`]) stops the manager the demo started; the cluster keeps
-//! running until `cargo xtask cluster down`. The manager's files (pid, log, kubeconfig) live in
-//! the cache directory next to the cluster, never in the repository.
+//! Where the real node cannot run (not root, packages missing), it says why and runs the
+//! manager as a local process against the fake nodes instead, as its ServiceAccount.
+//!
+//! `cargo xtask demo --stop` ([`stop`]) removes the demo's manager and namespace; the cluster
+//! keeps running until `cargo xtask cluster down`. The demo's files (pid, log, kubeconfig,
+//! manifests) live in the cache directory next to the cluster, never in the repository.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,9 +24,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use localcluster::{ClusterState, Credentials, KubeconfigSpec, LocalCluster, Paths};
 
-/// The sample the demo applies, and its name.
+/// The sample the demo applies, its name, and the namespace it goes to.
 const SAMPLE_FILE: &str = "samples/cache_v1alpha1_memcached.yaml";
 const SAMPLE: &str = "memcached-sample";
+const DEMO_NAMESPACE: &str = "memcached-demo";
+/// The manager's Deployment, as generated in `deploy/manager`.
+const MANAGER_DEPLOYMENT: &str = "operator-manager";
 /// The manager's ServiceAccount and namespace, as generated in `deploy/rbac`.
 const SERVICE_ACCOUNT: &str = "operator-manager";
 const MANAGER_NAMESPACE: &str = "operator-system";
@@ -36,14 +44,245 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// When a step fails; the message names the step, and the manager's log when it is involved.
 pub fn run() -> anyhow::Result<()> {
     let files = DemoFiles::new()?;
+    step("Installing the distribution packages the local cluster's real node needs");
+    let real_node = match crate::setup::run(false) {
+        Ok(()) => true,
+        Err(error) => {
+            println!("The real node cannot run here ({error:#}).");
+            false
+        }
+    };
     step("Starting the local cluster (built from source the first time, which takes a while)");
-    let state = cluster_up()?;
+    let state = cluster_up(real_node)?;
     let kubectl = Kubectl {
         bin: state.bin_dir.join("kubectl"),
         kubeconfig: state.kubeconfig.clone(),
     };
     let deploy = crate::workspace_root().join("deploy");
+    if stop_manager(&files)? {
+        println!("(stopped the local manager of a previous demo)");
+    }
+    match &state.node {
+        Some(_) => in_cluster(&kubectl, &deploy, &files)?,
+        None => {
+            println!(
+                "The cluster runs without its real node, so the manager runs as a local process \
+                 and the memcached pods on kwok's fake nodes (they run nothing)."
+            );
+            local_process(&kubectl, &state, &deploy, &files)?;
+        }
+    }
 
+    step("kubectl get memcached");
+    print!("{}", kubectl.demo(&["get", "memcached"])?);
+    step(&format!(
+        "The status of {SAMPLE}: its nodes are the pods' names"
+    ));
+    print!(
+        "{}",
+        kubectl.demo(&["get", "memcached", SAMPLE, "-o", STATUS_TEMPLATE])?
+    );
+    step("kubectl get deployment");
+    print!(
+        "{}",
+        kubectl.demo(&["get", "deployment", SAMPLE, "-o", "wide"])?
+    );
+    step("kubectl get pods");
+    print!(
+        "{}",
+        kubectl.demo(&[
+            "get",
+            "pods",
+            "-l",
+            &format!("app=memcached,memcached_cr={SAMPLE}"),
+            "-o",
+            "wide"
+        ])?
+    );
+    if state.node.is_some() {
+        step("memcached itself: a key stored and read back on every pod");
+        for (pod, ip) in pod_addresses(&kubectl)? {
+            round_trip(&ip, &format!("demo-{pod}"))
+                .with_context(|| format!("memcached on pod {pod} ({ip}:11211)"))?;
+            println!("set demo-{pod} = hello, get demo-{pod} -> hello   on {pod} ({ip}:11211)");
+        }
+    }
+
+    let manager_hint = if state.node.is_some() {
+        format!(
+            "  logs:    kubectl logs -n {MANAGER_NAMESPACE} deployment/{MANAGER_DEPLOYMENT}
+  metrics: curl -s http://$(kubectl get pod -n {MANAGER_NAMESPACE} -l app.kubernetes.io/name=operator-manager -o jsonpath='{{.items[0].status.podIP}}'):8080/metrics | grep -E '^(controller_runtime|workqueue)'
+  leader:  kubectl get lease -n {MANAGER_NAMESPACE}"
+        )
+    } else {
+        format!(
+            "  logs:    {log}
+  metrics: curl -s http://127.0.0.1:{port}/metrics | grep -E '^(controller_runtime|workqueue)'",
+            log = files.log.display(),
+            port = std::fs::read_to_string(&files.metrics_port)
+                .unwrap_or_default()
+                .trim()
+        )
+    };
+    let kubeconfig = state.kubeconfig.display();
+    let bin = state.bin_dir.display();
+    println!(
+        "
+==> Try it
+
+  export KUBECONFIG={kubeconfig}
+  export PATH={bin}:$PATH   # kubectl of the cluster's Kubernetes version
+  kubectl config set-context --current --namespace={DEMO_NAMESPACE}
+
+Scale the cluster to 5 and watch the pods and status.nodes follow:
+
+  kubectl patch memcached {SAMPLE} -p '{{\"spec\":{{\"size\":5}}}}' --type=merge
+  kubectl get memcached {SAMPLE} -o jsonpath='{{.status.nodes}}'
+
+Scale the Deployment by hand, or delete it or a pod, and see it put back:
+
+  kubectl scale deployment {SAMPLE} --replicas=1
+  kubectl get events --field-selector involvedObject.name={SAMPLE}
+
+The manager:
+{manager_hint}
+
+Stop it:
+  cargo xtask demo --stop     # removes the demo's manager and its namespace
+  cargo xtask cluster down    # stops the local cluster"
+    );
+    Ok(())
+}
+
+/// Removes what a previous `cargo xtask demo` started: the in-cluster manager's Deployment and
+/// the demo's namespace, or the local manager process.
+///
+/// # Errors
+/// When the process cannot be signalled or kubectl fails.
+pub fn stop() -> anyhow::Result<()> {
+    let files = DemoFiles::new()?;
+    let mut stopped = stop_manager(&files)?;
+    if let Ok(state) = LocalCluster::from_env()?.running() {
+        let kubectl = Kubectl {
+            bin: state.bin_dir.join("kubectl"),
+            kubeconfig: state.kubeconfig.clone(),
+        };
+        let deleted = kubectl.run(&[
+            "delete",
+            "deployment",
+            MANAGER_DEPLOYMENT,
+            "-n",
+            MANAGER_NAMESPACE,
+            "--ignore-not-found",
+            "--wait=true",
+        ])?;
+        stopped |= !deleted.trim().is_empty();
+        kubectl.run(&[
+            "delete",
+            "namespace",
+            DEMO_NAMESPACE,
+            "--ignore-not-found",
+            "--wait=false",
+        ])?;
+    }
+    if stopped {
+        println!("Stopped the demo's manager and removed namespace {DEMO_NAMESPACE}.");
+    } else {
+        println!("No demo manager is running.");
+    }
+    println!("The local cluster keeps running; stop it with `cargo xtask cluster down`.");
+    Ok(())
+}
+
+/// The real thing: the images loaded into the real node, `kubectl apply -k deploy/`, and the
+/// sample with real memcached pods.
+fn in_cluster(kubectl: &Kubectl, deploy: &Path, files: &DemoFiles) -> anyhow::Result<()> {
+    step("Building the manager's image and a memcached image, and loading them into the real node");
+    crate::image::run(crate::image::ImageArgs::all_loaded())?;
+    let memcached_image = loaded_memcached_image()?;
+
+    step(&format!(
+        "Installing with `kubectl apply -k deploy/` ({MANAGER_NAMESPACE} marked for the real node first)"
+    ));
+    let annotations = localcluster::node::namespace_annotations();
+    write_namespace(
+        &files.manager_namespace,
+        MANAGER_NAMESPACE,
+        &annotations,
+        false,
+    )?;
+    // Server-side, under a manager of its own: `kubectl apply -k` then leaves the annotations
+    // alone (a client-side apply removes what its own last apply set and this one lacks).
+    kubectl.run(&[
+        "apply",
+        "--server-side",
+        "--field-manager=demo-real-node",
+        "-f",
+        path_str(&files.manager_namespace)?,
+    ])?;
+    print!("{}", kubectl.run(&["apply", "-k", path_str(deploy)?])?);
+    print!(
+        "{}",
+        kubectl.run(&[
+            "rollout",
+            "status",
+            &format!("deployment/{MANAGER_DEPLOYMENT}"),
+            "-n",
+            MANAGER_NAMESPACE,
+            "--timeout=180s",
+        ])?
+    );
+    print!(
+        "{}",
+        kubectl.run(&["get", "pods", "-n", MANAGER_NAMESPACE, "-o", "wide"])?
+    );
+
+    step(&format!(
+        "Applying the Memcached sample (size 3) in namespace {DEMO_NAMESPACE}, with image {memcached_image}"
+    ));
+    write_namespace(&files.demo_namespace, DEMO_NAMESPACE, &annotations, true)?;
+    kubectl.run(&["apply", "-f", path_str(&files.demo_namespace)?])?;
+    write_sample(&deploy.join(SAMPLE_FILE), &memcached_image, &files.sample)?;
+    print!(
+        "{}",
+        kubectl.demo(&["apply", "-f", path_str(&files.sample)?])?
+    );
+    wait_for_sample(kubectl, || {
+        let ready = kubectl.run(&[
+            "get",
+            "deployment",
+            MANAGER_DEPLOYMENT,
+            "-n",
+            MANAGER_NAMESPACE,
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ])?;
+        if ready.trim().is_empty() || ready.trim() == "0" {
+            bail!(
+                "no manager replica is Ready; its log:\n{}",
+                kubectl
+                    .run(&[
+                        "logs",
+                        "-n",
+                        MANAGER_NAMESPACE,
+                        &format!("deployment/{MANAGER_DEPLOYMENT}"),
+                        "--tail=40"
+                    ])
+                    .unwrap_or_default()
+            );
+        }
+        Ok(())
+    })
+}
+
+/// Without the real node: the manager as a local process with its ServiceAccount's token, the
+/// sample on the fake nodes.
+fn local_process(
+    kubectl: &Kubectl,
+    state: &ClusterState,
+    deploy: &Path,
+    files: &DemoFiles,
+) -> anyhow::Result<()> {
     step("Installing the CRDs and the manager's RBAC from deploy/");
     for dir in ["crds", "manager/namespace.yaml", "rbac"] {
         let path = deploy.join(dir);
@@ -67,94 +306,125 @@ pub fn run() -> anyhow::Result<()> {
 
     step("Building the manager");
     let binary = build_manager()?;
-
-    if stop_manager(&files)? {
-        println!("(stopped the manager of a previous demo)");
-    }
     step("Starting the manager in the background, as its ServiceAccount");
-    write_manager_kubeconfig(&kubectl, &state, &files.kubeconfig)?;
+    write_manager_kubeconfig(kubectl, state, &files.kubeconfig)?;
     let metrics_port = free_port()?;
-    let pid = start_manager(&binary, &files, metrics_port)?;
+    std::fs::write(&files.metrics_port, metrics_port.to_string())
+        .with_context(|| format!("writing {}", files.metrics_port.display()))?;
+    let pid = start_manager(&binary, files, metrics_port)?;
     println!("manager pid {pid}, log {}", files.log.display());
 
-    step("Applying the Memcached sample (size 3)");
-    let sample = deploy.join(SAMPLE_FILE);
-    print!("{}", kubectl.run(&["apply", "-f", path_str(&sample)?])?);
-    wait_for_sample(&kubectl, &files)?;
-
-    step("kubectl get memcached");
-    print!("{}", kubectl.run(&["get", "memcached"])?);
     step(&format!(
-        "The status of {SAMPLE}: its nodes are the pods' names"
+        "Applying the Memcached sample (size 3) in namespace {DEMO_NAMESPACE}"
     ));
-    print!(
-        "{}",
-        kubectl.run(&["get", "memcached", SAMPLE, "-o", STATUS_TEMPLATE])?
-    );
-    step("kubectl get deployment");
-    print!(
-        "{}",
-        kubectl.run(&["get", "deployment", SAMPLE, "-o", "wide"])?
-    );
-    step("kubectl get pods");
-    print!(
-        "{}",
-        kubectl.run(&[
-            "get",
-            "pods",
-            "-l",
-            &format!("app=memcached,memcached_cr={SAMPLE}"),
-            "-o",
-            "wide"
-        ])?
-    );
-
-    let kubeconfig = state.kubeconfig.display();
-    let bin = state.bin_dir.display();
-    println!(
-        "
-==> Try it
-
-  export KUBECONFIG={kubeconfig}
-  export PATH={bin}:$PATH   # kubectl of the cluster's Kubernetes version
-
-Scale the cluster to 5 and watch the pods and status.nodes follow:
-
-  kubectl patch memcached {SAMPLE} -p '{{\"spec\":{{\"size\":5}}}}' --type=merge
-  kubectl get memcached {SAMPLE} -o jsonpath='{{.status.nodes}}'
-
-Scale the Deployment by hand, or delete it or a pod, and see it put back:
-
-  kubectl scale deployment {SAMPLE} --replicas=1
-  kubectl get events --field-selector involvedObject.name={SAMPLE}
-
-The manager:
-  logs:    {log}
-  metrics: curl -s http://127.0.0.1:{metrics_port}/metrics | grep -E '^(controller_runtime|workqueue)'
-
-Stop it:
-  cargo xtask demo --stop     # stops the manager this demo started
-  cargo xtask cluster down    # stops the local cluster",
-        log = files.log.display(),
-    );
-    Ok(())
+    write_namespace(
+        &files.demo_namespace,
+        DEMO_NAMESPACE,
+        &Default::default(),
+        true,
+    )?;
+    kubectl.run(&["apply", "-f", path_str(&files.demo_namespace)?])?;
+    let sample = deploy.join(SAMPLE_FILE);
+    print!("{}", kubectl.demo(&["apply", "-f", path_str(&sample)?])?);
+    wait_for_sample(kubectl, || {
+        if manager_running(files)? {
+            Ok(())
+        } else {
+            bail!("the manager exited; its log:\n{}", log_tail(&files.log))
+        }
+    })
 }
 
-/// Stops the manager a previous `cargo xtask demo` started, if it still runs.
-///
-/// # Errors
-/// When the process cannot be signalled.
-pub fn stop() -> anyhow::Result<()> {
-    let files = DemoFiles::new()?;
-    if stop_manager(&files)? {
-        println!(
-            "Stopped the demo's manager (its log stays at {}).",
-            files.log.display()
-        );
-    } else {
-        println!("No demo manager is running.");
+/// The full name of the memcached image loaded on the real node.
+fn loaded_memcached_image() -> anyhow::Result<String> {
+    let state = LocalCluster::from_env()?.running()?;
+    let node = state.node.context("the local cluster has no real node")?;
+    localcluster::node::loaded_images(&node.containerd_socket)?
+        .into_iter()
+        .find(|image| image.starts_with("operator-manager.local/memcached:"))
+        .context("the memcached image is not loaded on the real node")
+}
+
+/// A Namespace manifest with the given annotations, enforcing the restricted Pod Security
+/// Standard when `restricted`.
+fn write_namespace(
+    path: &Path,
+    name: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+    restricted: bool,
+) -> anyhow::Result<()> {
+    let mut labels = serde_json::Map::new();
+    if restricted {
+        for mode in ["enforce", "warn", "audit"] {
+            labels.insert(
+                format!("pod-security.kubernetes.io/{mode}"),
+                "restricted".into(),
+            );
+        }
     }
-    println!("The local cluster keeps running; stop it with `cargo xtask cluster down`.");
+    let namespace = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": { "name": name, "labels": labels, "annotations": annotations },
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&namespace)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The sample with `spec.image` set to `image` (the sample names the public image, which
+/// cannot be pulled here).
+fn write_sample(sample: &Path, image: &str, out: &Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(sample).with_context(|| format!("reading {}", sample.display()))?;
+    let mut object: serde_json::Value =
+        yaml_serde::from_str(&text).with_context(|| format!("parsing {}", sample.display()))?;
+    object["spec"]["image"] = serde_json::Value::String(image.to_owned());
+    std::fs::write(out, serde_json::to_string_pretty(&object)?)
+        .with_context(|| format!("writing {}", out.display()))
+}
+
+/// The sample's pods and their addresses.
+fn pod_addresses(kubectl: &Kubectl) -> anyhow::Result<Vec<(String, String)>> {
+    let out = kubectl.demo(&[
+        "get",
+        "pods",
+        "-l",
+        &format!("app=memcached,memcached_cr={SAMPLE}"),
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{\"\\n\"}{end}",
+    ])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(pod, ip)| (pod.to_owned(), ip.to_owned()))
+        .collect())
+}
+
+/// Stores `key` = `hello` with the memcached text protocol and reads it back.
+fn round_trip(ip: &str, key: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let address: std::net::SocketAddr = format!("{ip}:11211").parse()?;
+    let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    writer.write_all(format!("set {key} 0 300 5\r\nhello\r\nget {key}\r\n").as_bytes())?;
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        line.clear();
+        reader.read_line(&mut line)?;
+        answers.push(line.trim_end().to_owned());
+    }
+    let expected = [
+        "STORED".to_owned(),
+        format!("VALUE {key} 0 5"),
+        "hello".into(),
+        "END".into(),
+    ];
+    if answers != expected {
+        bail!("memcached answered {answers:?}, not {expected:?}");
+    }
     Ok(())
 }
 
@@ -172,6 +442,10 @@ struct DemoFiles {
     pid: PathBuf,
     log: PathBuf,
     kubeconfig: PathBuf,
+    metrics_port: PathBuf,
+    manager_namespace: PathBuf,
+    demo_namespace: PathBuf,
+    sample: PathBuf,
 }
 
 impl DemoFiles {
@@ -182,6 +456,10 @@ impl DemoFiles {
             pid: dir.join("manager.pid"),
             log: dir.join("manager.log"),
             kubeconfig: dir.join("manager.kubeconfig"),
+            metrics_port: dir.join("manager.metrics-port"),
+            manager_namespace: dir.join("manager-namespace.json"),
+            demo_namespace: dir.join("demo-namespace.json"),
+            sample: dir.join("sample.json"),
         })
     }
 }
@@ -195,14 +473,32 @@ fn path_str(path: &Path) -> anyhow::Result<&str> {
         .with_context(|| format!("{} is not valid UTF-8", path.display()))
 }
 
-fn cluster_up() -> anyhow::Result<ClusterState> {
+/// The running cluster, started if needed; with its real node when `real_node` and this machine
+/// can run it, else (saying why) without.
+fn cluster_up(real_node: bool) -> anyhow::Result<ClusterState> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let cluster = LocalCluster::from_env()?.with_progress(|line| println!("  {line}"));
-        let up = cluster.up().await.context("starting the local cluster")?;
+        if real_node {
+            match cluster.up().await {
+                Ok(up) => return Ok(up.state().clone()),
+                Err(error @ localcluster::Error::NodePrerequisite { .. }) => {
+                    println!("{error}");
+                }
+                Err(error) => return Err(error).context("starting the local cluster"),
+            }
+        }
+        if let Ok(state) = cluster.running() {
+            return Ok(state);
+        }
+        let up = cluster
+            .without_real_node()
+            .up()
+            .await
+            .context("starting the local cluster")?;
         Ok(up.state().clone())
     })
 }
@@ -214,6 +510,13 @@ struct Kubectl {
 }
 
 impl Kubectl {
+    /// Runs kubectl in the demo's namespace.
+    fn demo(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut all = vec!["--namespace", DEMO_NAMESPACE];
+        all.extend_from_slice(args);
+        self.run(&all)
+    }
+
     /// Runs kubectl and returns its output; fails with its error output.
     fn run(&self, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(&self.bin)
@@ -326,17 +629,19 @@ fn start_manager(binary: &Path, files: &DemoFiles, metrics_port: u16) -> anyhow:
     Ok(pid)
 }
 
-/// Waits until the sample lists 3 nodes and is Available, or fails with the manager's log.
-fn wait_for_sample(kubectl: &Kubectl, files: &DemoFiles) -> anyhow::Result<()> {
+/// Waits until the sample lists 3 nodes and is Available; `manager_alive` fails the wait early
+/// (with the manager's log) when the manager is gone.
+fn wait_for_sample(
+    kubectl: &Kubectl,
+    manager_alive: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let start = Instant::now();
     let template =
         "jsonpath={.status.nodes[*]}|{.status.conditions[?(@.type==\"Available\")].status}";
     let mut last = String::new();
     while start.elapsed() < CONVERGE_TIMEOUT {
-        if !manager_running(files)? {
-            bail!("the manager exited; its log:\n{}", log_tail(&files.log));
-        }
-        match kubectl.run(&["get", "memcached", SAMPLE, "-o", template]) {
+        manager_alive()?;
+        match kubectl.demo(&["get", "memcached", SAMPLE, "-o", template]) {
             Ok(out) => {
                 let (nodes, available) = out.split_once('|').unwrap_or((out.as_str(), ""));
                 if nodes.split_whitespace().count() == 3 && available == "True" {
@@ -350,9 +655,8 @@ fn wait_for_sample(kubectl: &Kubectl, files: &DemoFiles) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(500));
     }
     bail!(
-        "{SAMPLE} did not converge within {}s (last seen: {last}); the manager's log:\n{}",
+        "{SAMPLE} did not converge within {}s (last seen: {last})",
         CONVERGE_TIMEOUT.as_secs(),
-        log_tail(&files.log)
     )
 }
 

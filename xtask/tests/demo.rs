@@ -1,5 +1,6 @@
-//! `cargo xtask demo` as a newcomer runs it: it must end with the Memcached sample converged and
-//! its pods shown, and `--stop` must stop the manager it started.
+//! `cargo xtask demo` as a newcomer runs it: it must end with the Memcached sample converged, its
+//! pods shown and (with the real node) a memcached round trip on each, and `--stop` must stop
+//! the manager it started.
 
 use std::process::{Command, Output};
 
@@ -49,6 +50,7 @@ fn demo_converges_and_shows_the_pods() {
             "get",
             "memcached",
             "memcached-sample",
+            "--namespace=memcached-demo",
             "-o",
             "jsonpath={.status.nodes[*]}",
         ])
@@ -57,11 +59,17 @@ fn demo_converges_and_shows_the_pods() {
     let nodes = text(&nodes.stdout);
     let names: Vec<&str> = nodes.split_whitespace().collect();
     assert_eq!(names.len(), 3, "the sample has 3 nodes: {nodes:?}");
-    for name in names {
+    for name in &names {
         assert!(
             stdout.contains(name),
             "the demo shows pod {name}:\n{stdout}"
         );
+        if state.node.is_some() {
+            assert!(
+                stdout.contains(&format!("get demo-{name} -> hello")),
+                "the demo reads a key back from memcached on {name}:\n{stdout}"
+            );
+        }
     }
     for expected in [
         "kubectl get memcached",
