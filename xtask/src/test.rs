@@ -39,7 +39,8 @@ pub fn run(test_args: &[String]) -> anyhow::Result<()> {
         return Err(error);
     }
 
-    let mut args = vec!["test", "--workspace"];
+    // Every test binary runs even when one fails, so one run shows every failure.
+    let mut args = vec!["test", "--workspace", "--no-fail-fast"];
     args.extend(test_args.iter().map(String::as_str));
     let tests = cargo(&args);
 

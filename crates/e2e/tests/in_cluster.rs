@@ -163,6 +163,14 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
     );
     wait_for_ready_replicas(cluster).await?;
 
+    let before = leader;
+    let (restarted, leader) = freeze_leader(cluster, &before).await?;
+    println!(
+        "a frozen leader: the kubelet's liveness probe failed and it restarted the container \
+         after {restarted:.1}s, {leader} leads"
+    );
+    wait_for_ready_replicas(cluster).await?;
+
     let seen = watch.stop();
     ensure!(
         seen.most_leaders <= 1,
@@ -192,14 +200,7 @@ async fn partition_leader(cluster: &TestCluster, leader: &str) -> Result<(f64, S
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .context("the leader has no IP")?;
-    let restarts = |pod: &Pod| -> i32 {
-        pod.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.first())
-            .map_or(0, |c| c.restart_count)
-    };
-    let before = restarts(&pod);
+    let before = restart_count(&pod);
     let api_port = cluster
         .state
         .server
@@ -214,7 +215,7 @@ async fn partition_leader(cluster: &TestCluster, leader: &str) -> Result<(f64, S
         TIMEOUT,
         || async {
             let pod = pods.get(leader).await.map_err(|e| e.to_string())?;
-            let now = restarts(&pod);
+            let now = restart_count(&pod);
             if now > before {
                 Ok(())
             } else {
@@ -227,6 +228,96 @@ async fn partition_leader(cluster: &TestCluster, leader: &str) -> Result<(f64, S
     let new_leader = wait_for_one_leader(cluster, Some(leader)).await?;
     drop(cut);
     Ok((took, new_leader))
+}
+
+/// Freezes the leader's process (SIGSTOP, as a wedged process or a paused VM would be): it
+/// answers no probe and renews nothing, so the standby takes the Lease once it expires and the
+/// kubelet's liveness probe fails until it restarts the container. Returns how long the restart
+/// took, and the new leader.
+async fn freeze_leader(cluster: &TestCluster, leader: &str) -> Result<(f64, String)> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let pod = pods.get(leader).await?;
+    let uid = pod
+        .metadata
+        .uid
+        .clone()
+        .context("the leader pod has no uid")?;
+    let before = restart_count(&pod);
+    let pid = manager_process(&uid)?;
+    let started = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGSTOP,
+    )?;
+    let new_leader = wait_for_one_leader(cluster, Some(leader)).await?;
+    testkit::wait_for(
+        "the kubelet to restart the frozen leader",
+        TIMEOUT,
+        || async {
+            let pod = pods.get(leader).await.map_err(|e| e.to_string())?;
+            match restart_count(&pod) {
+                now if now > before => Ok(()),
+                now => Err(format!("{now} restarts")),
+            }
+        },
+    )
+    .await
+    .inspect_err(|_| {
+        // Never leave it frozen.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+    })?;
+    let took = started.elapsed().as_secs_f64();
+    let events = cluster_kubectl(
+        cluster,
+        &[
+            "get",
+            "events",
+            "-n",
+            NAMESPACE,
+            "--field-selector",
+            &format!("involvedObject.name={leader},reason=Unhealthy"),
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    )?;
+    ensure!(
+        events.contains("Liveness probe failed"),
+        "the restart of {leader} was not the liveness probe's: events {events:?}"
+    );
+    Ok((took, new_leader))
+}
+
+/// The `/manager` process of the pod with `uid`, found through its cgroup.
+fn manager_process(uid: &str) -> Result<i32> {
+    // cgroupfs paths name the pod as `pod<uid>`; the systemd driver writes `_` for `-`.
+    let names = [format!("pod{uid}"), format!("pod{}", uid.replace('-', "_"))];
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let program = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        if program == b"/manager" && names.iter().any(|n| cgroup.contains(n.as_str())) {
+            return Ok(pid);
+        }
+    }
+    bail!("no /manager process in the cgroup of pod {uid}")
+}
+
+fn restart_count(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .map_or(0, |c| c.restart_count)
 }
 
 /// An iptables rule that drops a pod's packets to the API server (they arrive at the node's

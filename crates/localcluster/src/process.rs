@@ -174,6 +174,13 @@ mod tests {
         let sleep = Path::new("/bin/sleep");
         let pid = spawn_detached("sleep", sleep, &["30".into()], &log, &dir).expect("spawn");
         assert!(is_alive(pid, sleep));
+        // Until exec has set the new program's arguments, any binary counts as ours (see
+        // `is_alive`); on a loaded machine that takes a moment.
+        let cmdline = Path::new("/proc").join(pid.to_string()).join("cmdline");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read(&cmdline).is_ok_and(|c| c.is_empty()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(!is_alive(pid, Path::new("/bin/other")));
         assert!(
             !stop(pid, sleep, Duration::from_secs(5)),

@@ -201,11 +201,13 @@ pub async fn ensure(paths: &Paths, progress: &(dyn Fn(&str) + Send + Sync)) -> R
 
     let go = go_version().await?;
     progress(&format!(
-        "Building the control plane from source with {go} (Kubernetes {}, etcd {}, kwok {}); \
-         this happens once and takes a while",
+        "Building the control plane from source with {go} (Kubernetes {} with the kubelet and \
+         kube-proxy, etcd {}, kwok {}, Prometheus {}); this happens once and takes about 25 \
+         minutes on two cores",
         versions::KUBERNETES,
         versions::ETCD,
-        versions::KWOK
+        versions::KWOK,
+        versions::PROMETHEUS
     ));
     let started = Instant::now();
     let src = dir.join("src");
