@@ -21,7 +21,7 @@ use crate::{Error, Paths, Result, lock, process, versions};
 const SERVICE_CIDR: &str = "10.96.0.0/16";
 const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 /// The pod IP range kwok hands out addresses from.
-const POD_CIDR: &str = "10.244.0.0/16";
+const FAKE_POD_CIDR: &str = "10.244.0.0/16";
 /// The address kwok gives its fake nodes, and the range it is in.
 const FAKE_NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 240, 0, 1);
 const FAKE_NODE_CIDR: &str = "10.240.0.0/16";
@@ -224,7 +224,7 @@ impl LocalCluster {
         if self.real_node {
             // Recorded before it is made, so `down` undoes a half-made network too.
             let mut node = NodeState::new(dir);
-            node.network = Network::plan(SERVICE_CIDR, &[POD_CIDR, FAKE_NODE_CIDR]);
+            node.network = Network::plan(SERVICE_CIDR, &[FAKE_POD_CIDR, FAKE_NODE_CIDR]);
             state.node = Some(node.clone());
             state.save(dir)?;
             node.network.create()?;
@@ -431,7 +431,7 @@ impl LocalCluster {
                 "--manage-all-nodes=false".into(),
                 format!("--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake"),
                 format!("--server-address=127.0.0.1:{kwok_port}"),
-                format!("--cidr={POD_CIDR}"),
+                format!("--cidr={FAKE_POD_CIDR}"),
                 format!("--node-ip={FAKE_NODE_IP}"),
             ],
         )?;
