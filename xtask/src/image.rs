@@ -25,9 +25,8 @@ const MEMCACHED_BINARY: &str = "/usr/bin/memcached";
 const MEMCACHED_REPOSITORY: &str = "operator-manager.local/memcached";
 /// The user name memcached runs as, as in the distribution's package.
 const MEMCACHED_USER: &str = "memcache";
-/// The manager's user: the `nonroot` user of distroless images, which the Deployment names by
-/// number in `runAsUser`.
-const MANAGER_USER: u32 = 65532;
+/// The manager's user, as the generated Deployment's `runAsUser` names it.
+const MANAGER_USER: u32 = codegen::MANAGER_USER;
 /// `PATH` in both images: the memcached Deployment names its program without a directory.
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// The manager's path in its image, and its entrypoint.

@@ -26,6 +26,9 @@ pub const MANAGER_NAME: &str = "operator-manager";
 pub const LEADER_ELECTION_ID: &str = "operator-manager-leader";
 /// Image reference in the generated Deployment; override it with `kustomize edit set image`.
 pub const MANAGER_IMAGE: &str = "operator-manager";
+/// The user (and group) the manager runs as: the `nonroot` user of distroless images, named by
+/// number so the kubelet can verify `runAsNonRoot`; the image built by `cargo xtask image` has it.
+pub const MANAGER_USER: u32 = 65532;
 /// Port of `/metrics`.
 pub const METRICS_PORT: i32 = 8080;
 /// Port of `/healthz` and `/readyz`.

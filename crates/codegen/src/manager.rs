@@ -234,8 +234,8 @@ fn deployment() -> Deployment {
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
-                        run_as_user: Some(65532),
-                        run_as_group: Some(65532),
+                        run_as_user: Some(i64::from(crate::MANAGER_USER)),
+                        run_as_group: Some(i64::from(crate::MANAGER_USER)),
                         seccomp_profile: Some(SeccompProfile {
                             type_: "RuntimeDefault".to_owned(),
                             ..SeccompProfile::default()
