@@ -875,68 +875,6 @@ async fn metrics_address_zero_serves_nothing() -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // API server outage.
 
-/// A cluster of the calling test's own, from the cached binaries; stopped and removed when
-/// dropped, whatever happened.
-struct PrivateCluster {
-    local: localcluster::LocalCluster,
-    scratch: PathBuf,
-    test: TestCluster,
-}
-
-impl PrivateCluster {
-    async fn start(prefix: &str) -> Result<Self> {
-        // The shared cluster's start-up builds the binaries when they are not cached yet.
-        testkit::cluster().await?;
-        let scratch = std::env::temp_dir().join(testkit::unique_name(prefix));
-        let paths = localcluster::Paths::from_env()?.with_state_dir(scratch.join("cluster"));
-        // The real node belongs to the shared cluster (one bridge and one kubelet per machine).
-        let local = localcluster::LocalCluster::new(paths)
-            .without_real_node()
-            .with_progress(|line| println!("[private cluster] {line}"));
-        let started = local.up().await;
-        let state = match started {
-            Ok(up) => up.state().clone(),
-            Err(error) => {
-                let _ = local.down().await;
-                let _ = std::fs::remove_dir_all(&scratch);
-                return Err(error.into());
-            }
-        };
-        let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
-        let test = TestCluster {
-            client,
-            kubeconfig: state.kubeconfig.clone(),
-            state,
-        };
-        Ok(Self {
-            local,
-            scratch,
-            test,
-        })
-    }
-}
-
-impl Drop for PrivateCluster {
-    fn drop(&mut self) {
-        let local = self.local.clone();
-        let scratch = self.scratch.clone();
-        let stopped = std::thread::spawn(move || {
-            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                && let Err(error) = runtime.block_on(local.down())
-            {
-                eprintln!("warning: stopping the private cluster: {error}");
-            }
-            let _ = std::fs::remove_dir_all(&scratch);
-        })
-        .join();
-        if stopped.is_err() {
-            eprintln!("warning: stopping the private cluster panicked");
-        }
-    }
-}
-
 /// The API server is stopped for 20 s and started again. The test runs a cluster of its own,
 /// so the outage does not hit other tests or tools using the shared one.
 ///
@@ -949,8 +887,8 @@ impl Drop for PrivateCluster {
 #[tokio::test]
 async fn survives_a_20s_apiserver_outage_and_converges() -> Result<()> {
     let _serial = CLUSTER_TESTS.lock().await;
-    let private = PrivateCluster::start("manager-outage").await?;
-    let cluster = &private.test;
+    let private = testkit::PrivateCluster::start("manager-outage").await?;
+    let cluster = private.test();
     let identity = testkit::manager_kubeconfig(cluster, &testkit::deploy_dir()).await?;
     let namespace = TestNamespace::create(cluster, "mgr-outage").await?;
     let ns = namespace.name();
@@ -977,7 +915,7 @@ async fn survives_a_20s_apiserver_outage_and_converges() -> Result<()> {
     let stopped = Instant::now();
     let outage_began = k8s_openapi::jiff::Timestamp::now();
     private
-        .local
+        .local()
         .restart_apiserver(Duration::from_secs(20))
         .await?;
     // Ready by /readyz now; allow a moment for its authorization cache to serve every request.

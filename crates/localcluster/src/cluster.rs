@@ -15,7 +15,7 @@ use crate::kubeconfig::{Credentials, KubeconfigSpec};
 use crate::node::{self, Network, NodeKubeconfigs, NodeStart, NodeState};
 use crate::state::{ClusterState, Component, Status};
 use crate::toolchain::{self, Binaries, human};
-use crate::{Error, Paths, Result, lock, process, versions};
+use crate::{Error, Paths, Result, audit, lock, process, versions};
 
 /// The Service IP range; its first address is the `kubernetes` Service.
 const SERVICE_CIDR: &str = "10.96.0.0/16";
@@ -192,6 +192,7 @@ impl LocalCluster {
             bin_dir: built.binaries.dir().to_owned(),
             components: Vec::new(),
             node: None,
+            audit_log: Some(self.paths.audit_log()),
         };
         match self.start(&built.binaries, &state_dir, &mut state).await {
             Ok(()) => {
@@ -334,6 +335,8 @@ impl LocalCluster {
             // host name here, and looking it up would ask the machine's DNS.
             "--kubelet-preferred-address-types=InternalIP".into(),
         ];
+        // Its own record of every write, for tests to check who wrote what and when.
+        apiserver_args.extend(audit::apiserver_args(&self.paths)?);
         match node_ip {
             // Pods reach the API server through the `kubernetes` Service at the node's address,
             // where a forwarder passes connections on to loopback.

@@ -7,7 +7,10 @@
 //!
 //! - the API server with RBAC (`--authorization-mode=Node,RBAC`), the default admission plugins
 //!   (Pod Security Admission included), service-account token signing, and certificates
-//!   generated for each cluster;
+//!   generated for each cluster, and an audit log (JSON lines in
+//!   [`Paths::audit_log`], rotated at 200 MB, three backups kept): Lease writes with their
+//!   request bodies, every other write with its metadata (user, user agent, object, time), no
+//!   reads; [`ClusterState::audit_log_files`] lists its files for tests;
 //! - the controller manager with every default controller (Deployments, ReplicaSets, garbage
 //!   collection, service accounts and their tokens, namespaces, ...) except node lifecycle;
 //! - the scheduler;
@@ -19,8 +22,10 @@
 //!
 //! # Layout on disk
 //! See [`Paths`]: binaries in `…/operator-manager/control-plane/<versions>/bin/`, the running
-//! cluster (certificates, etcd data, logs, pids, kubeconfigs) in `…/operator-manager/cluster/`.
+//! cluster (certificates, etcd data, logs, pids, kubeconfigs, the audit log in `audit/`) in
+//! `…/operator-manager/cluster/`.
 
+mod audit;
 mod certs;
 mod cluster;
 mod error;

@@ -8,8 +8,8 @@ use crate::{Error, Result, versions};
 ///
 /// Everything lives under `${XDG_CACHE_HOME:-$HOME/.cache}/operator-manager/`:
 /// - `control-plane/<k8s>-<etcd>-<kwok>/bin/`: binaries built once per set of versions;
-/// - `cluster/`: the running cluster (certificates, etcd data, logs, pids, kubeconfigs), removed
-///   by `down`.
+/// - `cluster/`: the running cluster (certificates, etcd data, logs, pids, kubeconfigs, the API
+///   server's audit log in `cluster/audit/`), removed by `down`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
     root: PathBuf,
@@ -75,6 +75,22 @@ impl Paths {
     /// The admin kubeconfig of the running cluster.
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.state_dir().join("admin.kubeconfig")
+    }
+
+    /// The directory of the API server's audit log: the current file, [`Paths::audit_log`], and
+    /// its rotated backups, `audit-<UTC timestamp>.log`.
+    pub fn audit_dir(&self) -> PathBuf {
+        self.state_dir().join("audit")
+    }
+
+    /// The API server's current audit log file: JSON lines, one `audit.k8s.io/v1` Event each.
+    pub fn audit_log(&self) -> PathBuf {
+        self.audit_dir().join("audit.log")
+    }
+
+    /// The API server's audit policy, written at start.
+    pub(crate) fn audit_policy(&self) -> PathBuf {
+        self.state_dir().join("audit-policy.yaml")
     }
 
     /// The lock that serialises `up` and `down` across processes.

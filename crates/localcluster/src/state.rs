@@ -49,6 +49,11 @@ pub struct ClusterState {
     /// The real node, when the cluster has one.
     #[serde(default)]
     pub node: Option<crate::node::NodeState>,
+    /// The API server's current audit log file (rotated backups sit beside it, see
+    /// [`ClusterState::audit_log_files`]); `None` for a cluster started before the API server
+    /// kept one.
+    #[serde(default)]
+    pub audit_log: Option<PathBuf>,
 }
 
 impl ClusterState {
@@ -83,6 +88,19 @@ impl ClusterState {
         std::fs::rename(&tmp, &path).map_err(Error::io("writing", &path))
     }
 
+    /// Every file of the API server's audit log, oldest first: the rotated backups, then the
+    /// current file. Read them in this order for the events in the order the API server wrote
+    /// them. Empty when the cluster keeps no audit log or has logged nothing yet.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the log's directory cannot be listed.
+    pub fn audit_log_files(&self) -> Result<Vec<PathBuf>> {
+        match &self.audit_log {
+            Some(log) => crate::audit::log_files(log),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Whether every process still runs.
     pub fn all_alive(&self) -> bool {
         !self.components.is_empty() && self.components.iter().all(Component::alive)
@@ -115,6 +133,9 @@ impl fmt::Display for Status {
         writeln!(f, "Local cluster ({}): {verdict}", self.state.versions)?;
         writeln!(f, "  API server: {}", self.state.server)?;
         writeln!(f, "  kubeconfig: {}", self.state.kubeconfig.display())?;
+        if let Some(log) = &self.state.audit_log {
+            writeln!(f, "  audit log:  {}", log.display())?;
+        }
         writeln!(
             f,
             "  {:<24} {:>8}  {:<6}  {:<48} log",
@@ -139,5 +160,25 @@ impl fmt::Display for Status {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_saved_before_the_audit_log_existed_still_loads() {
+        let old = serde_json::json!({
+            "versions": "v",
+            "server": "https://127.0.0.1:1",
+            "kubeconfig": "/k",
+            "ca_cert": "/ca",
+            "bin_dir": "/bin",
+            "components": [],
+        });
+        let state: ClusterState = serde_json::from_value(old).expect("loads");
+        assert_eq!(state.audit_log, None);
+        assert!(state.audit_log_files().expect("no files").is_empty());
     }
 }

@@ -98,6 +98,36 @@ pub enum Error {
         message: String,
     },
 
+    /// A loopback socket could not be bound, or an address not found.
+    #[error("{action} failed: {source}")]
+    Network {
+        /// What was being done.
+        action: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A kubeconfig could not be read, parsed or rendered.
+    #[error("cannot use the kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The kubeconfig file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A line of the API server's audit log is not an audit event.
+    #[error("{} line {line} is not an audit event: {message}", path.display())]
+    AuditLog {
+        /// The audit log file.
+        path: PathBuf,
+        /// The line number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
+
     /// A process could not be started.
     #[error("cannot start {binary}: {source}")]
     Spawn {
@@ -113,6 +143,11 @@ impl Error {
     pub(crate) fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
         let action = action.into();
         move |source| Self::Kube { action, source }
+    }
+
+    pub(crate) fn network(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let action = action.into();
+        move |source| Self::Network { action, source }
     }
 
     pub(crate) fn io(

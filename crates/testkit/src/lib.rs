@@ -18,18 +18,28 @@
 //! # drop((ns, manager)); Ok(()) }
 //! ```
 //!
+//! Tests that would disturb others start a [`PrivateCluster`] of their own; a [`TcpProxy`] in
+//! front of the API server lets a test cut the network between a client and the cluster.
+//!
 //! `kubectl` of the cluster's Kubernetes version is at [`TestCluster::kubectl_path`]; nothing
 //! depends on a system kubectl.
 
+mod audit;
 mod cluster;
 mod error;
 mod manager;
 mod manifests;
 mod namespace;
+mod private;
 mod prometheus;
+mod proxy;
 mod serviceaccount;
 mod wait;
 
+pub use audit::{
+    AuditEvent, Breach, FencingReport, LateWrite, ReplicaHistory, Tenure, check_fencing,
+    lease_tenures, manager_identity, parse_audit_log, read_audit_files,
+};
 pub use cluster::{TestCluster, cluster};
 pub use error::{Error, Result};
 pub use manager::{
@@ -41,7 +51,9 @@ pub use manifests::{
     read_yaml_file, workspace_root, yaml_files,
 };
 pub use namespace::{PodSecurity, TestNamespace, pod_security_labels, unique_name};
+pub use private::PrivateCluster;
 pub use prometheus::{Prometheus, Target};
+pub use proxy::{TcpProxy, kubeconfig_via, server_addr};
 pub use serviceaccount::{
     ServiceAccountKubeconfig, manager_kubeconfig, service_account_kubeconfig,
 };

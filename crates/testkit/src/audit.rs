@@ -1,0 +1,525 @@
+//! The API server's audit log as evidence: who wrote what and when, and who held a Lease
+//! meanwhile.
+//!
+//! The local cluster's API server records every write (leases with their request body, so
+//! the holder is known), with the client's user agent and the time the request was received.
+//! [`check_fencing`] reads a leader-elected manager's history out of it: each replica's
+//! leadership intervals, from the Lease writes the API server accepted, and every other write
+//! the replica sent, which must fall inside one of its own intervals and within the renew
+//! deadline of its last accepted renewal.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// One audit event, as far as the checks here need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEvent {
+    /// `create`, `update`, `patch`, `delete`, ...
+    pub verb: String,
+    /// The request path and query.
+    pub request_uri: String,
+    /// The client's `User-Agent`.
+    pub user_agent: String,
+    /// The resource (plural), empty for non-resource requests.
+    pub resource: String,
+    /// The object's namespace, if namespaced.
+    pub namespace: String,
+    /// The object's name, if the request named one.
+    pub name: String,
+    /// The response status code.
+    pub code: u16,
+    /// When the API server received the request.
+    pub received: Timestamp,
+    /// When the API server finished the response.
+    pub completed: Timestamp,
+    /// The request body (recorded for Lease writes only).
+    pub request_object: Option<serde_json::Value>,
+}
+
+impl AuditEvent {
+    /// Whether the API server accepted the request.
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+
+    /// `spec.holderIdentity` of a Lease write's body (empty when none).
+    pub fn lease_holder(&self) -> Option<String> {
+        let object = self.request_object.as_ref()?;
+        Some(
+            object
+                .pointer("/spec/holderIdentity")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEvent {
+    stage: String,
+    verb: String,
+    #[serde(default)]
+    request_uri: String,
+    #[serde(default)]
+    user_agent: String,
+    #[serde(default)]
+    object_ref: Option<RawObjectRef>,
+    #[serde(default)]
+    response_status: Option<RawStatus>,
+    #[serde(default)]
+    request_object: Option<serde_json::Value>,
+    request_received_timestamp: String,
+    stage_timestamp: String,
+}
+
+#[derive(Deserialize)]
+struct RawObjectRef {
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct RawStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+/// Parses the JSON lines of one audit log file; only completed requests (stage
+/// `ResponseComplete` or `Panic`) are kept.
+///
+/// # Errors
+/// [`Error::AuditLog`] naming the file and line that is not an audit event.
+pub fn parse_audit_log(path: &Path, text: &str) -> Result<Vec<AuditEvent>> {
+    let mut events = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| Error::AuditLog {
+            path: path.to_owned(),
+            line: index + 1,
+            message,
+        };
+        let raw: RawEvent = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        if raw.stage != "ResponseComplete" && raw.stage != "Panic" {
+            continue;
+        }
+        let time = |text: &str| {
+            text.parse::<Timestamp>()
+                .map_err(|e| bad(format!("timestamp {text:?}: {e}")))
+        };
+        let object = raw.object_ref.unwrap_or(RawObjectRef {
+            resource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+        });
+        events.push(AuditEvent {
+            verb: raw.verb,
+            request_uri: raw.request_uri,
+            user_agent: raw.user_agent,
+            resource: object.resource,
+            namespace: object.namespace,
+            name: object.name,
+            code: raw.response_status.map(|s| s.code).unwrap_or_default(),
+            received: time(&raw.request_received_timestamp)?,
+            completed: time(&raw.stage_timestamp)?,
+            request_object: raw.request_object,
+        });
+    }
+    Ok(events)
+}
+
+/// Every event in the audit log `files` (as `ClusterState::audit_log_files` lists them),
+/// ordered by the time the API server received the request.
+///
+/// # Errors
+/// [`Error::Io`] when a file cannot be read; [`Error::AuditLog`] when a line is not an audit
+/// event.
+pub fn read_audit_files(files: &[PathBuf]) -> Result<Vec<AuditEvent>> {
+    let mut events = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).map_err(Error::io("reading", file))?;
+        events.extend(parse_audit_log(file, &text)?);
+    }
+    events.sort_by_key(|e| e.received);
+    Ok(events)
+}
+
+/// A period in which the API server's copy of a Lease named one holder: from the completion
+/// of the write that made it holder, until the arrival of the next accepted write naming
+/// someone else or no one (`None` while it still holds it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenure {
+    /// The holder.
+    pub holder: String,
+    /// When the API server completed the write that made it holder.
+    pub from: Timestamp,
+    /// When the API server received the write that ended it.
+    pub until: Option<Timestamp>,
+}
+
+impl Tenure {
+    fn contains(&self, at: Timestamp) -> bool {
+        self.from <= at && self.until.is_none_or(|until| at < until)
+    }
+}
+
+/// Who held Lease `namespace/name`, period by period, from the accepted writes to it.
+pub fn lease_tenures(events: &[AuditEvent], namespace: &str, name: &str) -> Vec<Tenure> {
+    let mut tenures: Vec<Tenure> = Vec::new();
+    // Writes to one Lease carry the resourceVersion they read, so the accepted ones are
+    // sequential: each was received after the previous one was written.
+    let writes = events.iter().filter(|e| {
+        e.resource == "leases" && e.namespace == namespace && e.name == name && e.succeeded()
+    });
+    for write in writes {
+        let holder = match write.verb.as_str() {
+            "delete" => String::new(),
+            _ => match write.lease_holder() {
+                Some(holder) => holder,
+                None => continue,
+            },
+        };
+        let current = tenures.last().filter(|t| t.until.is_none());
+        if current.is_some_and(|t| t.holder == holder) {
+            continue;
+        }
+        if let Some(open) = tenures.last_mut().filter(|t| t.until.is_none()) {
+            open.until = Some(write.received);
+        }
+        if !holder.is_empty() {
+            tenures.push(Tenure {
+                holder,
+                from: write.completed,
+                until: None,
+            });
+        }
+    }
+    tenures
+}
+
+/// Why a write falls outside what its replica was allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breach {
+    /// Received while the Lease named another holder or none.
+    NotHolder,
+    /// Received more than the renew deadline after the replica's last accepted renewal.
+    PastDeadline,
+}
+
+/// A write received outside its replica's leadership.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LateWrite {
+    /// The replica (leader-election identity).
+    pub identity: String,
+    /// What it was.
+    pub verb: String,
+    /// Its path.
+    pub request_uri: String,
+    /// When the API server received it.
+    pub received: Timestamp,
+    /// Which limit it broke.
+    pub breach: Breach,
+    /// How long after the limit it arrived (zero when the replica never held the Lease).
+    pub beyond: Duration,
+}
+
+/// One replica's history as the audit log tells it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaHistory {
+    /// Its periods as holder.
+    pub tenures: Vec<Tenure>,
+    /// Its writes, Lease writes excluded.
+    pub writes: usize,
+    /// Its writes outside its tenures or past its renew deadline.
+    pub late: Vec<LateWrite>,
+}
+
+/// The fencing evidence for one Lease: per replica identity, its tenures and late writes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FencingReport {
+    /// By identity.
+    pub replicas: BTreeMap<String, ReplicaHistory>,
+}
+
+impl FencingReport {
+    /// Every late write of every replica.
+    pub fn late_writes(&self) -> impl Iterator<Item = &LateWrite> {
+        self.replicas.values().flat_map(|r| r.late.iter())
+    }
+
+    /// The largest `beyond` of all late writes (zero when there are none).
+    pub fn worst(&self) -> Duration {
+        self.late_writes()
+            .map(|w| w.beyond)
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+fn after(later: Timestamp, earlier: Timestamp) -> Duration {
+    let gap: SignedDuration = later.duration_since(earlier);
+    Duration::try_from(gap).unwrap_or_default()
+}
+
+/// Checks every write of the replicas that `identity_of` recognises (by user agent) against
+/// the tenures of Lease `namespace/name`: a write must arrive within one of its replica's own
+/// tenures, and no later than `renew_deadline` after that replica's last accepted write to the
+/// Lease naming it.
+pub fn check_fencing(
+    events: &[AuditEvent],
+    namespace: &str,
+    name: &str,
+    renew_deadline: Duration,
+    identity_of: impl Fn(&str) -> Option<String>,
+) -> FencingReport {
+    let tenures = lease_tenures(events, namespace, name);
+    let mut report = FencingReport::default();
+    for tenure in &tenures {
+        report
+            .replicas
+            .entry(tenure.holder.clone())
+            .or_default()
+            .tenures
+            .push(tenure.clone());
+    }
+    // The last accepted Lease write naming each identity, as the events go by.
+    let mut last_renewal: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let is_lease =
+        |e: &AuditEvent| e.resource == "leases" && e.namespace == namespace && e.name == name;
+    for event in events {
+        if is_lease(event) {
+            if event.succeeded()
+                && let Some(holder) = event.lease_holder()
+                && !holder.is_empty()
+            {
+                last_renewal.insert(holder, event.received);
+            }
+            continue;
+        }
+        if !matches!(
+            event.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) {
+            continue;
+        }
+        let Some(identity) = identity_of(&event.user_agent) else {
+            continue;
+        };
+        let history = report.replicas.entry(identity.clone()).or_default();
+        history.writes += 1;
+        let late = |breach, beyond| LateWrite {
+            identity: identity.clone(),
+            verb: event.verb.clone(),
+            request_uri: event.request_uri.clone(),
+            received: event.received,
+            breach,
+            beyond,
+        };
+        let own = |t: &&Tenure| t.holder == identity;
+        if !history.tenures.iter().any(|t| t.contains(event.received)) {
+            // How long after the end of its last tenure before this write (if any).
+            let ended = history
+                .tenures
+                .iter()
+                .filter(own)
+                .filter_map(|t| t.until)
+                .filter(|until| *until <= event.received)
+                .max();
+            let beyond = ended.map_or(Duration::ZERO, |e| after(event.received, e));
+            history.late.push(late(Breach::NotHolder, beyond));
+            continue;
+        }
+        if let Some(renewed) = last_renewal.get(&identity) {
+            let limit = *renewed + renew_deadline;
+            if event.received > limit {
+                history
+                    .late
+                    .push(late(Breach::PastDeadline, after(event.received, limit)));
+            }
+        }
+    }
+    report
+}
+
+/// The leader-election identity in a manager's user agent, `operator-manager/<version>
+/// (<identity>)`.
+pub fn manager_identity(user_agent: &str) -> Option<String> {
+    let rest = user_agent.strip_prefix("operator-manager/")?;
+    let (_, identity) = rest.split_once(" (")?;
+    identity.strip_suffix(')').map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn lease_write(ms: i64, agent: &str, holder: &str) -> AuditEvent {
+        AuditEvent {
+            verb: "update".into(),
+            request_uri: "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l".into(),
+            user_agent: agent.into(),
+            resource: "leases".into(),
+            namespace: "ns".into(),
+            name: "l".into(),
+            code: 200,
+            received: at(ms),
+            completed: at(ms + 2),
+            request_object: Some(serde_json::json!({"spec": {"holderIdentity": holder}})),
+        }
+    }
+
+    fn write(ms: i64, agent: &str) -> AuditEvent {
+        AuditEvent {
+            verb: "patch".into(),
+            request_uri: "/apis/apps/v1/namespaces/app/deployments/web".into(),
+            user_agent: agent.into(),
+            resource: "deployments".into(),
+            namespace: "app".into(),
+            name: "web".into(),
+            code: 200,
+            received: at(ms),
+            completed: at(ms + 3),
+            request_object: None,
+        }
+    }
+
+    const A: &str = "operator-manager/0.1.0 (a)";
+    const B: &str = "operator-manager/0.1.0 (b)";
+
+    #[test]
+    fn identities_come_from_the_user_agent() {
+        assert_eq!(manager_identity(A).as_deref(), Some("a"));
+        assert_eq!(
+            manager_identity("operator-manager/0.1.0 (pod-7f (x))").as_deref(),
+            Some("pod-7f (x)")
+        );
+        assert_eq!(manager_identity("kubectl/v1.37.1 (linux/amd64)"), None);
+        assert_eq!(manager_identity("operator-manager/0.1.0"), None);
+    }
+
+    #[test]
+    fn tenures_follow_accepted_holder_changes() {
+        let mut refused = lease_write(2_500, B, "b");
+        refused.code = 409;
+        let events = vec![
+            lease_write(0, A, "a"),
+            lease_write(1_000, A, "a"),
+            refused,
+            lease_write(3_000, A, ""),
+            lease_write(3_100, B, "b"),
+            lease_write(4_000, B, "b"),
+        ];
+        assert_eq!(
+            lease_tenures(&events, "ns", "l"),
+            [
+                Tenure {
+                    holder: "a".into(),
+                    from: at(2),
+                    until: Some(at(3_000)),
+                },
+                Tenure {
+                    holder: "b".into(),
+                    from: at(3_102),
+                    until: None,
+                },
+            ]
+        );
+        assert!(lease_tenures(&events, "ns", "other").is_empty());
+    }
+
+    #[test]
+    fn writes_inside_tenures_pass_and_others_are_late() {
+        let mut events = vec![
+            lease_write(0, A, "a"),
+            write(100, A),
+            lease_write(1_000, A, "a"),
+            // Released at 3 s, taken by b at 3.1 s.
+            lease_write(3_000, A, ""),
+            write(3_050, A),
+            lease_write(3_100, B, "b"),
+            write(3_200, B),
+            write(3_400, A),
+            // A standby's write before it ever led.
+            write(50, B),
+            // Not a manager: ignored.
+            write(3_300, "kubectl/v1.37.1"),
+        ];
+        events.sort_by_key(|e| e.received);
+        let report = check_fencing(&events, "ns", "l", Duration::from_secs(10), |ua| {
+            manager_identity(ua)
+        });
+        let a = &report.replicas["a"];
+        assert_eq!((a.writes, a.tenures.len()), (3, 1));
+        let late: Vec<(&str, i64, Breach, Duration)> = report
+            .late_writes()
+            .map(|w| {
+                (
+                    w.identity.as_str(),
+                    w.received.as_millisecond() - at(0).as_millisecond(),
+                    w.breach,
+                    w.beyond,
+                )
+            })
+            .collect();
+        assert_eq!(
+            late,
+            [
+                ("a", 3_050, Breach::NotHolder, Duration::from_millis(50)),
+                ("a", 3_400, Breach::NotHolder, Duration::from_millis(400)),
+                ("b", 50, Breach::NotHolder, Duration::ZERO),
+            ]
+        );
+        assert_eq!(report.worst(), Duration::from_millis(400));
+    }
+
+    #[test]
+    fn a_holder_that_stopped_renewing_may_not_write_past_its_deadline() {
+        let events = vec![lease_write(0, A, "a"), write(9_000, A), write(10_500, A)];
+        let report = check_fencing(&events, "ns", "l", Duration::from_secs(10), |ua| {
+            manager_identity(ua)
+        });
+        let late: Vec<(Breach, Duration)> =
+            report.late_writes().map(|w| (w.breach, w.beyond)).collect();
+        assert_eq!(late, [(Breach::PastDeadline, Duration::from_millis(500))]);
+    }
+
+    #[test]
+    fn audit_lines_parse_and_bad_lines_are_named() {
+        let line = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Request","auditID":"x","stage":"ResponseComplete","requestURI":"/apis/coordination.k8s.io/v1/namespaces/ns/leases/l","verb":"update","user":{"username":"u"},"sourceIPs":["127.0.0.1"],"userAgent":"operator-manager/0.1.0 (a)","objectRef":{"resource":"leases","namespace":"ns","name":"l","apiGroup":"coordination.k8s.io","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200},"requestObject":{"spec":{"holderIdentity":"a"}},"requestReceivedTimestamp":"2026-11-23T03:30:00.123456Z","stageTimestamp":"2026-11-23T03:30:00.125000Z"}"#;
+        let started = line.replace("ResponseComplete", "ResponseStarted");
+        let text = format!("{line}\n{started}\n");
+        let events = parse_audit_log(Path::new("audit.log"), &text).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].lease_holder().as_deref(), Some("a"));
+        assert_eq!(events[0].code, 200);
+        assert_eq!(
+            events[0].received,
+            "2026-11-23T03:30:00.123456Z".parse::<Timestamp>().unwrap()
+        );
+
+        let error = parse_audit_log(Path::new("audit.log"), &format!("{line}\nnot json\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("audit.log line 2 is not an audit event"),
+            "{error}"
+        );
+    }
+}
