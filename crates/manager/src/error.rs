@@ -60,6 +60,18 @@ pub enum Error {
     #[error("controllers crashed: {0}")]
     ControllersCrashed(String),
 
+    /// A controller's write was not sent, or was abandoned in flight, because this replica
+    /// could not be sure it still held the leader Lease (see [`crate::fence`]).
+    #[error("{method} {path} refused by the leader-election fence: {reason}")]
+    WriteFenced {
+        /// The HTTP method of the write.
+        method: http::Method,
+        /// The request path, naming the object.
+        path: String,
+        /// Why the fence was closed.
+        reason: String,
+    },
+
     /// Controllers did not finish their in-flight work within the shutdown timeout.
     #[error("controllers did not stop within the shutdown timeout of {}", crate::duration::Display(*.0))]
     ShutdownTimeout(Duration),

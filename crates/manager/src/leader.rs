@@ -1,4 +1,5 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics.
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics, and
+//! stricter where two leaders could otherwise act at once.
 //!
 //! - A candidate takes the Lease when it has no holder, or when it has not seen the record
 //!   change for `leaseDurationSeconds` on its own monotonic clock (the holder's clock and
@@ -7,12 +8,18 @@
 //!   race, the API server accepts one and answers 409 Conflict to the other, so there is never
 //!   more than one holder.
 //! - The leader renews every retry period. If it cannot renew within the renew deadline, or
-//!   finds the Lease held by someone else, leadership is lost and the caller must stop its
-//!   controllers. As the renew deadline is shorter than the lease duration, a leader cut off
-//!   from the API server stops before any standby can take over.
+//!   finds the Lease held by someone else, released by someone else or deleted, leadership is
+//!   lost and the caller must stop its controllers at once. As the renew deadline is shorter
+//!   than the lease duration, a leader cut off from the API server stops before any standby
+//!   can take over. The leader never takes a Lease back from another holder.
+//! - A renewal counts from when it was sent, and [`LeaderStatus::write_deadline`] turns that
+//!   into the write fence ([`crate::fence`]); the fence closes while the leader checks a Lease
+//!   the watch showed changed by someone else.
 //! - `leaseTransitions` is incremented whenever the holder changes; `acquireTime` is set then.
 //! - Releasing (on SIGTERM) writes an empty holder and a one-second duration, as client-go's
-//!   `ReleaseOnCancel`, so a standby takes over at once.
+//!   `ReleaseOnCancel`, so a standby takes over at once. It retries within a budget, reads the
+//!   Lease first when an earlier write's outcome is unknown (also when shutdown interrupted an
+//!   acquisition), and says so when it gives up.
 //! - Candidates watch the single Lease object besides polling every retry period, so a standby
 //!   notices a release within a round trip, and sleeps no longer than until the Lease it has
 //!   observed would expire.
@@ -77,11 +84,12 @@ pub fn default_identity() -> String {
     format!("{host}_{:08x}", fastrand::u32(..))
 }
 
-/// Leadership as the rest of the process sees it: `/healthz` and the
-/// `leader_election_master_status` gauge.
+/// Leadership as the rest of the process sees it: `/healthz`, the
+/// `leader_election_master_status` gauge, and the write fence ([`LeaderStatus::write_deadline`]).
 #[derive(Debug)]
 pub struct LeaderStatus {
     leading: AtomicBool,
+    /// When the last successful renewal was sent; `None` while writes are suspended.
     last_renew: Mutex<Option<Instant>>,
     renew_deadline: Duration,
     gauge: IntGauge,
@@ -104,17 +112,65 @@ impl LeaderStatus {
         self.leading.load(Ordering::SeqCst)
     }
 
-    fn renewed(&self, at: Instant) {
-        if let Ok(mut last) = self.last_renew.lock() {
-            *last = Some(at);
-        }
+    fn last_renew(&self) -> Option<Instant> {
+        *self
+            .last_renew
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set_last_renew(&self, at: Option<Instant>) {
+        *self
+            .last_renew
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+    }
+
+    /// A renewal sent at `sent` succeeded. The time it was sent, not answered, counts: the
+    /// API server wrote it, and standbys started counting, no earlier than that.
+    pub(crate) fn renewed(&self, sent: Instant) {
+        self.set_last_renew(Some(sent));
         self.leading.store(true, Ordering::SeqCst);
         self.gauge.set(1);
     }
 
-    fn stepped_down(&self) {
+    /// Closes the write fence until the next successful renewal, while the elector checks a
+    /// Lease that the watch showed changed by someone else.
+    pub(crate) fn suspend_writes(&self) {
+        self.set_last_renew(None);
+    }
+
+    pub(crate) fn stepped_down(&self) {
         self.leading.store(false, Ordering::SeqCst);
+        self.set_last_renew(None);
         self.gauge.set(0);
+    }
+
+    /// Until when this replica may write: its last renewal plus the renew deadline, on the
+    /// monotonic clock. A standby cannot take the Lease before then, as the renew deadline is
+    /// shorter than the lease duration it waits. The reason otherwise.
+    ///
+    /// # Errors
+    /// Why writing is not allowed now: not leading, suspended, or the deadline passed (for
+    /// example after the process was frozen), even before the elector notices.
+    pub fn write_deadline(&self, now: Instant) -> Result<Instant, String> {
+        if !self.is_leading() {
+            return Err("this replica does not hold the leader lease".to_owned());
+        }
+        let Some(last) = self.last_renew() else {
+            return Err(
+                "the leader lease is being checked after a change by someone else".to_owned(),
+            );
+        };
+        let deadline = last + self.renew_deadline;
+        if now >= deadline {
+            return Err(format!(
+                "the leader lease was last renewed {:.1}s ago, beyond the renew deadline of {}",
+                now.saturating_duration_since(last).as_secs_f64(),
+                crate::duration::Display(self.renew_deadline)
+            ));
+        }
+        Ok(deadline)
     }
 
     /// Why the process is wedged, if it is: it believes it leads but its last successful
@@ -123,7 +179,7 @@ impl LeaderStatus {
         if !self.is_leading() {
             return None;
         }
-        let last = self.last_renew.lock().ok().and_then(|last| *last)?;
+        let last = self.last_renew()?;
         let since = now.saturating_duration_since(last);
         (since > self.renew_deadline).then(|| {
             format!(
@@ -254,10 +310,21 @@ pub fn released_record(old: &Record, now: Timestamp) -> Record {
 enum Attempt {
     /// This candidate holds the Lease now.
     Leading,
-    /// Another candidate holds a valid lease.
+    /// Another candidate holds a valid lease (or, seen by the leader, any other holder).
     HeldBy { holder: String, remaining: Duration },
+    /// The Lease this candidate led with was deleted.
+    Gone,
     /// Another write got there first (409); look again.
     Conflict,
+}
+
+/// How the leader renews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leading {
+    /// From what it wrote last.
+    Renew,
+    /// After reading the Lease, which the watch showed changed by someone else.
+    Verify,
 }
 
 /// How leading ended.
@@ -268,6 +335,31 @@ pub enum LeadershipEnd {
     Stopped,
     /// Leadership was lost; the reason.
     Lost(String),
+}
+
+/// How releasing the Lease ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Release {
+    /// The Lease now has no holder and a one-second duration.
+    Released,
+    /// This candidate did not hold the Lease; nothing was written.
+    NotHeld,
+    /// No release could be written within the budget (the reason); the Lease expires on its
+    /// own.
+    GaveUp(String),
+}
+
+/// What a watch event on the Lease means to its leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Held by this leader, as it wrote it.
+    AsLeft,
+    /// Held by this leader, but with another duration (edited by hand).
+    Edited,
+    /// Held by someone else, or by no one.
+    Foreign,
+    /// Gone.
+    Deleted,
 }
 
 /// What the watch on the Lease last reported.
@@ -286,7 +378,12 @@ pub struct LeaderElector {
     observed: Option<(Record, Instant)>,
     /// The `resourceVersion` of the last Lease read or written.
     resource_version: Option<String>,
+    /// When the last successful acquisition or renewal was sent.
     last_renew: Option<Instant>,
+    /// A write may have reached the API server without this candidate seeing the answer (a
+    /// timeout, a transport error, or shutdown in the middle): only a read tells who holds
+    /// the Lease now.
+    uncertain: bool,
     changes: watch::Receiver<Option<Watched>>,
     watch_alive: bool,
     watch_stop: CancellationToken,
@@ -319,6 +416,7 @@ impl LeaderElector {
         tokio::spawn(watch_lease(
             api.clone(),
             settings.lease_name.clone(),
+            LeaseWatchBackoff::new(settings.retry_period),
             sender,
             watch_stop.clone(),
         ));
@@ -329,6 +427,7 @@ impl LeaderElector {
             observed: None,
             resource_version: None,
             last_renew: None,
+            uncertain: false,
             changes,
             watch_alive: true,
             watch_stop,
@@ -378,14 +477,20 @@ impl LeaderElector {
         }
     }
 
-    /// One round of client-go's `tryAcquireOrRenew`.
-    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+    /// One round of client-go's `tryAcquireOrRenew`. `leading`: this candidate leads, so any
+    /// other holder, or no Lease at all, means it has lost.
+    async fn try_acquire_or_renew(
+        &mut self,
+        leading: Option<Leading>,
+    ) -> Result<Attempt, kube::Error> {
         let identity = self.settings.identity.clone();
         let seconds = self.settings.lease_duration_seconds();
 
         // Fast path: the leader renews from what it wrote last; a 409 means the Lease changed
-        // since, and the slow path below looks at it.
-        if let Some((record, _)) = &self.observed
+        // since, and the slow path below looks at it. Not when the watch showed the Lease
+        // changed: a replace of a deleted Lease would create it again.
+        if leading != Some(Leading::Verify)
+            && let Some((record, _)) = &self.observed
             && record.holder == identity
             && self.resource_version.is_some()
         {
@@ -396,6 +501,9 @@ impl LeaderElector {
         }
 
         let Some(lease) = self.api.get_opt(&self.settings.lease_name).await? else {
+            if leading.is_some() {
+                return Ok(Attempt::Gone);
+            }
             let record = next_record(&Record::default(), &identity, seconds, Timestamp::now());
             let record = Record {
                 transitions: 0,
@@ -415,6 +523,13 @@ impl LeaderElector {
         let Some((record, observed_at)) = self.observed.clone() else {
             return Ok(Attempt::Conflict);
         };
+        if leading.is_some() && record.holder != identity {
+            // Written by someone else (a takeover, or an edit by hand): never take it back.
+            return Ok(Attempt::HeldBy {
+                holder: record.holder,
+                remaining: Duration::ZERO,
+            });
+        }
         match decide(&record, observed_at, Instant::now(), &identity) {
             Decision::Wait { holder, remaining } => Ok(Attempt::HeldBy { holder, remaining }),
             Decision::Renew | Decision::Acquire => {
@@ -425,18 +540,22 @@ impl LeaderElector {
     }
 
     /// One attempt, bounded by `limit`; errors are logged and reported as `None`.
-    async fn attempt(&mut self, limit: Duration) -> Option<Attempt> {
-        match tokio::time::timeout(limit, self.try_acquire_or_renew()).await {
+    async fn attempt(&mut self, limit: Duration, leading: Option<Leading>) -> Option<Attempt> {
+        // Until an answer arrives, a write of this attempt may have been applied.
+        self.uncertain = true;
+        let outcome = match tokio::time::timeout(limit, self.try_acquire_or_renew(leading)).await {
             Ok(Ok(attempt)) => Some(attempt),
             Ok(Err(error)) => {
                 tracing::warn!(lease = %self.settings.lease_name, %error, "leader election request failed");
-                None
+                return None;
             }
             Err(_) => {
                 tracing::warn!(lease = %self.settings.lease_name, "leader election request timed out");
-                None
+                return None;
             }
-        }
+        };
+        self.uncertain = false;
+        outcome
     }
 
     fn jittered_retry(&self) -> Duration {
@@ -446,7 +565,8 @@ impl LeaderElector {
             .mul_f64(1.0 + fastrand::f64() * 0.1)
     }
 
-    /// Waits until the Lease is acquired (`true`) or `shutdown` is cancelled (`false`).
+    /// Waits until the Lease is acquired (`true`) or `shutdown` is cancelled (`false`; then
+    /// [`LeaderElector::release`] finds out whether an interrupted attempt took the Lease).
     pub async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
         tracing::info!(
             lease = %self.settings.lease_name,
@@ -456,14 +576,17 @@ impl LeaderElector {
         );
         let mut last_holder = String::new();
         loop {
-            if shutdown.is_cancelled() {
-                return false;
-            }
-            let wait = match self.attempt(self.settings.renew_deadline).await {
+            let sent = Instant::now();
+            let attempt = tokio::select! {
+                () = shutdown.cancelled() => return false,
+                attempt = self.attempt(self.settings.renew_deadline, None) => attempt,
+            };
+            let wait = match attempt {
                 Some(Attempt::Leading) => {
-                    let now = Instant::now();
-                    self.last_renew = Some(now);
-                    self.status.renewed(now);
+                    self.last_renew = Some(sent);
+                    self.status.renewed(sent);
+                    // What the watch showed so far is no newer than this write's answer.
+                    self.changes.borrow_and_update();
                     tracing::info!(lease = %self.settings.lease_name, identity = %self.settings.identity, "acquired the leader lease");
                     return true;
                 }
@@ -475,7 +598,7 @@ impl LeaderElector {
                     self.jittered_retry()
                         .min(remaining + Duration::from_millis(20))
                 }
-                Some(Attempt::Conflict) | None => self.jittered_retry(),
+                Some(Attempt::Gone | Attempt::Conflict) | None => self.jittered_retry(),
             };
             if !self.wait_as_standby(shutdown, wait).await {
                 return false;
@@ -519,7 +642,8 @@ impl LeaderElector {
     }
 
     /// Keeps renewing until `stop` is cancelled ([`LeadershipEnd::Stopped`]) or leadership is
-    /// lost ([`LeadershipEnd::Lost`]; the status is then "not leading").
+    /// lost ([`LeadershipEnd::Lost`]; the status is then "not leading", so the write fence
+    /// is closed).
     pub async fn hold(&mut self, stop: &CancellationToken) -> LeadershipEnd {
         let end = self.renew_loop(stop).await;
         if let LeadershipEnd::Lost(reason) = &end {
@@ -529,44 +653,81 @@ impl LeaderElector {
         end
     }
 
+    /// What a watch event means to the leader.
+    fn assess_as_leader(&self, seen: Option<&Watched>) -> Seen {
+        match seen {
+            None => Seen::AsLeft,
+            Some(Watched::Absent) => Seen::Deleted,
+            Some(Watched::Present(lease)) => {
+                let record = Record::from_lease(lease);
+                if record.holder != self.settings.identity {
+                    Seen::Foreign
+                } else if record.lease_duration_seconds != self.settings.lease_duration_seconds() {
+                    Seen::Edited
+                } else {
+                    Seen::AsLeft
+                }
+            }
+        }
+    }
+
     async fn renew_loop(&mut self, stop: &CancellationToken) -> LeadershipEnd {
         let mut next_attempt = Instant::now() + self.settings.retry_period;
+        // Read the Lease before writing it: the watch showed it changed by someone else.
+        let mut verify = false;
         loop {
             tokio::select! {
+                biased;
                 () = stop.cancelled() => return LeadershipEnd::Stopped,
-                () = tokio::time::sleep_until(next_attempt) => {}
                 changed = self.changes.changed(), if self.watch_alive => {
                     if changed.is_err() {
                         self.watch_alive = false;
                         continue;
                     }
-                    // Check at once when the watch shows the Lease gone or held by another;
-                    // the read that follows is authoritative, the event may be stale.
                     let seen = self.changes.borrow_and_update().clone();
-                    let foreign = match &seen {
-                        Some(Watched::Present(lease)) => Record::from_lease(lease).holder != self.settings.identity,
-                        Some(Watched::Absent) => true,
-                        None => false,
-                    };
-                    if !foreign {
-                        continue;
+                    match self.assess_as_leader(seen.as_ref()) {
+                        Seen::AsLeft => continue,
+                        // Stop writing, and check at once with a read: the event may be stale
+                        // (from before this replica acquired the Lease), the read is not.
+                        Seen::Foreign | Seen::Deleted => {
+                            self.status.suspend_writes();
+                            verify = true;
+                        }
+                        // Still ours: renew at once to put the right duration back.
+                        Seen::Edited => {}
                     }
                 }
+                () = tokio::time::sleep_until(next_attempt) => {}
             }
-            let last_renew = self.last_renew.unwrap_or_else(Instant::now);
+            let Some(last_renew) = self.last_renew else {
+                return LeadershipEnd::Lost("never acquired the lease".to_owned());
+            };
             let deadline = last_renew + self.settings.renew_deadline;
-            let now = Instant::now();
-            if now >= deadline {
+            let sent = Instant::now();
+            if sent >= deadline {
                 return self.deadline_missed(last_renew);
             }
-            match self.attempt(deadline - now).await {
+            let leading = if verify {
+                Leading::Verify
+            } else {
+                Leading::Renew
+            };
+            match self.attempt(deadline - sent, Some(leading)).await {
                 Some(Attempt::Leading) => {
-                    let now = Instant::now();
-                    self.last_renew = Some(now);
-                    self.status.renewed(now);
+                    self.last_renew = Some(sent);
+                    self.status.renewed(sent);
+                    verify = false;
+                }
+                Some(Attempt::HeldBy { holder, .. }) if holder.is_empty() => {
+                    return LeadershipEnd::Lost(
+                        "the lease was released by someone else".to_owned(),
+                    );
                 }
                 Some(Attempt::HeldBy { holder, .. }) => {
                     return LeadershipEnd::Lost(format!("the lease is now held by {holder:?}"));
+                }
+                Some(Attempt::Gone) => {
+                    return LeadershipEnd::Lost("the lease was deleted".to_owned());
                 }
                 Some(Attempt::Conflict) | None => {}
             }
@@ -586,55 +747,136 @@ impl LeaderElector {
     }
 
     /// Gives the Lease up if this candidate holds it: empty holder, one-second duration, so
-    /// a standby takes over at once.
-    ///
-    /// # Errors
-    /// The API error when the write fails for another reason than a lost race.
-    pub async fn release(&mut self) -> Result<(), kube::Error> {
+    /// a standby takes over at once. Retries with backoff within `budget`; when the outcome
+    /// of an earlier write is unknown, reads the Lease first. Logs the outcome.
+    pub async fn release(&mut self, budget: Duration) -> Release {
         self.status.stepped_down();
-        for _ in 0..2 {
-            let Some((record, _)) = self.observed.clone() else {
-                return Ok(());
-            };
-            if record.holder != self.settings.identity {
-                return Ok(());
+        let outcome = self.try_release(budget).await;
+        let lease = &self.settings.lease_name;
+        match &outcome {
+            Release::Released => tracing::info!(%lease, "released the leader lease"),
+            Release::NotHeld => {
+                tracing::debug!(%lease, "not holding the leader lease; nothing to release")
             }
-            let released = released_record(&record, Timestamp::now());
-            let lease = self.lease_object(&released, self.resource_version.clone());
-            match self
-                .api
-                .replace(&self.settings.lease_name, &PostParams::default(), &lease)
-                .await
-            {
-                Ok(written) => {
-                    self.observe(&written);
-                    tracing::info!(lease = %self.settings.lease_name, "released the leader lease");
-                    return Ok(());
-                }
-                Err(e) if is_conflict(&e) => {
-                    // Changed since the last renewal: look again; release only if still ours.
-                    match self.api.get_opt(&self.settings.lease_name).await? {
-                        Some(lease) => self.observe(&lease),
-                        None => return Ok(()),
-                    }
-                }
-                Err(e) => return Err(e),
+            Release::GaveUp(reason) => {
+                tracing::warn!(%lease, %reason, "could not release the leader lease; it expires on its own")
             }
         }
-        Ok(())
+        outcome
+    }
+
+    async fn try_release(&mut self, budget: Duration) -> Release {
+        let deadline = Instant::now() + budget;
+        let timed_out = || {
+            Release::GaveUp(format!(
+                "no answer within the release budget of {}",
+                crate::duration::Display(budget)
+            ))
+        };
+        let mut must_read = self.uncertain;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let failure = if must_read {
+                match tokio::time::timeout_at(deadline, self.api.get_opt(&self.settings.lease_name))
+                    .await
+                {
+                    Err(_) => return timed_out(),
+                    Ok(Ok(None)) => return Release::NotHeld,
+                    Ok(Ok(Some(lease))) => {
+                        self.observe(&lease);
+                        self.uncertain = false;
+                        must_read = false;
+                        None
+                    }
+                    Ok(Err(error)) => Some(error),
+                }
+            } else {
+                let Some((record, _)) = self.observed.clone() else {
+                    return Release::NotHeld;
+                };
+                if record.holder != self.settings.identity {
+                    return Release::NotHeld;
+                }
+                let released = released_record(&record, Timestamp::now());
+                let lease = self.lease_object(&released, self.resource_version.clone());
+                let params = PostParams::default();
+                let written = self.api.replace(&self.settings.lease_name, &params, &lease);
+                match tokio::time::timeout_at(deadline, written).await {
+                    Err(_) => return timed_out(),
+                    Ok(Ok(written)) => {
+                        self.observe(&written);
+                        return Release::Released;
+                    }
+                    // Changed since the last renewal: look again; release only if still ours.
+                    Ok(Err(error)) if is_conflict(&error) => {
+                        must_read = true;
+                        None
+                    }
+                    Ok(Err(error)) => {
+                        must_read = true;
+                        Some(error)
+                    }
+                }
+            };
+            if let Some(error) = failure {
+                if Instant::now() + delay >= deadline {
+                    return Release::GaveUp(error.to_string());
+                }
+                tracing::debug!(%error, "releasing the leader lease failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// How fast the Lease watch reconnects: from 100 ms, doubling up to the retry period. It
+/// watches one object, so reconnecting is cheap; while it is down, the leader notices a change
+/// by someone else only at its next renewal (kube's default backoff grows to 30 s).
+#[derive(Debug, Clone)]
+struct LeaseWatchBackoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl LeaseWatchBackoff {
+    const FIRST: Duration = Duration::from_millis(100);
+
+    fn new(max: Duration) -> Self {
+        Self {
+            next: Self::FIRST,
+            max: max.max(Self::FIRST),
+        }
+    }
+}
+
+impl Iterator for LeaseWatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        Some(delay)
+    }
+}
+
+impl kube::runtime::utils::Backoff for LeaseWatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
     }
 }
 
 /// Forwards the state of the one Lease to `sender` until `stop` is cancelled or nobody
-/// listens. Errors are retried with backoff by the watcher.
+/// listens. Errors are retried with `backoff`.
 async fn watch_lease(
     api: Api<Lease>,
     name: String,
+    backoff: LeaseWatchBackoff,
     sender: watch::Sender<Option<Watched>>,
     stop: CancellationToken,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut events = std::pin::pin!(watcher(api, config).backoff(backoff));
     let mut seen_in_init = false;
     loop {
         let event = tokio::select! {
@@ -799,6 +1041,19 @@ mod tests {
             settings(Duration::from_millis(1500)).lease_duration_seconds(),
             2
         );
+    }
+
+    #[test]
+    fn the_lease_watch_reconnects_within_the_retry_period() {
+        use kube::runtime::utils::Backoff as _;
+        let mut backoff = LeaseWatchBackoff::new(Duration::from_secs(2));
+        let delays: Vec<u128> = backoff.by_ref().take(7).map(|d| d.as_millis()).collect();
+        assert_eq!(delays, [100, 200, 400, 800, 1600, 2000, 2000]);
+        backoff.reset();
+        assert_eq!(backoff.next(), Some(Duration::from_millis(100)));
+        // A retry period shorter than the first delay does not make it spin.
+        let mut tiny = LeaseWatchBackoff::new(Duration::from_millis(1));
+        assert_eq!(tiny.nth(3), Some(Duration::from_millis(100)));
     }
 
     #[test]

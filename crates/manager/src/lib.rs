@@ -6,6 +6,7 @@
 //!
 //! - [`config`]: defaults < file < `MANAGER_*` environment < flags, checked as a whole.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
+//! - [`fence`]: the check every controller write passes: this replica leads, on time.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`telemetry`]: logs and the metrics registry.
 //! - [`manager`]: the start-up and shutdown order.
@@ -13,6 +14,7 @@
 pub mod config;
 pub mod duration;
 pub mod error;
+pub mod fence;
 pub mod leader;
 pub mod manager;
 pub mod server;

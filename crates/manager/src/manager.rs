@@ -3,9 +3,14 @@
 //!
 //! Start: signal handlers, metrics registry, HTTP endpoints, cluster connection (readiness
 //! turns on), leader election, controllers. Stop on SIGTERM/SIGINT: readiness turns off,
-//! controllers finish in-flight reconciles (bounded by the shutdown timeout), the Lease is
-//! released, the HTTP endpoints close; exit 0. A second signal exits at once with status 1.
-//! Lost leadership or a failed controller ends the process with status 1.
+//! controllers finish in-flight reconciles (bounded by the shutdown timeout, then aborted)
+//! while the Lease is still renewed, the Lease is released once every controller task has
+//! returned, the HTTP endpoints close; exit 0. A second signal exits at once with status 1.
+//! Lost leadership aborts the controllers at once (a standby may lead already) and, like a
+//! failed controller, ends the process with status 1.
+//!
+//! The controllers' client carries the write fence ([`crate::fence`]); every request of the
+//! process names the manager's version and leader identity in its user agent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::fence::WriteFence;
 use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
 use crate::server::{Health, Servers};
 use crate::{Error, telemetry};
@@ -22,8 +28,8 @@ use crate::{Error, telemetry};
 /// How long HTTP connections get to finish once the manager stops.
 const HTTP_GRACE: Duration = Duration::from_secs(1);
 
-/// How long releasing the Lease may take at shutdown.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long releasing the Lease may take, retries included.
+const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 /// Runs the manager until a signal (`Ok`) or a failure (`Err`).
 ///
@@ -38,14 +44,16 @@ pub async fn run(
 
     let registry = telemetry::registry()?;
     let metrics = Arc::new(controllers::Metrics::register(&registry)?);
-    let leader_status = if config.leader_elect {
-        let gauge = telemetry::leader_gauge(&registry)?
-            .with_label_values(&[config.leader_election_id.as_str()]);
-        Some(Arc::new(LeaderStatus::new(gauge, config.renew_deadline)))
+    let fence = if config.leader_elect {
+        let lease = [config.leader_election_id.as_str()];
+        let gauge = telemetry::leader_gauge(&registry)?.with_label_values(&lease);
+        let status = Arc::new(LeaderStatus::new(gauge, config.renew_deadline));
+        let fenced = telemetry::fenced_writes(&registry)?.with_label_values(&lease);
+        Some(WriteFence::new(status, fenced))
     } else {
         None
     };
-    let health = Arc::new(Health::new(leader_status.clone()));
+    let health = Arc::new(Health::new(fence.as_ref().map(|f| f.status().clone())));
     let servers = Servers::start(
         config.metrics_bind_address.socket_addr(),
         config.health_probe_bind_address.socket_addr(),
@@ -66,11 +74,17 @@ pub async fn run(
         &config,
         controllers,
         metrics,
-        leader_status,
+        fence.clone(),
         &health,
         &shutdown,
     )
     .await;
+    if let Some(refused) = fence.map(|f| f.refused()).filter(|n| *n > 0) {
+        tracing::warn!(
+            refused,
+            "the leader-election fence refused controller writes while this replica could not be sure it led"
+        );
+    }
     health.set_ready(false);
     servers.shutdown(HTTP_GRACE).await;
     match &result {
@@ -84,20 +98,20 @@ async fn run_connected(
     config: &Config,
     controllers: Vec<Box<dyn ManagedController>>,
     metrics: Arc<controllers::Metrics>,
-    leader_status: Option<Arc<LeaderStatus>>,
+    fence: Option<WriteFence>,
     health: &Health,
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
-    let Some(client) = connect(shutdown).await? else {
+    let identity = leader::default_identity();
+    let Some((client, client_config)) = connect(&identity, shutdown).await? else {
         return Ok(());
     };
     health.set_ready(!shutdown.is_cancelled());
-    let identity = leader::default_identity();
     let options = RunOptions {
         max_concurrent_reconciles: config.max_concurrent_reconciles,
         instance: identity.clone(),
     };
-    let runner = Runner {
+    let mut runner = Runner {
         client: client.clone(),
         controllers,
         options,
@@ -105,9 +119,13 @@ async fn run_connected(
         shutdown_timeout: config.shutdown_timeout,
     };
 
-    let Some(status) = leader_status else {
+    let Some(fence) = fence else {
         return runner.run_unelected(shutdown).await;
     };
+    runner.client = kube::client::ClientBuilder::try_from(client_config)
+        .map_err(Error::Client)?
+        .with_layer(&fence)
+        .build();
     let namespace = config
         .leader_election_namespace
         .clone()
@@ -125,20 +143,44 @@ async fn run_connected(
         renew_deadline: config.renew_deadline,
         retry_period: config.retry_period,
     };
-    let elector = LeaderElector::new(client, settings, status);
+    let elector = LeaderElector::new(client, settings, fence.status().clone());
     runner.run_elected(elector, shutdown).await
 }
 
+/// The user agent of every request: `operator-manager/<version> (<identity>)`, so the API
+/// server's audit log attributes each request to a replica. Characters a header cannot carry
+/// become `_`.
+pub fn user_agent(identity: &str) -> String {
+    let identity: String = identity
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect();
+    format!(
+        "operator-manager/{} ({identity})",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 /// Connects the way kubectl does (in-cluster service account, else `KUBECONFIG`, else
-/// `~/.kube/config`) and waits until the API server answers. `None` when shutdown came first.
-async fn connect(shutdown: &CancellationToken) -> Result<Option<kube::Client>, Error> {
-    let client = kube::Client::try_default().await.map_err(Error::Client)?;
+/// `~/.kube/config`) and waits until the API server answers. `None` when shutdown came first;
+/// else the client and its configuration (for the controllers' own client).
+async fn connect(
+    identity: &str,
+    shutdown: &CancellationToken,
+) -> Result<Option<(kube::Client, kube::Config)>, Error> {
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Client(kube::Error::InferConfig(e)))?;
+    let agent = http::HeaderValue::try_from(user_agent(identity))
+        .map_err(|e| Error::Client(kube::Error::HttpError(e.into())))?;
+    config.headers.push((http::header::USER_AGENT, agent));
+    let client = kube::Client::try_from(config.clone()).map_err(Error::Client)?;
     let mut delay = Duration::from_millis(250);
     loop {
         match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
             Ok(Ok(info)) => {
                 tracing::info!(version = %info.git_version, namespace = %client.default_namespace(), "connected to the API server");
-                return Ok(Some(client));
+                return Ok(Some((client, config)));
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "the API server is not reachable yet; retrying")
@@ -185,7 +227,7 @@ impl Runner {
         tokio::select! {
             () = shutdown.cancelled() => {
                 stop.cancel();
-                stop_controllers(task, timeout).await
+                stop_controllers(&mut task, timeout).await
             }
             joined = &mut task => {
                 flatten(joined)?;
@@ -197,75 +239,69 @@ impl Runner {
     }
 
     /// With leader election: stand by until the Lease is won, run the controllers while it is
-    /// held, and release it at shutdown.
+    /// held, keep renewing it while they drain at shutdown, and release it once they are gone.
     async fn run_elected(
         self,
         mut elector: LeaderElector,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
-        if !elector.acquire(shutdown).await {
-            tracing::info!("shutdown before becoming leader");
+        if !elector.acquire(shutdown).await || shutdown.is_cancelled() {
+            // An attempt cut short by the signal may have taken the Lease: release finds out.
+            tracing::info!("shutdown before leading");
+            elector.release(RELEASE_BUDGET).await;
             return Ok(());
         }
         let stop = CancellationToken::new();
         let (mut task, timeout) = self.start(stop.clone());
-        let mut returned: Option<Result<(), Error>> = None;
+        let mut returned = false;
         let end = loop {
             tokio::select! {
                 end = elector.hold(shutdown) => break end,
-                joined = &mut task, if returned.is_none() => {
-                    match flatten(joined) {
-                        Ok(()) => {
-                            tracing::info!("controllers returned; holding the lease until shutdown");
-                            returned = Some(Ok(()));
-                        }
-                        Err(error) => {
-                            returned = Some(Err(error));
-                            break LeadershipEnd::Stopped;
-                        }
+                joined = &mut task, if !returned => {
+                    if let Err(error) = flatten(joined) {
+                        // The controllers failed: hand over to a standby at once.
+                        stop.cancel();
+                        elector.release(RELEASE_BUDGET).await;
+                        return Err(error);
                     }
+                    tracing::info!("controllers returned; holding the lease until shutdown");
+                    returned = true;
                 }
             }
         };
         stop.cancel();
-        match (end, returned) {
-            (_, Some(Err(error))) => {
-                // The controllers failed: hand over to a standby at once.
-                release(&mut elector).await;
-                Err(error)
+        if let LeadershipEnd::Lost(reason) = end {
+            // A standby may lead already, and the fence is closed: stop everything now.
+            if !returned {
+                abort_controllers(task).await;
             }
-            (LeadershipEnd::Lost(reason), returned) => {
-                if returned.is_none()
-                    && let Err(error) = stop_controllers(task, timeout).await
-                {
-                    tracing::warn!(error = %error.report(), "while stopping controllers after losing the lease");
-                }
-                Err(Error::LeadershipLost(reason))
-            }
-            (LeadershipEnd::Stopped, returned) => {
-                tracing::info!("shutting down: stopping controllers");
-                let result = match returned {
-                    Some(result) => result,
-                    None => stop_controllers(task, timeout).await,
-                };
-                // Controllers that did not stop may still be writing: then the Lease is kept
-                // and expires on its own, so no standby starts alongside them.
-                if !matches!(result, Err(Error::ShutdownTimeout(_))) {
-                    release(&mut elector).await;
-                }
-                result
-            }
+            return Err(Error::LeadershipLost(reason));
         }
-    }
-}
-
-async fn release(elector: &mut LeaderElector) {
-    match tokio::time::timeout(RELEASE_TIMEOUT, elector.release()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "could not release the lease; it expires on its own")
-        }
-        Err(_) => tracing::warn!("releasing the lease timed out; it expires on its own"),
+        let result = if returned {
+            Ok(())
+        } else {
+            tracing::info!("shutting down: stopping controllers while renewing the lease");
+            let drained = {
+                let renewing = CancellationToken::new();
+                tokio::select! {
+                    result = stop_controllers(&mut task, timeout) => Ok(result),
+                    end = elector.hold(&renewing) => Err(end),
+                }
+            };
+            match drained {
+                Ok(result) => result,
+                Err(end) => {
+                    abort_controllers(task).await;
+                    let reason = match end {
+                        LeadershipEnd::Lost(reason) => reason,
+                        LeadershipEnd::Stopped => "stopped renewing while draining".to_owned(),
+                    };
+                    return Err(Error::LeadershipLost(reason));
+                }
+            }
+        };
+        elector.release(RELEASE_BUDGET).await;
+        result
     }
 }
 
@@ -278,10 +314,10 @@ fn flatten(
     }
 }
 
-/// Waits for cancelled controllers to return, at most `timeout`.
-async fn stop_controllers(task: ControllersTask, timeout: Duration) -> Result<(), Error> {
-    let abort = task.abort_handle();
-    match tokio::time::timeout(timeout, task).await {
+/// Waits for cancelled controllers to return, at most `timeout`; then aborts them and waits
+/// until the abort has taken effect, so nothing of theirs runs once this returns.
+async fn stop_controllers(task: &mut ControllersTask, timeout: Duration) -> Result<(), Error> {
+    match tokio::time::timeout(timeout, &mut *task).await {
         Ok(joined) => {
             let result = flatten(joined);
             if result.is_ok() {
@@ -290,10 +326,23 @@ async fn stop_controllers(task: ControllersTask, timeout: Duration) -> Result<()
             result
         }
         Err(_) => {
-            abort.abort();
+            tracing::warn!(
+                timeout = %crate::duration::Display(timeout),
+                "controllers did not stop within the shutdown timeout; aborting them"
+            );
+            task.abort();
+            let _ = task.await;
             Err(Error::ShutdownTimeout(timeout))
         }
     }
+}
+
+/// Aborts the controllers and waits until the abort has taken effect. Dropping their runner
+/// also cancels every reconcile it spawned.
+async fn abort_controllers(task: ControllersTask) {
+    task.abort();
+    let _ = task.await;
+    tracing::info!("controllers aborted");
 }
 
 /// One cancellation token for the whole process, cancelled by the first SIGTERM or SIGINT.
@@ -342,5 +391,25 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
     );
     if controllers.is_empty() {
         tracing::warn!("no controller is enabled");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_agent_names_version_and_identity() {
+        assert_eq!(
+            user_agent("manager-7d9f-x2"),
+            format!(
+                "operator-manager/{} (manager-7d9f-x2)",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        // Whatever a host name holds, the header stays valid.
+        let odd = user_agent("host\tname\u{e9}");
+        assert!(odd.ends_with("(host_name_)"), "{odd}");
+        assert!(http::HeaderValue::try_from(odd).is_ok());
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal as _;
 
-use prometheus::{IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use tracing_subscriber::EnvFilter;
 
 use crate::Error;
@@ -70,6 +70,23 @@ pub fn leader_gauge(registry: &Registry) -> Result<IntGaugeVec, Error> {
     Ok(gauge)
 }
 
+/// Registers `leader_election_fenced_writes_total{name}`: controller writes the write fence
+/// refused or abandoned because this replica could not be sure it held the Lease `name`.
+///
+/// # Errors
+/// [`Error::Metrics`] when registration fails.
+pub fn fenced_writes(registry: &Registry) -> Result<IntCounterVec, Error> {
+    let counter = IntCounterVec::new(
+        Opts::new(
+            "leader_election_fenced_writes_total",
+            "Total number of controller writes not sent, or abandoned in flight, because this replica could not be sure it held the leader lease 'name'.",
+        ),
+        &["name"],
+    )?;
+    registry.register(Box::new(counter.clone()))?;
+    Ok(counter)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +96,10 @@ mod tests {
         let registry = registry().unwrap();
         let gauge = leader_gauge(&registry).unwrap();
         gauge.with_label_values(&["lease"]).set(1);
+        fenced_writes(&registry)
+            .unwrap()
+            .with_label_values(&["lease"])
+            .inc();
         let names: Vec<String> = registry
             .gather()
             .iter()
@@ -89,6 +110,7 @@ mod tests {
             "process_cpu_seconds_total",
             "process_open_fds",
             "leader_election_master_status",
+            "leader_election_fenced_writes_total",
         ] {
             assert!(
                 names.iter().any(|n| n == want),

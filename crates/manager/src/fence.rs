@@ -1,0 +1,297 @@
+//! The write fence: every mutating request the controllers send passes one check, that this
+//! replica holds the leader Lease and its renew deadline has not passed on the monotonic clock.
+//!
+//! Leader election alone stops the controllers only when the elector notices it has lost; a
+//! replica that was frozen (SIGSTOP, a paused VM, a long stall) wakes up with writes queued and
+//! a Lease that a standby may already hold. The fence refuses those writes before they leave the
+//! process, and abandons a write still unanswered when the deadline passes (unless a renewal
+//! moved it meanwhile), so that no request of this replica is sent after a standby could have
+//! taken over. Reads are never fenced: a standby's caches stay warm.
+//!
+//! It is a tower layer on the controllers' client only; the elector's own client must write the
+//! Lease to become leader at all.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use http::{Method, Request};
+use prometheus::IntCounter;
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::leader::LeaderStatus;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The layer: checks every write against `status`, counts refusals in `refused`
+/// (`leader_election_fenced_writes_total`).
+#[derive(Clone, Debug)]
+pub struct WriteFence {
+    status: Arc<LeaderStatus>,
+    refused: IntCounter,
+}
+
+impl WriteFence {
+    /// A fence that opens while `status` says this replica leads on time.
+    pub fn new(status: Arc<LeaderStatus>, refused: IntCounter) -> Self {
+        Self { status, refused }
+    }
+
+    /// The leadership it checks against.
+    pub fn status(&self) -> &Arc<LeaderStatus> {
+        &self.status
+    }
+
+    /// How many writes it has refused or abandoned so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.get()
+    }
+
+    fn refuse(&self, method: Method, path: String, reason: String) -> BoxError {
+        self.refused.inc();
+        Box::new(Error::WriteFenced {
+            method,
+            path,
+            reason,
+        })
+    }
+}
+
+/// Whether `method` changes something on the API server.
+fn is_write(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+impl<S> tower::Layer<S> for WriteFence {
+    type Service = Fenced<S>;
+
+    fn layer(&self, inner: S) -> Fenced<S> {
+        Fenced {
+            inner,
+            fence: self.clone(),
+        }
+    }
+}
+
+/// A client service behind the [`WriteFence`].
+#[derive(Clone, Debug)]
+pub struct Fenced<S> {
+    inner: S,
+    fence: WriteFence,
+}
+
+impl<S, B> tower::Service<Request<B>> for Fenced<S>
+where
+    S: tower::Service<Request<B>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<S::Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        if !is_write(request.method()) {
+            let response = self.inner.call(request);
+            return Box::pin(async move { response.await.map_err(Into::into) });
+        }
+        let method = request.method().clone();
+        let path = request.uri().path().to_owned();
+        let mut deadline = match self.fence.status.write_deadline(Instant::now()) {
+            Ok(deadline) => deadline,
+            Err(reason) => {
+                let refused = self.fence.refuse(method, path, reason);
+                return Box::pin(std::future::ready(Err(refused)));
+            }
+        };
+        let response = self.inner.call(request);
+        let fence = self.fence.clone();
+        Box::pin(async move {
+            let mut response = std::pin::pin!(response);
+            loop {
+                match tokio::time::timeout_at(deadline, &mut response).await {
+                    Ok(answered) => return answered.map_err(Into::into),
+                    // Renewed meanwhile: keep waiting for the answer.
+                    Err(_) => match fence.status.write_deadline(Instant::now()) {
+                        Ok(later) => deadline = later,
+                        Err(reason) => {
+                            return Err(fence.refuse(
+                                method,
+                                path,
+                                format!("abandoned before the API server answered: {reason}"),
+                            ));
+                        }
+                    },
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prometheus::IntGauge;
+    use tower::{Layer as _, Service as _};
+
+    use super::*;
+
+    /// Answers every request after `delay` (never, if `None`) and counts what it was sent.
+    #[derive(Clone)]
+    struct Server {
+        delay: Option<Duration>,
+        sent: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl tower::Service<Request<()>> for Server {
+        type Response = &'static str;
+        type Error = BoxError;
+        type Future = BoxFuture<'static, Result<&'static str, BoxError>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let delay = self.delay;
+            Box::pin(async move {
+                match delay {
+                    Some(delay) => tokio::time::sleep(delay).await,
+                    None => std::future::pending().await,
+                }
+                Ok("answered")
+            })
+        }
+    }
+
+    struct Setup {
+        status: Arc<LeaderStatus>,
+        refused: IntCounter,
+        sent: Arc<std::sync::atomic::AtomicUsize>,
+        service: Fenced<Server>,
+    }
+
+    fn setup(renew_deadline: Duration, answer_after: Option<Duration>) -> Setup {
+        let gauge = IntGauge::new("leading", "h").unwrap();
+        let status = Arc::new(LeaderStatus::new(gauge, renew_deadline));
+        let refused = IntCounter::new("refused", "h").unwrap();
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let server = Server {
+            delay: answer_after,
+            sent: sent.clone(),
+        };
+        let service = WriteFence::new(status.clone(), refused.clone()).layer(server);
+        Setup {
+            status,
+            refused,
+            sent,
+            service,
+        }
+    }
+
+    fn request(method: Method) -> Request<()> {
+        Request::builder()
+            .method(method)
+            .uri("/apis/apps/v1/namespaces/ns/deployments/web")
+            .body(())
+            .unwrap()
+    }
+
+    fn sent(setup: &Setup) -> usize {
+        setup.sent.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn reads_pass_whoever_leads() {
+        let mut s = setup(Duration::from_secs(10), Some(Duration::ZERO));
+        assert_eq!(
+            s.service.call(request(Method::GET)).await.unwrap(),
+            "answered"
+        );
+        assert_eq!((sent(&s), s.refused.get()), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_standby_sends_no_write_and_counts_it() {
+        let mut s = setup(Duration::from_secs(10), Some(Duration::ZERO));
+        for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            let error = s.service.call(request(method.clone())).await.unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "{method} /apis/apps/v1/namespaces/ns/deployments/web refused by the \
+                     leader-election fence: this replica does not hold the leader lease"
+                )
+            );
+        }
+        assert_eq!((sent(&s), s.refused.get()), (0, 4));
+    }
+
+    #[tokio::test]
+    async fn the_leader_writes_until_its_renew_deadline() {
+        let mut s = setup(Duration::from_secs(10), Some(Duration::ZERO));
+        s.status.renewed(Instant::now());
+        assert_eq!(
+            s.service.call(request(Method::PATCH)).await.unwrap(),
+            "answered"
+        );
+        assert_eq!((sent(&s), s.refused.get()), (1, 0));
+
+        // As after a freeze: the last renewal is older than the deadline, and the elector has
+        // not noticed yet.
+        s.status.renewed(Instant::now() - Duration::from_secs(11));
+        let error = s.service.call(request(Method::PATCH)).await.unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("beyond the renew deadline of 10s"),
+            "{error}"
+        );
+        assert_eq!((sent(&s), s.refused.get()), (1, 1));
+
+        s.status.renewed(Instant::now());
+        s.status.suspend_writes();
+        let error = s.service.call(request(Method::POST)).await.unwrap_err();
+        assert!(error.to_string().contains("being checked"), "{error}");
+        assert_eq!((sent(&s), s.refused.get()), (1, 2));
+    }
+
+    #[tokio::test]
+    async fn a_write_unanswered_at_the_deadline_is_abandoned() {
+        let mut s = setup(Duration::from_millis(200), None);
+        s.status.renewed(Instant::now());
+        let started = Instant::now();
+        let error = s.service.call(request(Method::PUT)).await.unwrap_err();
+        assert!(error.to_string().contains("abandoned"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!((sent(&s), s.refused.get()), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn renewals_while_a_write_is_in_flight_keep_it() {
+        let mut s = setup(Duration::from_millis(200), Some(Duration::from_millis(500)));
+        s.status.renewed(Instant::now());
+        let status = s.status.clone();
+        let renewing = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                status.renewed(Instant::now());
+            }
+        });
+        let answered = s.service.call(request(Method::POST)).await;
+        renewing.abort();
+        assert_eq!(answered.unwrap(), "answered");
+        assert_eq!(s.refused.get(), 0);
+    }
+}
