@@ -1,0 +1,735 @@
+//! Never two leaders, proven from the API server's own record.
+//!
+//! Three replicas of the manager run against a cluster of this test's own, each through a
+//! loopback proxy the test controls, while a few hundred Memcacheds are created, scaled and
+//! deleted. The test injects faults into whichever replica leads (SIGTERM, SIGKILL, SIGSTOP for
+//! the lease duration plus 5 s, a cut connection) and into the API server (a restart), edits
+//! the Lease by hand as a confused user would, and plays the kubelet: a replica that exits is
+//! started again under the same name. Then it reads the API server's audit log and checks that
+//! no replica's write arrived outside its own tenure of the Lease, or past the renew deadline
+//! of its last accepted renewal, beyond a bound it prints; that every Memcached converges; and
+//! that no graceful handover waited for the Lease to expire.
+//!
+//! `LEADER_FAULT_ROUNDS` (default 10) sets how often each fault is injected.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use testkit::{ManagerProcess, PrivateCluster, TcpProxy, TestNamespace};
+
+const REPLICAS: usize = 3;
+const LEASE_DURATION: Duration = Duration::from_secs(6);
+const RENEW_DEADLINE: Duration = Duration::from_secs(4);
+const RETRY_PERIOD: Duration = Duration::from_secs(1);
+/// How long a frozen leader stays frozen: past the lease, so a standby takes over meanwhile.
+const FREEZE: Duration = Duration::from_secs(6 + 5);
+/// Memcacheds kept in the namespace while the faults happen.
+const MEMCACHEDS: usize = 200;
+/// How long after the end of its tenure (or its renew deadline) a replica's write may arrive:
+/// a request already on its way when the fence closed.
+const IN_FLIGHT_BOUND: Duration = Duration::from_secs(1);
+/// Marks the manager's log line that counts fenced writes at exit.
+const FENCE_SUMMARY: &str = "the leader-election fence refused controller writes";
+
+/// One replica: a stable name (its identity, like a pod name), its own proxy to the API
+/// server, and the process currently running under that name.
+struct Replica {
+    name: String,
+    proxy: TcpProxy,
+    kubeconfig: PathBuf,
+    lease: String,
+    process: Option<ManagerProcess>,
+    probes: u16,
+}
+
+impl Replica {
+    async fn start(&mut self) -> Result<()> {
+        let metrics = testkit::free_port()?;
+        self.probes = testkit::free_port()?;
+        let args = [
+            "--leader-elect".to_owned(),
+            format!("--leader-election-id={}", self.lease),
+            format!("--lease-duration={}s", LEASE_DURATION.as_secs()),
+            format!("--renew-deadline={}s", RENEW_DEADLINE.as_secs()),
+            format!("--retry-period={}s", RETRY_PERIOD.as_secs()),
+            format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+            format!("--health-probe-bind-address=127.0.0.1:{}", self.probes),
+            "--log-format=json".to_owned(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let process =
+            testkit::spawn_manager(&self.kubeconfig, &args, &[("POD_NAME", self.name.as_str())])
+                .await?;
+        println!("{}: log {}", self.name, process.log().display());
+        self.process = Some(process);
+        Ok(())
+    }
+
+    fn process(&mut self) -> Result<&mut ManagerProcess> {
+        self.process
+            .as_mut()
+            .with_context(|| format!("{} is not running", self.name))
+    }
+
+    fn signal(&mut self, signal: Signal) -> Result<()> {
+        let name = self.name.clone();
+        let pid = self
+            .process()?
+            .id()
+            .with_context(|| format!("{name} has exited"))?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+        nix::sys::signal::kill(pid, signal).with_context(|| format!("{signal} to {name}"))?;
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let (name, probes) = (self.name.clone(), self.probes);
+            let process = self.process()?;
+            if let Some(status) = process.try_exit_status()? {
+                bail!(
+                    "{name} exited with {status} while starting:\n{}",
+                    process.log_text()
+                );
+            }
+            let ready = localcluster::http::get_ok([127, 0, 0, 1].into(), probes, "/readyz");
+            if ready.await.is_ok() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "{name} not ready after {timeout:?}:\n{}",
+                    process.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit; its status and fenced-write count.
+    async fn wait_exit(&mut self, timeout: Duration) -> Result<(ExitStatus, u64)> {
+        let name = self.name.clone();
+        let process = self.process()?;
+        let Some(status) = process.wait_timeout(timeout).await? else {
+            bail!(
+                "{name} still runs {timeout:?} later:\n{}",
+                tail(&process.log_text(), 30)
+            );
+        };
+        let fenced = fenced_writes(&process.log_text());
+        self.process = None;
+        Ok((status, fenced))
+    }
+}
+
+/// The count in the manager's exit line about fenced writes (0 when it logged none).
+fn fenced_writes(log: &str) -> u64 {
+    log.lines()
+        .filter(|line| line.contains(FENCE_SUMMARY))
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|v| v["refused"].as_u64())
+        .sum()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A fault, or a hand edit of the Lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Terminate,
+    Kill,
+    Freeze,
+    ApiserverRestart,
+    Cut,
+    EditHolder,
+    DeleteLease,
+    EditDuration(i32),
+}
+
+impl Fault {
+    fn describe(self) -> String {
+        match self {
+            Self::Terminate => "SIGTERM of the leader".to_owned(),
+            Self::Kill => "SIGKILL of the leader".to_owned(),
+            Self::Freeze => format!("SIGSTOP of the leader for {}s", FREEZE.as_secs()),
+            Self::ApiserverRestart => "API server restart".to_owned(),
+            Self::Cut => "the leader's connection cut".to_owned(),
+            Self::EditHolder => "Lease edited to another holder".to_owned(),
+            Self::DeleteLease => "Lease deleted".to_owned(),
+            Self::EditDuration(seconds) => format!("Lease edited to a {seconds}s duration"),
+        }
+    }
+}
+
+/// What one fault did.
+struct Outcome {
+    fault: Fault,
+    old_leader: String,
+    new_leader: String,
+    handover: Duration,
+    fenced: u64,
+    note: String,
+}
+
+struct Harness {
+    private: PrivateCluster,
+    replicas: Vec<Replica>,
+    leases: Api<Lease>,
+    lease: String,
+}
+
+impl Harness {
+    fn replica(&mut self, name: &str) -> Result<&mut Replica> {
+        self.replicas
+            .iter_mut()
+            .find(|r| r.name == name)
+            .with_context(|| format!("no replica named {name:?}"))
+    }
+
+    /// The Lease's holder, if the API server answers.
+    async fn holder(&self) -> Option<String> {
+        let lease = self.leases.get_opt(&self.lease).await.ok()??;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    }
+
+    /// Waits for a replica other than `old` (any replica when `None`) to hold the Lease; the
+    /// holder and when it was seen.
+    async fn wait_new_holder(
+        &self,
+        old: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(String, Instant)> {
+        let start = Instant::now();
+        let names: BTreeSet<&str> = self.replicas.iter().map(|r| r.name.as_str()).collect();
+        loop {
+            if let Some(holder) = self.holder().await
+                && names.contains(holder.as_str())
+                && Some(holder.as_str()) != old
+            {
+                return Ok((holder, Instant::now()));
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "no replica other than {old:?} took the Lease within {timeout:?} (holder: {:?})",
+                    self.holder().await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Waits for a replica to write the Lease as its holder after `since` (after an outage,
+    /// the Lease still names the holder from before); the holder and when it was seen.
+    async fn wait_renewed_since(
+        &self,
+        since: Timestamp,
+        timeout: Duration,
+    ) -> Result<(String, Instant)> {
+        let start = Instant::now();
+        loop {
+            let lease = self.leases.get_opt(&self.lease).await.ok().flatten();
+            let spec = lease.and_then(|l| l.spec).unwrap_or_default();
+            let renewed = spec.renew_time.map(|t| t.0);
+            if let Some(holder) = spec.holder_identity
+                && self.replicas.iter().any(|r| r.name == holder)
+                && renewed.is_some_and(|t| t > since)
+            {
+                return Ok((holder, Instant::now()));
+            }
+            if start.elapsed() > timeout {
+                bail!("no replica renewed the Lease within {timeout:?} after the outage");
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// As the kubelet: starts every replica whose process exited, then waits until all are
+    /// ready. Returns the exit statuses seen.
+    async fn supervise(&mut self) -> Result<Vec<(String, ExitStatus)>> {
+        let mut exited = Vec::new();
+        for replica in &mut self.replicas {
+            let status = match replica.process.as_mut() {
+                Some(process) => process.try_exit_status()?,
+                None => None,
+            };
+            if let Some(status) = status {
+                replica.process = None;
+                exited.push((replica.name.clone(), status));
+            }
+            if replica.process.is_none() {
+                replica.start().await?;
+            }
+        }
+        for replica in &mut self.replicas {
+            replica.wait_ready(Duration::from_secs(60)).await?;
+        }
+        Ok(exited)
+    }
+
+    async fn inject(&mut self, fault: Fault) -> Result<Outcome> {
+        let (old, _) = self.wait_new_holder(None, Duration::from_secs(60)).await?;
+        let started = Instant::now();
+        let mut fenced = 0;
+        let mut note = String::new();
+        let new = match fault {
+            Fault::Terminate => {
+                self.replica(&old)?.signal(Signal::SIGTERM)?;
+                let new = self.wait_new_holder(Some(&old), LEASE_DURATION * 3).await?;
+                let (status, count) = self
+                    .replica(&old)?
+                    .wait_exit(Duration::from_secs(40))
+                    .await?;
+                ensure!(status.success(), "{old} exited with {status} after SIGTERM");
+                fenced = count;
+                new
+            }
+            Fault::Kill => {
+                let replica = self.replica(&old)?;
+                replica.process()?.kill().await?;
+                replica.process = None;
+                self.wait_new_holder(Some(&old), LEASE_DURATION * 3).await?
+            }
+            Fault::Freeze => {
+                self.replica(&old)?.signal(Signal::SIGSTOP)?;
+                let new = self.wait_new_holder(Some(&old), FREEZE).await;
+                tokio::time::sleep_until((started + FREEZE).into()).await;
+                let replica = self.replica(&old)?;
+                replica.signal(Signal::SIGCONT)?;
+                let woke = Instant::now();
+                let (status, count) = replica.wait_exit(Duration::from_secs(10)).await?;
+                ensure!(
+                    !status.success(),
+                    "{old} woke to a lost Lease but exited with {status}"
+                );
+                fenced = count;
+                note = format!("exited {:.2}s after waking", woke.elapsed().as_secs_f64());
+                new?
+            }
+            Fault::ApiserverRestart => {
+                self.private
+                    .local()
+                    .restart_apiserver(Duration::from_secs(2))
+                    .await?;
+                let back = Instant::now();
+                let new = self
+                    .wait_renewed_since(Timestamp::now(), LEASE_DURATION * 5)
+                    .await?;
+                note = format!(
+                    "API server back after {:.1}s, Lease renewed {:.2}s later",
+                    back.duration_since(started).as_secs_f64(),
+                    new.1.saturating_duration_since(back).as_secs_f64()
+                );
+                new
+            }
+            Fault::Cut => {
+                self.replica(&old)?.proxy.cut().await;
+                let new = self.wait_new_holder(Some(&old), LEASE_DURATION * 3).await;
+                let replica = self.replica(&old)?;
+                let exit = replica.wait_exit(RENEW_DEADLINE * 3).await;
+                replica.proxy.restore().await;
+                let (status, count) = exit?;
+                ensure!(
+                    !status.success(),
+                    "{old} lost its connection but exited with {status}"
+                );
+                fenced = count;
+                new?
+            }
+            Fault::EditHolder | Fault::DeleteLease | Fault::EditDuration(_) => {
+                self.edit_lease(fault).await?;
+                let settled = self.wait_new_holder(None, LEASE_DURATION * 4).await?;
+                if let Some(process) = self.replica(&old)?.process.as_mut()
+                    && let Some(status) = process.try_exit_status()?
+                {
+                    note = format!("{old} exited with {status}");
+                }
+                settled
+            }
+        };
+        let (new, seen) = new;
+        let handover = seen.saturating_duration_since(started);
+        for (name, status) in self.supervise().await? {
+            if name != old {
+                note.push_str(&format!("; {name} also exited with {status}"));
+            }
+        }
+        Ok(Outcome {
+            fault,
+            old_leader: old,
+            new_leader: new,
+            handover,
+            fenced,
+            note,
+        })
+    }
+
+    async fn edit_lease(&self, fault: Fault) -> Result<()> {
+        let patch = match fault {
+            Fault::EditHolder => json!({ "spec": { "holderIdentity": "intruder" } }),
+            Fault::EditDuration(seconds) => json!({ "spec": { "leaseDurationSeconds": seconds } }),
+            Fault::DeleteLease => {
+                self.leases
+                    .delete(&self.lease, &DeleteParams::default())
+                    .await?;
+                return Ok(());
+            }
+            other => bail!("{other:?} is not an edit"),
+        };
+        self.leases
+            .patch(&self.lease, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+}
+
+fn memcached_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "Memcached"),
+        "memcacheds",
+    )
+}
+
+/// A small deterministic generator, enough to vary the workload.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        usize::try_from(self.0 % (n as u64)).unwrap_or_default()
+    }
+}
+
+async fn create_memcached(api: &Api<DynamicObject>, name: &str, size: usize) -> kube::Result<()> {
+    let object =
+        DynamicObject::new(name, &memcached_resource()).data(json!({ "spec": { "size": size } }));
+    api.create(&PostParams::default(), &object).await?;
+    Ok(())
+}
+
+/// Scales and replaces Memcacheds until `stop` turns true; errors (the API server restarts
+/// meanwhile) are counted, not fatal. Returns (changes made, errors).
+async fn churn(api: Api<DynamicObject>, stop: tokio::sync::watch::Receiver<bool>) -> (u64, u64) {
+    let mut random = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut names: Vec<String> = (0..MEMCACHEDS).map(|i| format!("mc-{i}")).collect();
+    let mut next = MEMCACHEDS;
+    let (mut changes, mut errors) = (0, 0);
+    while !*stop.borrow() {
+        let index = random.below(names.len());
+        let result = if random.below(4) == 0 {
+            // Replace: delete one, create a new one.
+            let gone = names[index].clone();
+            let fresh = format!("mc-{next}");
+            match api.delete(&gone, &DeleteParams::default()).await {
+                Ok(_) => {
+                    next += 1;
+                    names[index] = fresh.clone();
+                    create_memcached(&api, &fresh, 1 + random.below(3)).await
+                }
+                Err(error) => Err(error),
+            }
+        } else {
+            let size = 1 + random.below(4);
+            api.patch(
+                &names[index],
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "size": size } })),
+            )
+            .await
+            .map(|_| ())
+        };
+        match result {
+            Ok(()) => changes += 1,
+            Err(_) => errors += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (changes, errors)
+}
+
+/// Waits until every Memcached's Deployment asks for its size and its status has observed its
+/// latest generation.
+async fn wait_all_converged(
+    api: &Api<DynamicObject>,
+    deployments: &Api<Deployment>,
+    timeout: Duration,
+) -> Result<()> {
+    testkit::wait_for("every Memcached to converge", timeout, || async {
+        let objects = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let deployed = deployments
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut behind = Vec::new();
+        for object in &objects.items {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let size = object.data["spec"]["size"].as_i64();
+            let replicas = deployed
+                .items
+                .iter()
+                .find(|d| d.metadata.name.as_deref() == Some(name.as_str()))
+                .and_then(|d| d.spec.replicas)
+                .map(i64::from);
+            let observed = object.data["status"]["observedGeneration"].as_i64();
+            if replicas != size || observed != object.metadata.generation {
+                behind.push(name);
+            }
+        }
+        if behind.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {} behind, e.g. {:?}",
+                behind.len(),
+                objects.items.len(),
+                &behind[..behind.len().min(5)]
+            ))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_write_outside_the_lease_under_faults() -> Result<()> {
+    let rounds: usize = std::env::var("LEADER_FAULT_ROUNDS")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()
+        .context("LEADER_FAULT_ROUNDS must be a number")?
+        .unwrap_or(10);
+    let private = PrivateCluster::start("leader-faults").await?;
+    let cluster = private.test().clone();
+    let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
+    let namespace = TestNamespace::create(&cluster, "faults").await?;
+    let lease = testkit::unique_name("lease-faults");
+    let upstream = testkit::server_addr(&cluster.state.server)?;
+
+    let mut replicas = Vec::new();
+    for index in 0..REPLICAS {
+        let name = format!("replica-{index}");
+        let proxy = TcpProxy::start(upstream).await?;
+        let kubeconfig = private.scratch_dir().join(format!("{name}.kubeconfig"));
+        testkit::kubeconfig_via(&identity.path, &proxy.url(), &kubeconfig)?;
+        replicas.push(Replica {
+            name,
+            proxy,
+            kubeconfig,
+            lease: lease.clone(),
+            process: None,
+            probes: 0,
+        });
+    }
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &identity.namespace);
+    let mut harness = Harness {
+        private,
+        replicas,
+        leases,
+        lease: lease.clone(),
+    };
+    harness.supervise().await?;
+
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client.clone(),
+        namespace.name(),
+        &memcached_resource(),
+    );
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace.name());
+    for index in 0..MEMCACHEDS {
+        create_memcached(&api, &format!("mc-{index}"), 1 + index % 3).await?;
+    }
+    let (stop_churn, stopped) = tokio::sync::watch::channel(false);
+    let churning = tokio::spawn(churn(api.clone(), stopped));
+
+    let mut plan = Vec::new();
+    for round in 0..rounds {
+        plan.extend([
+            Fault::Terminate,
+            Fault::Kill,
+            Fault::Freeze,
+            Fault::ApiserverRestart,
+            Fault::Cut,
+        ]);
+        if round < 2 {
+            plan.extend([
+                Fault::EditHolder,
+                Fault::DeleteLease,
+                Fault::EditDuration(1),
+                Fault::EditDuration(i32::MAX),
+            ]);
+        }
+    }
+    let mut outcomes = Vec::new();
+    let began = Instant::now();
+    for (index, fault) in plan.iter().enumerate() {
+        let outcome = harness.inject(*fault).await.with_context(|| {
+            format!(
+                "fault {} of {}: {}",
+                index + 1,
+                plan.len(),
+                fault.describe()
+            )
+        })?;
+        println!(
+            "fault {:>2}/{}: {:<40} {} -> {} in {:>5.2}s, fenced writes {}{}",
+            index + 1,
+            plan.len(),
+            outcome.fault.describe(),
+            outcome.old_leader,
+            outcome.new_leader,
+            outcome.handover.as_secs_f64(),
+            outcome.fenced,
+            if outcome.note.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", outcome.note)
+            }
+        );
+        outcomes.push(outcome);
+    }
+    let _ = stop_churn.send(true);
+    let (changes, errors) = churning.await?;
+    println!(
+        "{} faults in {:.0}s; the workload made {changes} changes ({errors} refused or failed)",
+        outcomes.len(),
+        began.elapsed().as_secs_f64()
+    );
+    wait_all_converged(&api, &deployments, Duration::from_secs(180)).await?;
+    let count = api.list(&ListParams::default()).await?.items.len();
+    println!("all {count} Memcacheds converged");
+
+    // Stop every replica gracefully, so the audit log ends with a release.
+    for replica in &mut harness.replicas {
+        if replica.process.is_some() {
+            replica.signal(Signal::SIGTERM)?;
+        }
+    }
+    for replica in &mut harness.replicas {
+        if replica.process.is_some() {
+            let (status, _) = replica.wait_exit(Duration::from_secs(40)).await?;
+            ensure!(
+                status.success(),
+                "{} exited with {status} at the end",
+                replica.name
+            );
+        }
+    }
+
+    // The verdict, from the audit log alone.
+    let files = cluster.state.audit_log_files()?;
+    let events = testkit::read_audit_files(&files)?;
+    let names: BTreeSet<String> = harness.replicas.iter().map(|r| r.name.clone()).collect();
+    let report = testkit::check_fencing(
+        &events,
+        &identity.namespace,
+        &lease,
+        RENEW_DEADLINE,
+        |agent| testkit::manager_identity(agent).filter(|id| names.contains(id)),
+    );
+    for (name, history) in &report.replicas {
+        println!(
+            "{name}: {} tenures, {} writes, {} late",
+            history.tenures.len(),
+            history.writes,
+            history.late.len()
+        );
+    }
+    let late: Vec<_> = report.late_writes().collect();
+    println!(
+        "writes received outside their replica's tenure or past its renew deadline: {} (bound \
+         {:.3}s; allowed: {:?} for requests already sent)",
+        late.len(),
+        report.worst().as_secs_f64(),
+        IN_FLIGHT_BOUND
+    );
+    if !late.is_empty() {
+        for (name, history) in &report.replicas {
+            for tenure in &history.tenures {
+                println!(
+                    "  tenure of {name}: {} until {:?}",
+                    tenure.from, tenure.until
+                );
+            }
+        }
+    }
+    for write in late.iter().take(20) {
+        println!(
+            "  {} {} {} at {} ({:?}, {:.3}s beyond)",
+            write.identity,
+            write.verb,
+            write.request_uri,
+            write.received,
+            write.breach,
+            write.beyond.as_secs_f64()
+        );
+    }
+    let total_writes: usize = report.replicas.values().map(|r| r.writes).sum();
+    ensure!(
+        total_writes > 0,
+        "the audit log holds no write of any replica: is the audit log on, and the user agent set?"
+    );
+    ensure!(
+        report.worst() <= IN_FLIGHT_BOUND,
+        "a replica wrote {:.3}s outside its leadership",
+        report.worst().as_secs_f64()
+    );
+    let waited: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.fault == Fault::Terminate && o.handover >= LEASE_DURATION)
+        .collect();
+    ensure!(
+        waited.is_empty(),
+        "graceful handovers waited for the Lease to expire: {:?}",
+        waited
+            .iter()
+            .map(|o| o.handover.as_secs_f64())
+            .collect::<Vec<_>>()
+    );
+    for fault in [
+        Fault::Terminate,
+        Fault::Kill,
+        Fault::Freeze,
+        Fault::ApiserverRestart,
+        Fault::Cut,
+    ] {
+        let times: Vec<f64> = outcomes
+            .iter()
+            .filter(|o| o.fault == fault)
+            .map(|o| o.handover.as_secs_f64())
+            .collect();
+        let fenced: u64 = outcomes
+            .iter()
+            .filter(|o| o.fault == fault)
+            .map(|o| o.fenced)
+            .sum();
+        let max = times.iter().copied().fold(0.0, f64::max);
+        let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "{:<40} {} rounds, handover min {min:.2}s max {max:.2}s, fenced writes {fenced}",
+            fault.describe(),
+            times.len()
+        );
+    }
+    drop(namespace);
+    Ok(())
+}
