@@ -309,8 +309,9 @@ async fn go_version() -> Result<String> {
     Ok(version)
 }
 
-/// Whether `go1.X.Y` is at least `required` (`1.X.Y`).
-fn at_least(version: &str, required: &str) -> bool {
+/// Whether the Go version `go1.X.Y` (as `go env GOVERSION` prints it) is at least `required`
+/// (`1.X.Y`, as a `go.mod` `go` line writes it).
+pub fn at_least(version: &str, required: &str) -> bool {
     let parse = |s: &str| -> Vec<u64> {
         s.trim_start_matches("go")
             .split(|c: char| !c.is_ascii_digit())

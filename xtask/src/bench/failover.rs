@@ -1,13 +1,19 @@
 //! Failover: how long until the standby leads, after the leader is stopped gracefully
-//! (SIGTERM: it releases the Lease) or killed (SIGKILL: the Lease must expire).
+//! (SIGTERM: it releases the Lease) or killed (SIGKILL: the Lease must expire), while
+//! Memcacheds are being scaled, so the leader is busy and every new leader fills a full cache.
 
-use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use apis::Memcached;
+use kube::api::{Api, Patch, PatchParams};
 use serde::Serialize;
-use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster};
+use serde_json::json;
+use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
-use super::workload::wait_for_holder;
+use super::workload::{delete_and_wait, populate, wait_for_holder};
+use super::{BenchArgs, Contender};
 
 /// Identities of the two managers (`POD_NAME` is the holder identity, as in-cluster).
 const REPLICAS: [&str; 2] = ["bench-replica-a", "bench-replica-b"];
@@ -38,6 +44,10 @@ impl Spread {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Failover {
+    /// Which manager ([`super::OURS`] or [`super::REFERENCE`]).
+    pub manager: String,
+    /// Memcacheds present and being scaled meanwhile.
+    pub objects: usize,
     /// SIGTERM on the leader until the standby holds the Lease.
     pub graceful: Spread,
     /// SIGKILL on the leader until the standby holds the Lease.
@@ -46,14 +56,66 @@ pub struct Failover {
 
 pub async fn measure(
     cluster: &TestCluster,
-    binary: &Path,
+    contender: &Contender,
+    kubeconfig: &ServiceAccountKubeconfig,
+    objects: usize,
+    args: &BenchArgs,
+) -> anyhow::Result<Failover> {
+    let namespace = TestNamespace::create(cluster, "bench-failover").await?;
+    let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let names: Vec<String> = (0..objects).map(|i| format!("load-{i}")).collect();
+    populate(&api, &names, args.size, args.concurrency).await?;
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(scale_continuously(api, names, args.size, stop_load.clone()));
+    let measured = rounds(cluster, contender, kubeconfig, args.failover_rounds).await;
+    stop_load.store(true, Ordering::SeqCst);
+    let _ = load.await;
+    delete_and_wait(cluster, namespace, args.timeout()).await?;
+    let (graceful, crash) = measured?;
+    Ok(Failover {
+        manager: contender.name.to_owned(),
+        objects,
+        graceful: Spread::of(graceful),
+        crash: Spread::of(crash),
+    })
+}
+
+/// Scales the Memcacheds one after another between `size` and `size + 1`, ten a second, until
+/// `stop`; failures (a manager restarting does not matter, the API server is up) are skipped.
+async fn scale_continuously(
+    api: Api<Memcached>,
+    names: Vec<String>,
+    size: i32,
+    stop: Arc<AtomicBool>,
+) {
+    let mut round = 0_usize;
+    while !stop.load(Ordering::SeqCst) {
+        for name in &names {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let target = size + i32::from(round.is_multiple_of(2));
+            let patch = json!({"spec": {"size": target}});
+            let _ = api
+                .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        round += 1;
+    }
+}
+
+/// The graceful and crash handover times of `rounds` rounds each.
+async fn rounds(
+    cluster: &TestCluster,
+    contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
     rounds: usize,
-) -> anyhow::Result<Failover> {
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let lease = testkit::unique_name("bench-failover");
     let mut replicas = [
-        spawn(binary, kubeconfig, &lease, REPLICAS[0]).await?,
-        spawn(binary, kubeconfig, &lease, REPLICAS[1]).await?,
+        spawn(contender, kubeconfig, &lease, REPLICAS[0]).await?,
+        spawn(contender, kubeconfig, &lease, REPLICAS[1]).await?,
     ];
     for replica in &mut replicas {
         replica.wait_ready().await?;
@@ -119,7 +181,7 @@ pub async fn measure(
         }
         // Bring the stopped replica back as the new standby, like the kubelet would, and wait
         // until it is ready (connected, watching the Lease) before the next round.
-        replicas[leader] = spawn(binary, kubeconfig, &lease, REPLICAS[leader]).await?;
+        replicas[leader] = spawn(contender, kubeconfig, &lease, REPLICAS[leader]).await?;
         replicas[leader].wait_ready().await?;
     }
     for replica in &mut replicas {
@@ -133,10 +195,7 @@ pub async fn measure(
             replica.process.kill().await?;
         }
     }
-    Ok(Failover {
-        graceful: Spread::of(graceful),
-        crash: Spread::of(crash),
-    })
+    Ok((graceful, crash))
 }
 
 /// One manager replica and its health-probe port.
@@ -184,7 +243,7 @@ async fn ready(port: u16) -> bool {
 }
 
 async fn spawn(
-    binary: &Path,
+    contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
     lease: &str,
     identity: &str,
@@ -194,17 +253,19 @@ async fn spawn(
     let metrics = format!("--metrics-bind-address=127.0.0.1:{}", testkit::free_port()?);
     let probes = testkit::free_port()?;
     let probes_arg = format!("--health-probe-bind-address=127.0.0.1:{probes}");
+    // Logs at info level for both (no `extra_args`): a slow round prints the log's tail.
+    let flags = [
+        "--leader-elect",
+        &lease_arg,
+        &namespace,
+        &metrics,
+        &probes_arg,
+        "--log-format=json",
+    ];
     let process = testkit::spawn_manager_binary(
-        binary,
+        &contender.binary,
         &kubeconfig.path,
-        &[
-            "--leader-elect",
-            &lease_arg,
-            &namespace,
-            &metrics,
-            &probes_arg,
-            "--log-format=json",
-        ],
+        &flags,
         &[("POD_NAME", identity), ("RUST_LOG", "info")],
     )
     .await?;

@@ -13,7 +13,14 @@
 //!   matches only the manager's ServiceAccount, read from `apiserver_flowcontrol_*` metrics).
 //!
 //! Then *failover*: two managers, the leader stopped gracefully (SIGTERM) or killed (SIGKILL)
-//! several times, timing how long until the standby leads.
+//! several times, timing how long until the standby leads, while the largest object count's
+//! Memcacheds exist and are being scaled (so every new leader has a full cache to fill).
+//!
+//! Everything is measured twice in the same run: for our manager, and for the *reference*, the
+//! same Memcached controller written the idiomatic controller-runtime way in Go
+//! ([`reference`]), with the same ServiceAccount, flags and cluster, alternating which goes
+//! first from one object count to the next. The tables print both and their ratio (ours over
+//! the reference), the only comparison that means anything on a noisy machine.
 //!
 //! The manager runs as a release build with only the generated RBAC. Numbers are printed and
 //! written as JSON; nothing is asserted about them.
@@ -21,6 +28,7 @@
 mod baseline;
 mod failover;
 mod probe;
+mod reference;
 mod report;
 mod workload;
 
@@ -54,6 +62,9 @@ pub struct BenchArgs {
     /// Benchmark this manager binary instead of building the workspace's (to compare builds).
     #[arg(long, value_name = "PATH")]
     pub manager_binary: Option<PathBuf>,
+    /// Measure only our manager, without the controller-runtime reference.
+    #[arg(long)]
+    pub no_reference: bool,
     /// Where to write the JSON results (default: `<target-dir>/bench/bench.json`).
     #[arg(long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -86,6 +97,20 @@ impl BenchArgs {
     }
 }
 
+/// A manager binary under test, and what the tables call it.
+#[derive(Clone, Debug)]
+pub struct Contender {
+    pub name: &'static str,
+    pub binary: PathBuf,
+    /// Flags for this binary only, beside the ones both get.
+    pub extra_args: &'static [&'static str],
+}
+
+/// Our manager's name in the tables.
+pub const OURS: &str = "ours";
+/// The controller-runtime reference's name in the tables.
+pub const REFERENCE: &str = "controller-runtime";
+
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     args.validate()?;
     let manager = match &args.manager_binary {
@@ -93,14 +118,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Some(path) => anyhow::bail!("--manager-binary: {} is not a file", path.display()),
         None => build_release_manager()?,
     };
+    let mut contenders = vec![Contender {
+        name: OURS,
+        binary: manager,
+        extra_args: &[],
+    }];
+    if !args.no_reference {
+        contenders.push(Contender {
+            name: REFERENCE,
+            binary: reference::build(|line| println!("{line}"))?,
+            // Ours runs with RUST_LOG=warn; zap has no warn-only flag value, error is closest.
+            extra_args: &["--zap-log-level=error"],
+        });
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run_async(args, manager))
+    runtime.block_on(run_async(args, contenders))
 }
 
-async fn run_async(args: BenchArgs, manager: PathBuf) -> anyhow::Result<()> {
+async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Result<()> {
     let cluster = testkit::cluster()
         .await
         .context("connecting to the local cluster")?;
@@ -113,7 +151,7 @@ async fn run_async(args: BenchArgs, manager: PathBuf) -> anyhow::Result<()> {
     let machine = report::Machine::describe(&cluster.client).await;
 
     let mut runs = Vec::new();
-    for &objects in &args.objects {
+    for (index, &objects) in args.objects.iter().enumerate() {
         println!(
             "\n== {objects} objects, concurrency {}, size {}",
             args.concurrency, args.size
@@ -123,33 +161,50 @@ async fn run_async(args: BenchArgs, manager: PathBuf) -> anyhow::Result<()> {
             "physical limit: {:.2} s for {} writes",
             limit.seconds, limit.writes
         );
-        let run = workload::measure(
-            &cluster,
-            &manager,
-            &kubeconfig,
-            &counter,
-            objects,
-            &args,
-            limit,
-        )
-        .await?;
-        report::print_run(&run);
-        runs.push(run);
+        // Alternate who goes first, so a cluster that drifts during the run favours neither.
+        let mut order: Vec<&Contender> = contenders.iter().collect();
+        if index % 2 == 1 {
+            order.reverse();
+        }
+        for contender in order {
+            println!("-- {}", contender.name);
+            let run = workload::measure(
+                &cluster,
+                contender,
+                &kubeconfig,
+                &counter,
+                objects,
+                &args,
+                limit,
+            )
+            .await
+            .with_context(|| format!("measuring {}", contender.name))?;
+            report::print_run(&run);
+            runs.push(run);
+        }
     }
 
-    let failover = if args.failover_rounds > 0 {
-        println!("\n== failover, {} rounds each", args.failover_rounds);
-        Some(failover::measure(&cluster, &manager, &kubeconfig, args.failover_rounds).await?)
-    } else {
-        None
-    };
+    let mut failovers = Vec::new();
+    if args.failover_rounds > 0 {
+        let load = args.objects.iter().copied().max().unwrap_or_default();
+        for contender in &contenders {
+            println!(
+                "\n== failover of {}, {} rounds each, {load} Memcacheds being scaled",
+                contender.name, args.failover_rounds
+            );
+            let failover = failover::measure(&cluster, contender, &kubeconfig, load, &args)
+                .await
+                .with_context(|| format!("failover of {}", contender.name))?;
+            failovers.push(failover);
+        }
+    }
     counter.remove(&cluster.client).await?;
 
     let results = report::Results {
         machine,
         settings: report::Settings::from(&args),
         runs,
-        failover,
+        failover: failovers,
     };
     println!();
     print!("{}", report::markdown(&results));

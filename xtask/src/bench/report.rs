@@ -6,9 +6,9 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
-use super::BenchArgs;
 use super::failover::Failover;
 use super::workload::Run;
+use super::{BenchArgs, OURS, REFERENCE};
 
 /// The machine and software the numbers were measured on.
 #[derive(Clone, Debug, Serialize)]
@@ -89,12 +89,13 @@ pub struct Results {
     pub machine: Machine,
     pub settings: Settings,
     pub runs: Vec<Run>,
-    pub failover: Option<Failover>,
+    pub failover: Vec<Failover>,
 }
 
 pub fn print_run(run: &Run) {
     println!(
-        "{} objects: converged in {:.2} s ({:.1}/s, p50 {:.2} s, p99 {:.2} s), {:.1}x the physical limit; scale {:.2} s",
+        "{} with {} objects: converged in {:.2} s ({:.1}/s, p50 {:.2} s, p99 {:.2} s), {:.1}x the physical limit; scale {:.2} s",
+        run.manager,
         run.objects,
         run.convergence.seconds,
         run.convergence.objects_per_second,
@@ -123,12 +124,13 @@ pub fn markdown(results: &Results) -> String {
         s.size + 1,
         s.max_concurrent_reconciles
     );
-    out.push_str("| objects | limit (s) | converge (s) | ratio | obj/s | p50 (s) | p99 (s) | req/obj | CPU (s) | scale (s) | scale p99 (s) | scale req/obj | RSS idle / peak / converged (MiB) |\n");
-    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    out.push_str("| manager | objects | limit (s) | converge (s) | ratio | obj/s | p50 (s) | p99 (s) | req/obj | CPU (s) | CPU/obj (ms) | scale (s) | scale p99 (s) | scale req/obj | RSS idle / peak / converged (MiB) |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for r in &results.runs {
         let _ = writeln!(
             out,
-            "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} / {:.1} / {:.1} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} / {:.1} / {:.1} |",
+            r.manager,
             r.objects,
             r.limit.seconds,
             r.convergence.seconds,
@@ -137,7 +139,8 @@ pub fn markdown(results: &Results) -> String {
             r.convergence.p50_seconds,
             r.convergence.p99_seconds,
             r.convergence.requests_per_object,
-            r.convergence.cpu_seconds + r.scale.cpu_seconds,
+            cpu_seconds(r),
+            cpu_ms_per_object(r),
             r.scale.seconds,
             r.scale.p99_seconds,
             r.scale.requests_per_object,
@@ -146,25 +149,75 @@ pub fn markdown(results: &Results) -> String {
             r.memory.converged_mib,
         );
     }
-    if let Some(f) = &results.failover {
-        out.push_str(
-            "\n| failover | runs | min (s) | median (s) | max (s) |\n|---|---:|---:|---:|---:|\n",
+    let pairs = pairs(&results.runs);
+    if !pairs.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nOurs over {REFERENCE} (below 1 is better for ours):\n"
         );
-        for (name, spread) in [
-            ("graceful (SIGTERM)", &f.graceful),
-            ("crash (SIGKILL)", &f.crash),
-        ] {
+        out.push_str("| objects | converge | req/obj | scale | scale req/obj | CPU | peak RSS |\n");
+        out.push_str("|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (ours, reference) in pairs {
             let _ = writeln!(
                 out,
-                "| {name} | {} | {:.3} | {:.3} | {:.3} |",
-                spread.samples.len(),
-                spread.min,
-                spread.median,
-                spread.max
+                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                ours.objects,
+                ours.convergence.seconds / reference.convergence.seconds,
+                ours.convergence.requests_per_object / reference.convergence.requests_per_object,
+                ours.scale.seconds / reference.scale.seconds,
+                ours.scale.requests_per_object / reference.scale.requests_per_object,
+                cpu_seconds(ours) / cpu_seconds(reference),
+                ours.memory.peak_mib / reference.memory.peak_mib,
             );
         }
     }
+    if !results.failover.is_empty() {
+        out.push_str(
+            "\n| manager | failover | objects | runs | min (s) | median (s) | max (s) |\n|---|---|---:|---:|---:|---:|---:|\n",
+        );
+        for f in &results.failover {
+            for (name, spread) in [
+                ("graceful (SIGTERM)", &f.graceful),
+                ("crash (SIGKILL)", &f.crash),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "| {} | {name} | {} | {} | {:.3} | {:.3} | {:.3} |",
+                    f.manager,
+                    f.objects,
+                    spread.samples.len(),
+                    spread.min,
+                    spread.median,
+                    spread.max
+                );
+            }
+        }
+    }
     out
+}
+
+/// The manager's CPU seconds over both phases.
+fn cpu_seconds(run: &Run) -> f64 {
+    run.convergence.cpu_seconds + run.scale.cpu_seconds
+}
+
+/// CPU milliseconds per object over both phases.
+#[allow(clippy::cast_precision_loss)]
+fn cpu_ms_per_object(run: &Run) -> f64 {
+    cpu_seconds(run) * 1000.0 / run.objects.max(1) as f64
+}
+
+/// Our run and the reference's for each object count measured for both, in run order.
+fn pairs(runs: &[Run]) -> Vec<(&Run, &Run)> {
+    runs.iter()
+        .filter(|r| r.manager == OURS)
+        .filter_map(|ours| {
+            let reference = runs
+                .iter()
+                .find(|r| r.manager == REFERENCE && r.objects == ours.objects)?;
+            Some((ours, reference))
+        })
+        .collect()
 }
 
 pub fn write_json(path: &Path, results: &Results) -> anyhow::Result<()> {
@@ -173,4 +226,75 @@ pub fn write_json(path: &Path, results: &Results) -> anyhow::Result<()> {
     }
     let text = serde_json::to_string_pretty(results).context("serializing the results")?;
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::baseline::Limit;
+    use crate::bench::workload::{Memory, Phase};
+
+    fn run(manager: &str, objects: usize, seconds: f64, requests: f64, cpu: f64) -> Run {
+        let phase = Phase {
+            seconds,
+            objects_per_second: 1.0,
+            p50_seconds: 0.1,
+            p99_seconds: 0.2,
+            requests_per_object: requests,
+            cpu_seconds: cpu,
+        };
+        Run {
+            manager: manager.to_owned(),
+            objects,
+            limit: Limit {
+                seconds: 1.0,
+                writes: 3,
+            },
+            convergence: phase.clone(),
+            ratio_to_limit: seconds,
+            scale: phase,
+            memory: Memory {
+                idle_mib: 10.0,
+                peak_mib: 20.0,
+                converged_mib: 15.0,
+            },
+        }
+    }
+
+    #[test]
+    fn ratios_pair_runs_of_the_same_count() {
+        let runs = vec![
+            run(OURS, 100, 2.0, 4.0, 1.0),
+            run(REFERENCE, 100, 4.0, 8.0, 4.0),
+            run(REFERENCE, 1000, 40.0, 8.0, 40.0),
+            run(OURS, 1000, 20.0, 4.0, 10.0),
+            // Measured for ours only: no ratio row.
+            run(OURS, 5000, 20.0, 4.0, 10.0),
+        ];
+        let paired: Vec<usize> = pairs(&runs).iter().map(|(o, _)| o.objects).collect();
+        assert_eq!(paired, [100, 1000]);
+        let results = Results {
+            machine: Machine {
+                cores: 2,
+                memory_gib: 24.0,
+                kernel: "k".into(),
+                rustc: "r".into(),
+                kubernetes: "v".into(),
+                kube_crate: "5".into(),
+            },
+            settings: Settings {
+                concurrency: 16,
+                size: 1,
+                max_concurrent_reconciles: 4,
+            },
+            runs,
+            failover: Vec::new(),
+        };
+        let text = markdown(&results);
+        assert!(
+            text.contains("| 100 | 0.50 | 0.50 | 0.50 | 0.50 | 0.25 | 1.00 |"),
+            "{text}"
+        );
+        assert!(text.contains("| ours | 100 | 1.00 | 2.00 |"), "{text}");
+    }
 }

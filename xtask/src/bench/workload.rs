@@ -1,7 +1,6 @@
 //! Convergence and scale-event timing with the real manager, and what it cost.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,7 @@ use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespa
 
 use super::baseline::Limit;
 use super::probe::{RequestCounter, sample};
-use super::{BenchArgs, percentile};
+use super::{BenchArgs, Contender, percentile};
 
 /// One timed phase: every object changed, then waited for.
 #[derive(Clone, Debug, Serialize)]
@@ -43,9 +42,11 @@ pub struct Memory {
     pub converged_mib: f64,
 }
 
-/// Everything measured for one object count.
+/// Everything measured for one manager at one object count.
 #[derive(Clone, Debug, Serialize)]
 pub struct Run {
+    /// Which manager ([`super::OURS`] or [`super::REFERENCE`]).
+    pub manager: String,
     pub objects: usize,
     pub limit: Limit,
     pub convergence: Phase,
@@ -57,7 +58,7 @@ pub struct Run {
 
 pub async fn measure(
     cluster: &TestCluster,
-    manager_binary: &Path,
+    contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
     counter: &RequestCounter,
     objects: usize,
@@ -67,7 +68,7 @@ pub async fn measure(
     let namespace = TestNamespace::create(cluster, "bench").await?;
     let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
     let lease_id = testkit::unique_name("bench-lease");
-    let manager = start_manager(cluster, manager_binary, kubeconfig, &lease_id, args).await?;
+    let manager = start_manager(cluster, contender, kubeconfig, &lease_id, args).await?;
     let pid = manager
         .id()
         .context("the manager exited right after starting")?;
@@ -86,11 +87,7 @@ pub async fn measure(
         size,
         args,
         |api, name| async move {
-            let spec = MemcachedSpec {
-                size,
-                image: apis::memcached::DEFAULT_IMAGE.to_owned(),
-            };
-            api.create(&PostParams::default(), &Memcached::new(&name, spec))
+            api.create(&PostParams::default(), &new_memcached(&name, size))
                 .await
                 .map(|_| ())
         },
@@ -125,6 +122,7 @@ pub async fn measure(
     delete_and_wait(cluster, namespace, args.timeout()).await?;
 
     Ok(Run {
+        manager: contender.name.to_owned(),
         objects,
         ratio_to_limit: convergence.seconds / limit.seconds,
         limit,
@@ -267,7 +265,7 @@ fn is_converged(memcached: &Memcached, size: i32) -> bool {
 
 async fn start_manager(
     cluster: &TestCluster,
-    binary: &Path,
+    contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
     lease_id: &str,
     args: &BenchArgs,
@@ -283,18 +281,20 @@ async fn start_manager(
         "--max-concurrent-reconciles={}",
         args.max_concurrent_reconciles
     );
+    let mut flags = vec![
+        "--leader-elect",
+        &lease,
+        &namespace,
+        &metrics,
+        &probes,
+        &concurrency,
+        "--log-format=json",
+    ];
+    flags.extend(contender.extra_args);
     let manager = testkit::spawn_manager_binary(
-        binary,
+        &contender.binary,
         &kubeconfig.path,
-        &[
-            "--leader-elect",
-            &lease,
-            &namespace,
-            &metrics,
-            &probes,
-            &concurrency,
-            "--log-format=json",
-        ],
+        &flags,
         &[("RUST_LOG", "warn")],
     )
     .await?;
@@ -354,7 +354,35 @@ pub async fn wait_for_holder(
     }
 }
 
-async fn delete_and_wait(
+/// A Memcached as the bench creates it: `size` pods of the default image.
+fn new_memcached(name: &str, size: i32) -> Memcached {
+    let spec = MemcachedSpec {
+        size,
+        image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+    };
+    Memcached::new(name, spec)
+}
+
+/// Creates a Memcached of `size` for each of `names`, `concurrency` at a time.
+pub async fn populate(
+    api: &Api<Memcached>,
+    names: &[String],
+    size: i32,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    stream::iter(names.iter().cloned())
+        .map(|name| async move {
+            api.create(&PostParams::default(), &new_memcached(&name, size))
+                .await
+                .with_context(|| format!("creating Memcached {name}"))
+        })
+        .buffer_unordered(concurrency)
+        .try_for_each(|_| async { Ok(()) })
+        .await
+}
+
+/// Deletes `namespace` and waits until it is gone.
+pub async fn delete_and_wait(
     cluster: &TestCluster,
     namespace: TestNamespace,
     timeout: Duration,
