@@ -39,9 +39,15 @@ pub fn run(test_args: &[String]) -> anyhow::Result<()> {
         return Err(error);
     }
 
-    // Every test binary runs even when one fails, so one run shows every failure.
+    // Every test binary runs even when one fails, so one run shows every failure; passing tests
+    // show what they printed too (the end-to-end tests print what they measured, such as the
+    // leader fault test's summary).
     let mut args = vec!["test", "--workspace", "--no-fail-fast"];
     args.extend(test_args.iter().map(String::as_str));
+    if !args.contains(&"--") {
+        args.push("--");
+    }
+    args.push("--show-output");
     let tests = cargo(&args);
 
     if !already_running && let Err(error) = cluster::run(ClusterCommand::Down) {

@@ -34,7 +34,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use crate::driver::{Driver, Outcome};
-use crate::events::Events;
+use crate::events::{EVENTS_FLUSH, Events};
 use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
 use crate::status::{Rollout, merge_conditions, not_owned_conditions};
@@ -149,13 +149,16 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
         .reconcile_on(driver.track(by_deployment))
         .reconcile_on(driver.track(by_pod));
 
+    let (events, publisher) = Events::start(ctx.client.clone(), NAME, &ctx.options.instance);
     let context = Arc::new(Context {
         client: ctx.client.clone(),
-        events: Events::new(ctx.client.clone(), NAME, &ctx.options.instance),
+        events,
         deployments: OwnedDeployments::new(ctx.client.clone(), deployments.store(), FIELD_MANAGER),
         pods: pods.store(),
     });
-    driver.run(controller, reconcile, context).await
+    let result = driver.run(controller, reconcile, context).await;
+    publisher.finish(EVENTS_FLUSH).await;
+    result
 }
 
 /// The `Memcached` a Deployment event concerns: its controller, or for a Deployment that no
@@ -299,7 +302,7 @@ pub fn desired_status(
 }
 
 async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-    owned::report_failure(mc.as_ref(), &ctx.events, reconcile_inner(&mc, &ctx).await).await
+    owned::report_failure(mc.as_ref(), &ctx.events, reconcile_inner(&mc, &ctx).await)
 }
 
 async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error> {

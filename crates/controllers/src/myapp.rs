@@ -29,7 +29,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use crate::driver::{Driver, Outcome};
-use crate::events::Events;
+use crate::events::{EVENTS_FLUSH, Events};
 use crate::memcached::FOREIGN_RECHECK;
 use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
@@ -115,12 +115,15 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
     };
     let controller =
         Controller::for_stream(resources, reader).reconcile_on(driver.track(by_deployment));
+    let (events, publisher) = Events::start(ctx.client.clone(), NAME, &ctx.options.instance);
     let context = Arc::new(Context {
         client: ctx.client.clone(),
-        events: Events::new(ctx.client.clone(), NAME, &ctx.options.instance),
+        events,
         deployments: OwnedDeployments::new(ctx.client.clone(), deployments.store(), FIELD_MANAGER),
     });
-    driver.run(controller, reconcile, context).await
+    let result = driver.run(controller, reconcile, context).await;
+    publisher.finish(EVENTS_FLUSH).await;
+    result
 }
 
 fn for_deployment(myapps: &Store<MyApp>, deployment: &Deployment) -> Option<ObjectRef<MyApp>> {
@@ -195,7 +198,7 @@ pub fn desired_status(app: &MyApp, deployment: Option<&Deployment>, now: &Time) 
 }
 
 async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-    owned::report_failure(app.as_ref(), &ctx.events, reconcile_inner(&app, &ctx).await).await
+    owned::report_failure(app.as_ref(), &ctx.events, reconcile_inner(&app, &ctx).await)
 }
 
 async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {

@@ -179,9 +179,7 @@ impl OwnedDeployments {
                 apis::condition::DEGRADED,
                 REASON_NOT_OWNED,
             ) {
-                events
-                    .warning(&regarding, REASON_NOT_OWNED, "Reconcile", note)
-                    .await;
+                events.warning(&regarding, REASON_NOT_OWNED, "Reconcile", note);
             }
             return Ok(Ensured::Foreign);
         }
@@ -216,7 +214,7 @@ impl OwnedDeployments {
                 generation: applied.metadata.generation,
             },
         );
-        announce(events, &regarding, &existing, owner).await;
+        announce(events, &regarding, &existing, owner);
         Ok(Ensured::Ready(Arc::new(applied)))
     }
 
@@ -247,9 +245,9 @@ fn hash_of(desired: &Deployment) -> Result<u64, Error> {
     Ok(hasher.finish())
 }
 
-/// Passes `result` through, first publishing a `ReconcileFailed` Warning Event on `owner` when
+/// Passes `result` through, first queueing a `ReconcileFailed` Warning Event on `owner` when
 /// it is an error, so a user sees failures with `kubectl describe` as well as in the logs.
-pub async fn report_failure<K, T>(
+pub fn report_failure<K, T>(
     owner: &K,
     events: &Events,
     result: Result<T, Error>,
@@ -259,16 +257,14 @@ where
 {
     if let Err(e) = &result {
         let note = format!("Reconciling failed, will retry: {e}");
-        events
-            .warning(&owner.object_ref(&()), "ReconcileFailed", "Reconcile", note)
-            .await;
+        events.warning(&owner.object_ref(&()), "ReconcileFailed", "Reconcile", note);
     }
     result
 }
 
 /// Events for what applying changed: a new Deployment, a new replica count, a new (or restored)
 /// image.
-async fn announce<K: DeploymentOwner>(
+fn announce<K: DeploymentOwner>(
     events: &Events,
     regarding: &k8s_openapi::api::core::v1::ObjectReference,
     existing: &Existing,
@@ -279,17 +275,13 @@ async fn announce<K: DeploymentOwner>(
     match existing {
         Existing::Missing => {
             let note = format!("Created Deployment {name} with {replicas} replicas of {image}");
-            events
-                .normal(regarding, "Created", "CreateDeployment", note)
-                .await;
+            events.normal(regarding, "Created", "CreateDeployment", note);
         }
         Existing::Owned(current) => {
             let had = current.spec.replicas.unwrap_or(1);
             if had != replicas {
                 let note = format!("Scaled Deployment {name} from {had} to {replicas} replicas");
-                events
-                    .normal(regarding, "Scaled", "ScaleDeployment", note)
-                    .await;
+                events.normal(regarding, "Scaled", "ScaleDeployment", note);
             }
             let had_image = current
                 .spec
@@ -300,9 +292,7 @@ async fn announce<K: DeploymentOwner>(
                 .and_then(|c| c.image.as_deref());
             if had_image != Some(image) {
                 let note = format!("Set the image of Deployment {name} to {image}");
-                events
-                    .normal(regarding, "Updated", "UpdateDeployment", note)
-                    .await;
+                events.normal(regarding, "Updated", "UpdateDeployment", note);
             }
         }
         Existing::Foreign(_) => {}
