@@ -85,8 +85,8 @@ pub async fn measure(
         .await?;
     let seconds = started.elapsed().as_secs_f64();
 
-    namespace
-        .delete()
+    // Gone before a manager starts, so none of them sees (and reports) these Memcacheds.
+    super::workload::delete_and_wait(cluster, namespace, args.timeout())
         .await
         .context("deleting the physical-limit namespace")?;
     Ok(Limit {

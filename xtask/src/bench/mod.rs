@@ -12,7 +12,8 @@
 //!   the API requests it made per object, counted by the API server itself (a FlowSchema that
 //!   matches only the manager's ServiceAccount, read from `apiserver_flowcontrol_*` metrics).
 //!
-//! Then *failover*: two managers, the leader stopped gracefully (SIGTERM) or killed (SIGKILL)
+//! Then *recovery* ([`recovery`]): after an API-server outage, and after a foreign Deployment
+//! that blocked a Memcached is deleted. Then *failover*: two managers, the leader stopped gracefully (SIGTERM) or killed (SIGKILL)
 //! several times, timing how long until the standby leads, while the largest object count's
 //! Memcacheds exist and are being scaled (so every new leader has a full cache to fill).
 //!
@@ -28,6 +29,7 @@
 mod baseline;
 mod failover;
 mod probe;
+mod recovery;
 mod reference;
 mod report;
 mod workload;
@@ -56,12 +58,19 @@ pub struct BenchArgs {
     /// Graceful and crash failovers to measure each (0 skips failover).
     #[arg(long, default_value_t = 3)]
     pub failover_rounds: usize,
+    /// How long the API server stays away in the recovery phase (0 skips recovery).
+    #[arg(long, default_value_t = 20)]
+    pub outage_seconds: u64,
     /// Give up on a phase after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_seconds: u64,
     /// Benchmark this manager binary instead of building the workspace's (to compare builds).
     #[arg(long, value_name = "PATH")]
     pub manager_binary: Option<PathBuf>,
+    /// A flag for our manager only, beside the ones both get (repeatable), e.g.
+    /// `--manager-flag=--reconcile-debounce=1s` to compare settings.
+    #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
+    pub manager_flag: Vec<String>,
     /// Measure only our manager, without the controller-runtime reference.
     #[arg(long)]
     pub no_reference: bool,
@@ -103,7 +112,7 @@ pub struct Contender {
     pub name: &'static str,
     pub binary: PathBuf,
     /// Flags for this binary only, beside the ones both get.
-    pub extra_args: &'static [&'static str],
+    pub extra_args: Vec<String>,
 }
 
 /// Our manager's name in the tables.
@@ -121,14 +130,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut contenders = vec![Contender {
         name: OURS,
         binary: manager,
-        extra_args: &[],
+        extra_args: args.manager_flag.clone(),
     }];
     if !args.no_reference {
         contenders.push(Contender {
             name: REFERENCE,
             binary: reference::build(|line| println!("{line}"))?,
             // Ours runs with RUST_LOG=warn; zap has no warn-only flag value, error is closest.
-            extra_args: &["--zap-log-level=error"],
+            extra_args: vec!["--zap-log-level=error".to_owned()],
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -184,6 +193,21 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
         }
     }
 
+    let mut recoveries = Vec::new();
+    if args.outage_seconds > 0 {
+        for contender in &contenders {
+            println!(
+                "\n== recovery of {}: a {} s API-server outage, then a foreign Deployment",
+                contender.name, args.outage_seconds
+            );
+            let recovery = recovery::measure(&cluster, contender, &kubeconfig, &args)
+                .await
+                .with_context(|| format!("recovery of {}", contender.name))?;
+            report::print_recovery(&recovery);
+            recoveries.push(recovery);
+        }
+    }
+
     let mut failovers = Vec::new();
     if args.failover_rounds > 0 {
         let load = args.objects.iter().copied().max().unwrap_or_default();
@@ -204,6 +228,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
         machine,
         settings: report::Settings::from(&args),
         runs,
+        recovery: recoveries,
         failover: failovers,
     };
     println!();

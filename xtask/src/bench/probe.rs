@@ -1,19 +1,110 @@
 //! What the benchmark reads: the manager's memory and CPU from `/proc`, and the number of
 //! requests the API server dispatched for the manager's ServiceAccount.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
 use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde::Serialize;
 use serde_json::json;
 use testkit::ServiceAccountKubeconfig;
 
-/// The FlowSchema that gives the manager's requests a series of their own in
-/// `apiserver_flowcontrol_dispatched_requests_total`. It routes to `workload-low`, the priority
-/// level the built-in `service-accounts` schema would have chosen, so behaviour is unchanged.
+/// The FlowSchemas that give the manager's requests series of their own in
+/// `apiserver_flowcontrol_dispatched_requests_total`: one per (resource, verb) of
+/// [`COUNTED_RESOURCES`] and [`COUNTED_VERBS`], and a catch-all for the rest. They route to
+/// `workload-low`, the priority level the built-in `service-accounts` schema would have chosen,
+/// so behaviour is unchanged.
 const FLOW_SCHEMA: &str = "bench-operator-manager";
 const DISPATCHED_METRIC: &str = "apiserver_flowcontrol_dispatched_requests_total";
+/// Precedence of the per-(resource, verb) schemas: before the catch-all (lower wins).
+const SPECIFIC_PRECEDENCE: u32 = 499;
+const CATCH_ALL_PRECEDENCE: u32 = 500;
+
+/// The resources whose requests are counted one by one (everything else is `other`).
+const COUNTED_RESOURCES: [&str; 6] = [
+    "memcacheds",
+    "memcacheds/status",
+    "deployments",
+    "pods",
+    "events",
+    "leases",
+];
+const COUNTED_VERBS: [&str; 7] = [
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+/// The key of requests outside [`COUNTED_RESOURCES`] × [`COUNTED_VERBS`].
+pub const OTHER: &str = "other";
+
+/// Requests the API server dispatched for the manager, by `resource verb` (or [`OTHER`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RequestCounts(pub BTreeMap<String, f64>);
+
+impl RequestCounts {
+    pub fn total(&self) -> f64 {
+        self.0.values().sum()
+    }
+
+    /// What was counted since `earlier`, leaving out what did not change.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|(key, now)| {
+                    (
+                        key.clone(),
+                        now - earlier.0.get(key).copied().unwrap_or(0.0),
+                    )
+                })
+                .filter(|(_, delta)| *delta > 0.0)
+                .collect(),
+        )
+    }
+
+    /// Every count divided by `objects`.
+    #[must_use]
+    pub fn per(&self, objects: f64) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|(key, count)| (key.clone(), count / objects.max(1.0)))
+                .collect(),
+        )
+    }
+
+    /// `deployments patch 1.00, events create 1.00, ...`, largest first.
+    pub fn describe(&self) -> String {
+        let mut entries: Vec<(&String, &f64)> = self.0.iter().collect();
+        entries.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        entries
+            .iter()
+            .map(|(key, count)| format!("{key} {count:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The name of the schema counting `verb` on `resource` (`memcacheds/status` becomes
+/// `memcacheds-status`).
+fn schema_name(resource: &str, verb: &str) -> String {
+    format!("{FLOW_SCHEMA}.{}.{verb}", resource.replace('/', "-"))
+}
+
+/// The `resource verb` key of a schema name, [`OTHER`] for the catch-all, `None` for a schema
+/// that is not ours.
+fn key_of(schema: &str) -> Option<String> {
+    if schema == FLOW_SCHEMA {
+        return Some(OTHER.to_owned());
+    }
+    let rest = schema.strip_prefix(FLOW_SCHEMA)?.strip_prefix('.')?;
+    let (resource, verb) = rest.rsplit_once('.')?;
+    COUNTED_RESOURCES
+        .iter()
+        .find(|r| r.replace('/', "-") == resource)
+        .map(|r| format!("{r} {verb}"))
+}
 
 /// Counts the manager's API requests with the API server's own metrics.
 #[derive(Debug)]
@@ -24,39 +115,70 @@ impl RequestCounter {
         client: &kube::Client,
         manager: &ServiceAccountKubeconfig,
     ) -> anyhow::Result<Self> {
-        let schema = json!({
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "kind": "FlowSchema",
-            "metadata": {"name": FLOW_SCHEMA},
-            "spec": {
-                "matchingPrecedence": 500,
-                "priorityLevelConfiguration": {"name": "workload-low"},
-                "distinguisherMethod": {"type": "ByUser"},
-                "rules": [{
-                    "subjects": [{
-                        "kind": "ServiceAccount",
-                        "serviceAccount": {"name": manager.service_account, "namespace": manager.namespace},
-                    }],
+        let subjects = json!([{
+            "kind": "ServiceAccount",
+            "serviceAccount": {"name": manager.service_account, "namespace": manager.namespace},
+        }]);
+        let schema = |name: &str, precedence: u32, rules: serde_json::Value| {
+            json!({
+                "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+                "kind": "FlowSchema",
+                "metadata": {"name": name},
+                "spec": {
+                    "matchingPrecedence": precedence,
+                    "priorityLevelConfiguration": {"name": "workload-low"},
+                    "distinguisherMethod": {"type": "ByUser"},
+                    "rules": [rules],
+                },
+            })
+        };
+        let mut schemas = vec![(
+            FLOW_SCHEMA.to_owned(),
+            schema(
+                FLOW_SCHEMA,
+                CATCH_ALL_PRECEDENCE,
+                json!({
+                    "subjects": subjects,
                     "resourceRules": [{
                         "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"],
                         "clusterScope": true, "namespaces": ["*"],
                     }],
                     "nonResourceRules": [{"nonResourceURLs": ["*"], "verbs": ["*"]}],
-                }],
-            },
-        });
-        Api::<FlowSchema>::all(client.clone())
-            .patch(
-                FLOW_SCHEMA,
+                }),
+            ),
+        )];
+        for resource in COUNTED_RESOURCES {
+            for verb in COUNTED_VERBS {
+                let name = schema_name(resource, verb);
+                let body = schema(
+                    &name,
+                    SPECIFIC_PRECEDENCE,
+                    json!({
+                        "subjects": subjects,
+                        "resourceRules": [{
+                            "apiGroups": ["*"], "resources": [resource], "verbs": [verb],
+                            "clusterScope": true, "namespaces": ["*"],
+                        }],
+                    }),
+                );
+                schemas.push((name, body));
+            }
+        }
+        let api = Api::<FlowSchema>::all(client.clone());
+        for (name, body) in schemas {
+            api.patch(
+                &name,
                 &PatchParams::apply("bench").force(),
-                &Patch::Apply(schema),
+                &Patch::Apply(body),
             )
-            .await?;
+            .await
+            .with_context(|| format!("installing FlowSchema {name}"))?;
+        }
         Ok(Self)
     }
 
-    /// Requests dispatched for the manager so far (0 before its first request).
-    pub async fn read(&self, client: &kube::Client) -> anyhow::Result<f64> {
+    /// Requests dispatched for the manager so far, by resource and verb.
+    pub async fn read(&self, client: &kube::Client) -> anyhow::Result<RequestCounts> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
             .context("building the request")?;
@@ -64,32 +186,53 @@ impl RequestCounter {
             .request_text(request)
             .await
             .context("reading the API server's /metrics")?;
-        Ok(sum_series(
-            &text,
-            DISPATCHED_METRIC,
-            &format!("flow_schema=\"{FLOW_SCHEMA}\""),
-        ))
+        Ok(counts_by_schema(&text))
     }
 
     pub async fn remove(self, client: &kube::Client) -> anyhow::Result<()> {
-        Api::<FlowSchema>::all(client.clone())
-            .delete(FLOW_SCHEMA, &DeleteParams::default())
-            .await
-            .map(|_| ())
-            .context("removing the benchmark FlowSchema")
+        let api = Api::<FlowSchema>::all(client.clone());
+        let names = std::iter::once(FLOW_SCHEMA.to_owned()).chain(
+            COUNTED_RESOURCES
+                .iter()
+                .flat_map(|r| COUNTED_VERBS.iter().map(move |v| schema_name(r, v))),
+        );
+        for name in names {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("removing FlowSchema {name}"));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
-/// Sums the samples of `metric` whose labels contain `label` in Prometheus text format.
-fn sum_series(text: &str, metric: &str, label: &str) -> f64 {
-    text.lines()
-        .filter(|line| {
-            line.starts_with(metric)
-                && line[metric.len()..].starts_with('{')
-                && line.contains(label)
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// Sums the samples of [`DISPATCHED_METRIC`] per schema of ours, in Prometheus text format.
+fn counts_by_schema(text: &str) -> RequestCounts {
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line
+            .strip_prefix(DISPATCHED_METRIC)
+            .and_then(|rest| rest.strip_prefix('{'))
+        else {
+            continue;
+        };
+        let Some(schema) = labels
+            .split_once("flow_schema=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(schema, _)| schema)
+        else {
+            continue;
+        };
+        let Some(key) = key_of(schema) else { continue };
+        let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        *counts.entry(key).or_insert(0.0) += value;
+    }
+    RequestCounts(counts)
 }
 
 /// One reading of a process's resource use.
@@ -151,22 +294,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sums_only_the_matching_series() {
+    fn counts_each_schema_of_ours() {
         let text = "\
 # HELP apiserver_flowcontrol_dispatched_requests_total x
-apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"bench-operator-manager\",priority_level=\"workload-low\"} 42
+apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"bench-operator-manager\",priority_level=\"workload-low\"} 2
+apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"bench-operator-manager.memcacheds-status.patch\",priority_level=\"workload-low\"} 40
+apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"bench-operator-manager.memcacheds-status.patch\",priority_level=\"other\"} 2
 apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"exempt\",priority_level=\"exempt\"} 1000
 apiserver_flowcontrol_dispatched_requests_total_other{flow_schema=\"bench-operator-manager\"} 7
 ";
+        let counts = counts_by_schema(text);
         assert_eq!(
-            sum_series(
-                text,
-                DISPATCHED_METRIC,
-                "flow_schema=\"bench-operator-manager\""
-            ),
-            42.0
+            counts.0,
+            BTreeMap::from([
+                ("memcacheds/status patch".to_owned(), 42.0),
+                (OTHER.to_owned(), 2.0),
+            ])
         );
-        assert_eq!(sum_series("", DISPATCHED_METRIC, "x"), 0.0);
+        assert_eq!(counts.total(), 44.0);
+        let earlier = RequestCounts(BTreeMap::from([(OTHER.to_owned(), 2.0)]));
+        let since = counts.since(&earlier).per(2.0);
+        assert_eq!(since.describe(), "memcacheds/status patch 21.00");
+        assert_eq!(counts_by_schema("").total(), 0.0);
+    }
+
+    #[test]
+    fn schema_names_round_trip() {
+        for resource in COUNTED_RESOURCES {
+            for verb in COUNTED_VERBS {
+                assert_eq!(
+                    key_of(&schema_name(resource, verb)),
+                    Some(format!("{resource} {verb}"))
+                );
+            }
+        }
+        assert_eq!(key_of("bench-operator-manager-x"), None);
+        assert_eq!(key_of("exempt"), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::failover::Failover;
+use super::recovery::Recovery;
 use super::workload::Run;
 use super::{BenchArgs, OURS, REFERENCE};
 
@@ -89,7 +90,15 @@ pub struct Results {
     pub machine: Machine,
     pub settings: Settings,
     pub runs: Vec<Run>,
+    pub recovery: Vec<Recovery>,
     pub failover: Vec<Failover>,
+}
+
+pub fn print_recovery(r: &Recovery) {
+    println!(
+        "{}: after a {} s outage, reacted {:.2} s and converged {:.2} s after the API server was ready; took its name back {:.2} s after the foreign Deployment went",
+        r.manager, r.outage_seconds, r.reacted_seconds, r.converged_seconds, r.foreign_seconds
+    );
 }
 
 pub fn print_run(run: &Run) {
@@ -103,6 +112,14 @@ pub fn print_run(run: &Run) {
         run.convergence.p99_seconds,
         run.ratio_to_limit,
         run.scale.seconds
+    );
+    println!(
+        "  requests per object, converge: {}",
+        run.convergence.requests_by_kind.describe()
+    );
+    println!(
+        "  requests per object, scale: {}",
+        run.scale.requests_by_kind.describe()
     );
 }
 
@@ -149,6 +166,22 @@ pub fn markdown(results: &Results) -> String {
             r.memory.converged_mib,
         );
     }
+    out.push_str("\nRequests per object by resource and verb:\n\n");
+    out.push_str("| manager | objects | phase | requests |\n|---|---:|---|---|\n");
+    for r in &results.runs {
+        for (phase, counts) in [
+            ("converge", &r.convergence.requests_by_kind),
+            ("scale", &r.scale.requests_by_kind),
+        ] {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {phase} | {} |",
+                r.manager,
+                r.objects,
+                counts.describe()
+            );
+        }
+    }
     let pairs = pairs(&results.runs);
     if !pairs.is_empty() {
         let _ = writeln!(
@@ -168,6 +201,22 @@ pub fn markdown(results: &Results) -> String {
                 ours.scale.requests_per_object / reference.scale.requests_per_object,
                 cpu_seconds(ours) / cpu_seconds(reference),
                 ours.memory.peak_mib / reference.memory.peak_mib,
+            );
+        }
+    }
+    if !results.recovery.is_empty() {
+        out.push_str(
+            "\n| manager | API-server outage (s) | reacted after ready (s) | converged after ready (s) | foreign Deployment deleted to own created (s) |\n|---|---:|---:|---:|---:|\n",
+        );
+        for r in &results.recovery {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} | {:.2} | {:.2} |",
+                r.manager,
+                r.outage_seconds,
+                r.reacted_seconds,
+                r.converged_seconds,
+                r.foreign_seconds
             );
         }
     }
@@ -232,6 +281,7 @@ pub fn write_json(path: &Path, results: &Results) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::bench::baseline::Limit;
+    use crate::bench::probe::RequestCounts;
     use crate::bench::workload::{Memory, Phase};
 
     fn run(manager: &str, objects: usize, seconds: f64, requests: f64, cpu: f64) -> Run {
@@ -241,6 +291,10 @@ mod tests {
             p50_seconds: 0.1,
             p99_seconds: 0.2,
             requests_per_object: requests,
+            requests_by_kind: RequestCounts(std::collections::BTreeMap::from([(
+                "deployments patch".to_owned(),
+                requests,
+            )])),
             cpu_seconds: cpu,
         };
         Run {
@@ -288,6 +342,13 @@ mod tests {
                 max_concurrent_reconciles: 4,
             },
             runs,
+            recovery: vec![Recovery {
+                manager: OURS.to_owned(),
+                outage_seconds: 20,
+                reacted_seconds: 1.5,
+                converged_seconds: 4.25,
+                foreign_seconds: 0.5,
+            }],
             failover: Vec::new(),
         };
         let text = markdown(&results);
@@ -296,5 +357,13 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("| ours | 100 | 1.00 | 2.00 |"), "{text}");
+        assert!(
+            text.contains("| ours | 100 | converge | deployments patch 4.00 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ours | 20 | 1.50 | 4.25 | 0.50 |"),
+            "{text}"
+        );
     }
 }

@@ -16,7 +16,7 @@ use serde_json::json;
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
 use super::baseline::Limit;
-use super::probe::{RequestCounter, sample};
+use super::probe::{RequestCounter, RequestCounts, sample};
 use super::{BenchArgs, Contender, percentile};
 
 /// One timed phase: every object changed, then waited for.
@@ -30,6 +30,8 @@ pub struct Phase {
     pub p99_seconds: f64,
     /// Requests the API server dispatched for the manager during the phase, per object.
     pub requests_per_object: f64,
+    /// The same, by resource and verb.
+    pub requests_by_kind: RequestCounts,
     /// The manager's CPU seconds during the phase.
     pub cpu_seconds: f64,
 }
@@ -68,7 +70,7 @@ pub async fn measure(
     let namespace = TestNamespace::create(cluster, "bench").await?;
     let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
     let lease_id = testkit::unique_name("bench-lease");
-    let manager = start_manager(cluster, contender, kubeconfig, &lease_id, args).await?;
+    let manager = start_manager(cluster, contender, kubeconfig, &lease_id, args, &[]).await?;
     let pid = manager
         .id()
         .context("the manager exited right after starting")?;
@@ -211,7 +213,7 @@ where
         })
         .collect();
     latencies.sort_by(f64::total_cmp);
-    let requests = counter.read(&cluster.client).await? - requests_before;
+    let requests = counter.read(&cluster.client).await?.since(&requests_before);
     #[allow(clippy::cast_precision_loss)]
     let count = names.len() as f64;
     Ok(Phase {
@@ -219,7 +221,8 @@ where
         objects_per_second: count / seconds.max(f64::EPSILON),
         p50_seconds: percentile(&latencies, 50.0),
         p99_seconds: percentile(&latencies, 99.0),
-        requests_per_object: requests / count,
+        requests_per_object: requests.total() / count,
+        requests_by_kind: requests.per(count),
         cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
     })
 }
@@ -247,7 +250,7 @@ async fn record_convergence(
 
 /// Deployment at the right size with every pod ready, `status.nodes` complete, `Available`
 /// True, and all of it describing the latest spec.
-fn is_converged(memcached: &Memcached, size: i32) -> bool {
+pub fn is_converged(memcached: &Memcached, size: i32) -> bool {
     let Some(status) = &memcached.status else {
         return false;
     };
@@ -263,12 +266,14 @@ fn is_converged(memcached: &Memcached, size: i32) -> bool {
             .any(|c| c.type_ == apis::condition::AVAILABLE && c.status == "True")
 }
 
-async fn start_manager(
+/// Starts `contender` with the bench's flags plus `extra`, and waits until it leads.
+pub async fn start_manager(
     cluster: &TestCluster,
     contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
     lease_id: &str,
     args: &BenchArgs,
+    extra: &[&str],
 ) -> anyhow::Result<ManagerProcess> {
     let metrics = format!("--metrics-bind-address=127.0.0.1:{}", testkit::free_port()?);
     let probes = format!(
@@ -290,7 +295,8 @@ async fn start_manager(
         &concurrency,
         "--log-format=json",
     ];
-    flags.extend(contender.extra_args);
+    flags.extend(contender.extra_args.iter().map(String::as_str));
+    flags.extend(extra);
     let manager = testkit::spawn_manager_binary(
         &contender.binary,
         &kubeconfig.path,
@@ -315,7 +321,7 @@ async fn start_manager(
     Ok(manager)
 }
 
-async fn stop_manager(mut manager: ManagerProcess) -> anyhow::Result<()> {
+pub async fn stop_manager(mut manager: ManagerProcess) -> anyhow::Result<()> {
     manager.terminate();
     if manager
         .wait_timeout(Duration::from_secs(40))
@@ -355,7 +361,7 @@ pub async fn wait_for_holder(
 }
 
 /// A Memcached as the bench creates it: `size` pods of the default image.
-fn new_memcached(name: &str, size: i32) -> Memcached {
+pub fn new_memcached(name: &str, size: i32) -> Memcached {
     let spec = MemcachedSpec {
         size,
         image: apis::memcached::DEFAULT_IMAGE.to_owned(),

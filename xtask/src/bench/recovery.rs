@@ -1,0 +1,257 @@
+//! Recovery: how soon a manager acts again after the API server was away, and how soon it
+//! notices that the Deployment blocking a Memcached is gone.
+//!
+//! - *Outage*: with a few Memcacheds converged, the API server is stopped for
+//!   `--outage-seconds` and started again; the moment it is ready, every Memcached is scaled.
+//!   Timed from readiness: until the manager has scaled each Deployment (its own part), and until
+//!   each Memcached has converged (the cluster's controllers, which reconnect on their own
+//!   schedule, are part of that). The manager runs with a Lease longer than the outage, so it
+//!   keeps leading through it, as a manager whose API server restarts quickly would.
+//! - *Foreign Deployment*: a Memcached whose name a Deployment of somebody else's holds reports
+//!   it; the clock runs from deleting that Deployment until the Memcached's own exists.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use apis::Memcached;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use localcluster::LocalCluster;
+use serde::Serialize;
+use serde_json::json;
+use testkit::{ServiceAccountKubeconfig, TestCluster, TestNamespace};
+
+use super::workload::{self, delete_and_wait, is_converged, populate};
+use super::{BenchArgs, Contender};
+
+/// Memcacheds scaled right after the outage.
+const OBJECTS: usize = 20;
+/// The leader-election timing during this phase: longer than any outage measured, so the
+/// manager keeps its Lease through it.
+const LEASE_FLAGS: [&str; 3] = [
+    "--lease-duration=120s",
+    "--renew-deadline=90s",
+    "--retry-period=2s",
+];
+/// How long to wait for a Memcached to take its name back (the reference rechecks every two
+/// minutes).
+const FOREIGN_TIMEOUT: Duration = Duration::from_secs(200);
+const FOREIGN_NAME: &str = "taken";
+
+/// What one manager's recovery came to.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recovery {
+    pub manager: String,
+    pub outage_seconds: u64,
+    /// From the API server being ready until the manager had scaled every Deployment.
+    pub reacted_seconds: f64,
+    /// From the API server being ready until every Memcached had converged.
+    pub converged_seconds: f64,
+    /// From deleting the foreign Deployment until the Memcached's own Deployment existed.
+    pub foreign_seconds: f64,
+}
+
+pub async fn measure(
+    cluster: &TestCluster,
+    contender: &Contender,
+    kubeconfig: &ServiceAccountKubeconfig,
+    args: &BenchArgs,
+) -> anyhow::Result<Recovery> {
+    let namespace = TestNamespace::create(cluster, "bench-recovery").await?;
+    let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let lease_id = testkit::unique_name("bench-recovery");
+    let mut manager = workload::start_manager(
+        cluster,
+        contender,
+        kubeconfig,
+        &lease_id,
+        args,
+        &LEASE_FLAGS,
+    )
+    .await?;
+    let measured = async {
+        let outage = outage(cluster, &api, namespace.name(), args).await?;
+        if manager.try_exit_status()?.is_some() {
+            anyhow::bail!(
+                "the manager exited during the API-server outage; its log: {}",
+                manager.log().display()
+            );
+        }
+        let foreign = foreign(cluster, &api, namespace.name(), args).await?;
+        anyhow::Ok((outage, foreign))
+    }
+    .await;
+    workload::stop_manager(manager).await?;
+    delete_and_wait(cluster, namespace, args.timeout()).await?;
+    let ((reacted, converged), foreign) = measured?;
+    Ok(Recovery {
+        manager: contender.name.to_owned(),
+        outage_seconds: args.outage_seconds,
+        reacted_seconds: reacted,
+        converged_seconds: converged,
+        foreign_seconds: foreign,
+    })
+}
+
+/// Converges [`OBJECTS`] Memcacheds, takes the API server away, scales them all the moment it
+/// is back, and returns (manager reacted, all converged) in seconds from its readiness.
+async fn outage(
+    cluster: &TestCluster,
+    api: &Api<Memcached>,
+    namespace: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<(f64, f64)> {
+    let names: Vec<String> = (0..OBJECTS).map(|i| format!("recover-{i}")).collect();
+    populate(api, &names, args.size, args.concurrency).await?;
+    wait_until(
+        args.timeout(),
+        "the Memcacheds to converge before the outage",
+        || all_converged(api, &names, args.size),
+    )
+    .await?;
+
+    let local = LocalCluster::from_env().context("finding the local cluster")?;
+    local
+        .restart_apiserver(Duration::from_secs(args.outage_seconds))
+        .await
+        .context("restarting the API server")?;
+    let ready = Instant::now();
+    let scaled = args.size + 1;
+    for name in &names {
+        let patch = json!({"spec": {"size": scaled}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .with_context(|| format!("scaling Memcached {name} after the outage"))?;
+    }
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace);
+    let mut reacted = None;
+    let deadline = ready + args.timeout();
+    loop {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the Memcacheds did not converge within {:?} of the API server's return",
+            args.timeout()
+        );
+        if reacted.is_none() && all_scaled(&deployments, &names, scaled).await? {
+            reacted = Some(ready.elapsed().as_secs_f64());
+        }
+        if all_converged(api, &names, scaled).await? {
+            let converged = ready.elapsed().as_secs_f64();
+            return Ok((reacted.unwrap_or(converged), converged));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Blocks a Memcached with a Deployment of its name, deletes that Deployment once the Memcached
+/// reports it, and returns the seconds until the Memcached's own Deployment exists.
+async fn foreign(
+    cluster: &TestCluster,
+    api: &Api<Memcached>,
+    namespace: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<f64> {
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace);
+    let blocker: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": FOREIGN_NAME},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "somebody-else"}},
+            "template": {
+                "metadata": {"labels": {"app": "somebody-else"}},
+                "spec": {"containers": [{"name": "app", "image": "somebody-else:1"}]},
+            },
+        },
+    }))
+    .context("building the foreign Deployment")?;
+    deployments
+        .create(&PostParams::default(), &blocker)
+        .await
+        .context("creating the foreign Deployment")?;
+    api.create(
+        &PostParams::default(),
+        &workload::new_memcached(FOREIGN_NAME, args.size),
+    )
+    .await
+    .context("creating the blocked Memcached")?;
+    wait_until(
+        args.timeout(),
+        "the Memcached to report the foreign Deployment",
+        || async {
+            let mc = api.get(FOREIGN_NAME).await?;
+            Ok(mc.status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.reason == "DeploymentNotOwned" && c.status == "True")
+            }))
+        },
+    )
+    .await?;
+
+    deployments
+        .delete(FOREIGN_NAME, &DeleteParams::foreground())
+        .await
+        .context("deleting the foreign Deployment")?;
+    let deleted = Instant::now();
+    wait_until(
+        FOREIGN_TIMEOUT,
+        "the Memcached to take its name back",
+        || async {
+            Ok(deployments.get_opt(FOREIGN_NAME).await?.is_some_and(|d| {
+                d.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "Memcached" && o.controller == Some(true))
+            }))
+        },
+    )
+    .await?;
+    Ok(deleted.elapsed().as_secs_f64())
+}
+
+async fn all_scaled(
+    deployments: &Api<Deployment>,
+    names: &[String],
+    replicas: i32,
+) -> anyhow::Result<bool> {
+    let list = deployments.list(&Default::default()).await?;
+    Ok(names.iter().all(|name| {
+        list.items
+            .iter()
+            .any(|d| d.metadata.name.as_deref() == Some(name) && d.spec.replicas == Some(replicas))
+    }))
+}
+
+async fn all_converged(api: &Api<Memcached>, names: &[String], size: i32) -> anyhow::Result<bool> {
+    let list = api.list(&Default::default()).await?;
+    Ok(names.iter().all(|name| {
+        list.items
+            .iter()
+            .any(|mc| mc.metadata.name.as_deref() == Some(name) && is_converged(mc, size))
+    }))
+}
+
+/// Polls `check` every 100 ms until it is true; errors from the API server are retried.
+async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_error = None;
+    while Instant::now() < deadline {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last_error = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let detail = last_error
+        .map(|e| format!(" (last error: {e:#})"))
+        .unwrap_or_default();
+    anyhow::bail!("timed out after {timeout:?} waiting for {what}{detail}")
+}
