@@ -1,4 +1,5 @@
-//! Per-object exponential backoff for failed reconciles.
+//! Backoff: per object for failed reconciles ([`Backoff`]), and for watches reconnecting
+//! ([`WatchBackoff`]).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -77,6 +78,54 @@ impl<Key: Eq + Hash> Backoff<Key> {
 }
 
 /// `base * 2^previous_failures`, capped at `max`, without overflow.
+/// How long a broken watch waits before it reconnects: from 100 ms, doubling up to a cap.
+///
+/// kube's default grows to 30 s, so after an API-server outage of 20 s a watch could stay down
+/// for another half minute, and every controller behind it idle. A watch that fails is one cheap
+/// request per retry; reconnecting within [`WATCH_MAX_DELAY`] of the API server's return keeps
+/// recovery in seconds.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    max: Duration,
+}
+
+/// The longest wait between reconnection attempts of the controllers' watches.
+pub const WATCH_MAX_DELAY: Duration = Duration::from_secs(2);
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(100);
+
+    /// From 100 ms up to `max` (never below 100 ms, so a tiny `max` does not spin).
+    pub fn new(max: Duration) -> Self {
+        Self {
+            next: Self::FIRST,
+            max: max.max(Self::FIRST),
+        }
+    }
+}
+
+/// The backoff of the controllers' watches: up to [`WATCH_MAX_DELAY`].
+pub fn watch_backoff() -> WatchBackoff {
+    WatchBackoff::new(WATCH_MAX_DELAY)
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        Some(delay)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 fn delay_for(base: Duration, max: Duration, previous_failures: u32) -> Duration {
     let factor = 2u32.checked_pow(previous_failures).unwrap_or(u32::MAX);
     base.checked_mul(factor).map_or(max, |d| d.min(max))
@@ -106,6 +155,19 @@ mod tests {
         assert_eq!(delays[16], MAX_DELAY);
         assert_eq!(delays[99], MAX_DELAY);
         assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn watches_reconnect_within_the_cap() {
+        use kube::runtime::utils::Backoff as _;
+        let mut backoff = WatchBackoff::new(Duration::from_secs(2));
+        let delays: Vec<u128> = backoff.by_ref().take(7).map(|d| d.as_millis()).collect();
+        assert_eq!(delays, [100, 200, 400, 800, 1600, 2000, 2000]);
+        backoff.reset();
+        assert_eq!(backoff.next(), Some(Duration::from_millis(100)));
+        let mut tiny = WatchBackoff::new(Duration::from_millis(1));
+        assert_eq!(tiny.nth(3), Some(Duration::from_millis(100)));
+        assert_eq!(watch_backoff().nth(10), Some(WATCH_MAX_DELAY));
     }
 
     #[test]

@@ -60,6 +60,7 @@ pub enum Outcome {
 pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     name: &'static str,
     concurrency: u16,
+    debounce: Duration,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     queue: Arc<Queue<K>>,
@@ -94,6 +95,7 @@ where
         Self {
             name,
             concurrency,
+            debounce: ctx.options.debounce,
             metrics: ctx.metrics.clone(),
             shutdown: ctx.shutdown.clone(),
             queue,
@@ -114,7 +116,16 @@ where
         let name = self.name;
         let _ = self.cache.set(writer.as_reader());
         kube::runtime::watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(crate::backoff::watch_backoff())
+            // Managed fields and `kubectl apply`'s copy of the object are never read, and
+            // would be most of what the cache holds.
+            .modify(|obj: &mut K| {
+                let meta = obj.meta_mut();
+                meta.managed_fields = None;
+                if let Some(annotations) = meta.annotations.as_mut() {
+                    annotations.remove(LAST_APPLIED);
+                }
+            })
             .reflect(writer)
             .applied_objects()
             .filter_map(move |obj| {
@@ -173,7 +184,11 @@ where
             "controller starting"
         );
         let results = controller
-            .with_config(controller::Config::default().concurrency(self.concurrency))
+            .with_config(
+                controller::Config::default()
+                    .concurrency(self.concurrency)
+                    .debounce(self.debounce),
+            )
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(
                 move |obj, shared| reconcile_instrumented(reconcile.clone(), obj, shared),
@@ -229,6 +244,9 @@ where
         Ok(())
     }
 }
+
+/// The annotation where `kubectl apply` keeps the whole object as last applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// What every reconcile of one controller shares.
 struct Shared<K: Resource<DynamicType = ()> + 'static, C> {

@@ -31,6 +31,18 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// An object changed between two requests of one reconcile (for example, deleted right
+    /// after creating it failed because it existed); the next reconcile starts from the news.
+    #[error("{kind} {namespace}/{name} changed while it was being reconciled; retrying")]
+    Changed {
+        /// The kind of the object.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+
     /// A shared watch stopped before its first complete list, so its cache never became usable.
     #[error("the shared {resource} watch stopped before its cache was ready")]
     WatchStopped {
@@ -55,6 +67,13 @@ impl Error {
         }
     }
 
+    /// Whether the API server refused to create something because an object of that name
+    /// exists (a 409 `AlreadyExists`).
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(status))
+            if status.code == 409 && status.reason == "AlreadyExists")
+    }
+
     /// A short, bounded label for the error-kind breakdown of the reconcile error counter.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -63,6 +82,7 @@ impl Error {
             Error::Kube(kube::Error::Api(status)) if status.code == 422 => "invalid",
             Error::Kube(_) => "kube",
             Error::MissingField { .. } => "missing_field",
+            Error::Changed { .. } => "changed",
             Error::WatchStopped { .. } => "watch_stopped",
             Error::Serialize { .. } => "serialize",
         }
@@ -101,5 +121,18 @@ mod tests {
         let rbac = kube::core::Status::failure("forbidden: User cannot create", "Forbidden")
             .with_code(403);
         assert!(!Error::Kube(kube::Error::Api(rbac.boxed())).is_namespace_terminating());
+    }
+
+    #[test]
+    fn a_taken_name_is_recognised() {
+        let taken =
+            kube::core::Status::failure("deployments.apps \"m\" already exists", "AlreadyExists")
+                .with_code(409);
+        let error = Error::Kube(kube::Error::Api(taken.boxed()));
+        assert!(error.is_already_exists());
+        assert_eq!(error.metric_label(), "conflict");
+        let conflict =
+            kube::core::Status::failure("the object has been modified", "Conflict").with_code(409);
+        assert!(!Error::Kube(kube::Error::Api(conflict.boxed())).is_already_exists());
     }
 }

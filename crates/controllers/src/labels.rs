@@ -20,6 +20,12 @@ pub fn managed_selector() -> String {
     format!("{MANAGED_BY}={MANAGER}")
 }
 
+/// The complement of [`managed_selector`]: every object these controllers do not manage,
+/// including those without the label.
+pub fn unmanaged_selector() -> String {
+    format!("{MANAGED_BY}!={MANAGER}")
+}
+
 /// The longest label value Kubernetes accepts.
 pub const MAX_LABEL_VALUE: usize = 63;
 

@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod driver;
 pub mod error;
 pub mod events;
+pub mod index;
 pub mod labels;
 pub mod memcached;
 pub mod metrics;
@@ -44,14 +45,24 @@ pub struct RunOptions {
     pub max_concurrent_reconciles: u16,
     /// Reported as the Event source instance (the pod name in-cluster).
     pub instance: String,
+    /// How long an object must go without a new trigger before it is reconciled: a burst of
+    /// changes to one object (its Deployment's status, then its pods) becomes one reconcile.
+    pub debounce: std::time::Duration,
+}
+
+impl RunOptions {
+    /// The default [`RunOptions::debounce`].
+    pub const DEFAULT_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(250);
 }
 
 impl Default for RunOptions {
-    /// One reconcile at a time per controller (controller-runtime's default), no instance name.
+    /// One reconcile at a time per controller (controller-runtime's default), no instance name,
+    /// the default debounce.
     fn default() -> Self {
         Self {
             max_concurrent_reconciles: 1,
             instance: String::new(),
+            debounce: Self::DEFAULT_DEBOUNCE,
         }
     }
 }

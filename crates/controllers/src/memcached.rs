@@ -3,10 +3,12 @@
 //!
 //! # Watches
 //! - `Memcached` objects (its own watch);
-//! - Deployments, from the shared cache, mapped to the `Memcached` that controls them (or, for a
-//!   Deployment nobody of ours controls, to the `Memcached` of the same name, which reports it);
+//! - Deployments, from the shared caches, mapped to the `Memcached` that controls them (or, for
+//!   a Deployment nobody of ours controls, to the `Memcached` of the same name, which reports it
+//!   and takes the name as soon as that Deployment is gone);
 //! - Pod metadata, from the shared cache, mapped to their `Memcached` by the `memcached_cr`
-//!   label, so `status.nodes` follows pods as they come and go.
+//!   label, so `status.nodes` follows pods as they come and go; the cache indexes them by that
+//!   label, so a reconcile reads only its own pods.
 //!
 //! # Reconcile
 //! 1. A Deployment of the same name that this `Memcached` does not control is left untouched:
@@ -35,11 +37,12 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
+use crate::index::Index;
 use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
 use crate::status::{Rollout, merge_conditions, not_owned_conditions};
 use crate::watches::PodMeta;
-use crate::workload;
+use crate::workload::{StatusWriter, WithStatus};
 use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -70,7 +73,6 @@ pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
 pub const FOREIGN_RECHECK: Duration = Duration::from_secs(120);
 
 const KIND: &str = "Memcached";
-const API_VERSION: &str = "cache.example.com/v1alpha1";
 
 static RULES: [PolicyRule; 7] = [
     PolicyRule {
@@ -118,28 +120,30 @@ impl ManagedController for MemcachedController {
 
 /// What every reconcile of this controller uses.
 struct Context {
-    client: kube::Client,
+    status: StatusWriter<Memcached>,
     events: Events,
     deployments: OwnedDeployments,
-    pods: Store<PodMeta>,
+    pods: Index<PodMeta>,
 }
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
     let deployments = ctx.watches.deployments();
+    let unmanaged = ctx.watches.unmanaged_deployments();
     let pods = ctx.watches.pods();
-    if !deployments.ready(&ctx.shutdown).await? || !pods.ready(&ctx.shutdown).await? {
-        return Ok(());
+    for ready in [
+        deployments.ready(&ctx.shutdown).await?,
+        unmanaged.ready(&ctx.shutdown).await?,
+        pods.ready(&ctx.shutdown).await?,
+    ] {
+        if !ready {
+            return Ok(());
+        }
     }
     let driver = Driver::<Memcached>::new(NAME, &ctx);
     let (reader, writer) = reflector::store();
     let resources = driver.watch_resources(Api::all(ctx.client.clone()), writer);
 
-    let by_deployment = {
-        let reader = reader.clone();
-        deployments
-            .subscribe()
-            .filter_map(move |d| std::future::ready(for_deployment(&reader, &d)))
-    };
+    let by_deployment = owned::deployment_triggers(reader.clone(), &deployments, &unmanaged);
     let by_pod = {
         let reader = reader.clone();
         pods.subscribe()
@@ -151,28 +155,37 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
 
     let (events, publisher) = Events::start(ctx.client.clone(), NAME, &ctx.options.instance);
     let context = Arc::new(Context {
-        client: ctx.client.clone(),
+        status: StatusWriter::new(ctx.client.clone()),
         events,
-        deployments: OwnedDeployments::new(ctx.client.clone(), deployments.store(), FIELD_MANAGER),
-        pods: pods.store(),
+        deployments: OwnedDeployments::new(
+            ctx.client.clone(),
+            deployments.store(),
+            unmanaged.store(),
+            FIELD_MANAGER,
+        ),
+        pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),
     });
     let result = driver.run(controller, reconcile, context).await;
     publisher.finish(EVENTS_FLUSH).await;
     result
 }
 
-/// The `Memcached` a Deployment event concerns: its controller, or for a Deployment that no
-/// `Memcached` controls, the `Memcached` of the same name if there is one (it reports the clash).
-fn for_deployment(
-    memcacheds: &Store<Memcached>,
-    deployment: &Deployment,
-) -> Option<ObjectRef<Memcached>> {
-    let namespace = deployment.namespace()?;
-    if let Some(owner) = workload::controller_of(deployment, API_VERSION, KIND) {
-        return Some(ObjectRef::new(&owner.name).within(&namespace));
+/// The name of the pod index of this controller: pods by [`pod_index_key`].
+const PODS_BY_MEMCACHED: &str = "memcached-pods";
+
+/// A memcached pod's key in [`PODS_BY_MEMCACHED`]: `<namespace>/<memcached_cr label>`.
+fn pod_index_key(pod: &PodMeta) -> Option<String> {
+    let pod_labels = pod.metadata.labels.as_ref()?;
+    if pod_labels.get(LABEL_APP).map(String::as_str) != Some(APP) {
+        return None;
     }
-    let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
-    memcacheds.get(&namesake).map(|_| namesake)
+    let namespace = pod.metadata.namespace.as_deref()?;
+    Some(format!("{namespace}/{}", pod_labels.get(LABEL_CR)?))
+}
+
+/// The [`PODS_BY_MEMCACHED`] key of the pods of the `Memcached` `namespace/name`.
+fn pods_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{}", labels::label_value(name))
 }
 
 /// The `Memcached` a pod belongs to, by its labels. The `memcached_cr` value is the name itself
@@ -306,6 +319,7 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
 }
 
 async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error> {
+    let mc = &*ctx.status.latest(mc);
     if mc.metadata.deletion_timestamp.is_some() {
         // Being deleted: the garbage collector removes the Deployment; applying now would only
         // recreate what it deletes.
@@ -317,22 +331,37 @@ async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error
         .await?
     {
         Ensured::NamespaceTerminating => return Ok(Outcome::Done),
+        // The Deployment's watch event brings the news (and this object back).
+        Ensured::Pending { recheck } => return Ok(Outcome::RequeueAfter(recheck)),
         Ensured::Foreign => None,
         Ensured::Ready(deployment) => Some(deployment),
     };
 
     let namespace = mc.namespace().unwrap_or_default();
-    let pods = ctx.pods.state();
-    let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &mc.name_any());
+    let name = mc.name_any();
+    let pods = ctx.pods.get(&pods_key(&namespace, &name));
+    let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
     let status = desired_status(mc, deployment.as_deref(), nodes, &crate::status::now());
-    if mc.status.as_ref() != Some(&status) {
-        tracing::debug!(nodes = ?status.nodes, ready = status.ready_replicas, "status changed");
-        workload::patch_status(&ctx.client, mc, &status).await?;
+    let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
+    if ctx.status.write(mc, status).await? {
+        tracing::debug!(nodes, ready, "status changed");
     }
     Ok(match deployment {
         None => Outcome::RequeueAfter(FOREIGN_RECHECK),
         Some(_) => Outcome::Done,
     })
+}
+
+impl WithStatus for Memcached {
+    type Status = MemcachedStatus;
+
+    fn status(&self) -> Option<&MemcachedStatus> {
+        self.status.as_ref()
+    }
+
+    fn set_status(&mut self, status: MemcachedStatus) {
+        self.status = Some(status);
+    }
 }
 
 impl DeploymentOwner for Memcached {
@@ -460,7 +489,7 @@ mod tests {
             c.security_context.as_ref().and_then(|s| s.run_as_user),
             Some(11211)
         );
-        workload::assert_restricted(&d);
+        crate::workload::assert_restricted(&d);
     }
 
     #[test]
@@ -542,22 +571,44 @@ mod tests {
     }
 
     #[test]
+    fn pods_are_indexed_under_their_memcacheds_key() {
+        let long = "m".repeat(80);
+        for name in ["short", long.as_str()] {
+            let p = pod("p", "ns", object_labels(name));
+            assert_eq!(pod_index_key(&p), Some(pods_key("ns", name)), "{name}");
+        }
+        let mut other_app = object_labels("short");
+        other_app.insert(LABEL_APP.into(), "other".into());
+        assert_eq!(pod_index_key(&pod("p", "ns", other_app)), None);
+        assert_eq!(pod_index_key(&pod("p", "ns", BTreeMap::new())), None);
+    }
+
+    #[test]
     fn deployments_map_to_their_controller_or_namesake() {
         let store = store_of(vec![memcached("a", 1)]);
         let owned = desired_deployment(&memcached("a", 1)).expect("desired deployment");
         assert_eq!(
-            for_deployment(&store, &owned),
+            owned::owner_of(&store, &owned),
+            Some(ObjectRef::new("a").within("ns"))
+        );
+        let metadata_only = crate::watches::DeploymentMeta {
+            types: None,
+            metadata: owned.metadata.clone(),
+            _phantom: std::marker::PhantomData,
+        };
+        assert_eq!(
+            owned::owner_of(&store, &metadata_only),
             Some(ObjectRef::new("a").within("ns"))
         );
         let mut foreign = Deployment::default();
         foreign.metadata.name = Some("a".into());
         foreign.metadata.namespace = Some("ns".into());
         assert_eq!(
-            for_deployment(&store, &foreign),
+            owned::owner_of(&store, &foreign),
             Some(ObjectRef::new("a").within("ns"))
         );
         foreign.metadata.name = Some("b".into());
-        assert_eq!(for_deployment(&store, &foreign), None);
+        assert_eq!(owned::owner_of(&store, &foreign), None);
     }
 
     fn ready_deployment(n: i32) -> Deployment {

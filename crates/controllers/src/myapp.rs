@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use apis::{MyApp, MyAppStatus};
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
@@ -26,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector;
 
 use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
@@ -34,7 +33,7 @@ use crate::memcached::FOREIGN_RECHECK;
 use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
 use crate::status::{Rollout, merge_conditions, not_owned_conditions};
-use crate::workload;
+use crate::workload::{StatusWriter, WithStatus};
 use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -52,7 +51,6 @@ pub const CONTAINER: &str = "app";
 pub const RUN_AS_USER: i64 = 65532;
 
 const KIND: &str = "MyApp";
-const API_VERSION: &str = "myscheme.example.com/v1";
 
 static RULES: [PolicyRule; 6] = [
     PolicyRule {
@@ -94,45 +92,37 @@ impl ManagedController for MyAppController {
 }
 
 struct Context {
-    client: kube::Client,
+    status: StatusWriter<MyApp>,
     events: Events,
     deployments: OwnedDeployments,
 }
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
     let deployments = ctx.watches.deployments();
-    if !deployments.ready(&ctx.shutdown).await? {
+    let unmanaged = ctx.watches.unmanaged_deployments();
+    if !deployments.ready(&ctx.shutdown).await? || !unmanaged.ready(&ctx.shutdown).await? {
         return Ok(());
     }
     let driver = Driver::<MyApp>::new(NAME, &ctx);
     let (reader, writer) = reflector::store();
     let resources = driver.watch_resources(Api::all(ctx.client.clone()), writer);
-    let by_deployment = {
-        let reader = reader.clone();
-        deployments
-            .subscribe()
-            .filter_map(move |d| std::future::ready(for_deployment(&reader, &d)))
-    };
+    let by_deployment = owned::deployment_triggers(reader.clone(), &deployments, &unmanaged);
     let controller =
         Controller::for_stream(resources, reader).reconcile_on(driver.track(by_deployment));
     let (events, publisher) = Events::start(ctx.client.clone(), NAME, &ctx.options.instance);
     let context = Arc::new(Context {
-        client: ctx.client.clone(),
+        status: StatusWriter::new(ctx.client.clone()),
         events,
-        deployments: OwnedDeployments::new(ctx.client.clone(), deployments.store(), FIELD_MANAGER),
+        deployments: OwnedDeployments::new(
+            ctx.client.clone(),
+            deployments.store(),
+            unmanaged.store(),
+            FIELD_MANAGER,
+        ),
     });
     let result = driver.run(controller, reconcile, context).await;
     publisher.finish(EVENTS_FLUSH).await;
     result
-}
-
-fn for_deployment(myapps: &Store<MyApp>, deployment: &Deployment) -> Option<ObjectRef<MyApp>> {
-    let namespace = deployment.namespace()?;
-    if let Some(owner) = workload::controller_of(deployment, API_VERSION, KIND) {
-        return Some(ObjectRef::new(&owner.name).within(&namespace));
-    }
-    let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
-    myapps.get(&namesake).map(|_| namesake)
 }
 
 /// The labels that select a `MyApp`'s pods.
@@ -202,6 +192,7 @@ async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Outcome, Error>
 }
 
 async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
+    let app = &*ctx.status.latest(app);
     if app.metadata.deletion_timestamp.is_some() {
         return Ok(Outcome::Done);
     }
@@ -211,17 +202,29 @@ async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         .await?
     {
         Ensured::NamespaceTerminating => return Ok(Outcome::Done),
+        // The Deployment's watch event brings the news (and this object back).
+        Ensured::Pending { recheck } => return Ok(Outcome::RequeueAfter(recheck)),
         Ensured::Foreign => None,
         Ensured::Ready(deployment) => Some(deployment),
     };
     let status = desired_status(app, deployment.as_deref(), &crate::status::now());
-    if app.status.as_ref() != Some(&status) {
-        workload::patch_status(&ctx.client, app, &status).await?;
-    }
+    ctx.status.write(app, status).await?;
     Ok(match deployment {
         None => Outcome::RequeueAfter(FOREIGN_RECHECK),
         Some(_) => Outcome::Done,
     })
+}
+
+impl WithStatus for MyApp {
+    type Status = MyAppStatus;
+
+    fn status(&self) -> Option<&MyAppStatus> {
+        self.status.as_ref()
+    }
+
+    fn set_status(&mut self, status: MyAppStatus) {
+        self.status = Some(status);
+    }
 }
 
 impl DeploymentOwner for MyApp {
@@ -301,7 +304,7 @@ mod tests {
                 .all(|(k, v)| template_labels.get(k) == Some(v))
         );
         assert_eq!(template_labels[labels::MANAGED_BY], labels::MANAGER);
-        workload::assert_restricted(&d);
+        crate::workload::assert_restricted(&d);
     }
 
     #[test]

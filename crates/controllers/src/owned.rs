@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
@@ -16,6 +18,7 @@ use kube::{Resource, ResourceExt};
 use crate::Error;
 use crate::events::Events;
 use crate::status::{REASON_NOT_OWNED, reports};
+use crate::watches::{DeploymentMeta, Shared};
 use crate::workload::{self, Existing};
 
 /// A custom resource that owns one Deployment of its own name and namespace.
@@ -88,8 +91,16 @@ pub fn desired_deployment<K: DeploymentOwner>(
 /// What [`OwnedDeployments::ensure`] came to.
 #[derive(Clone, Debug)]
 pub enum Ensured {
-    /// The owner's Deployment, as just applied or as found already up to date.
+    /// The owner's Deployment, up to date, as the cache shows it.
     Ready(Arc<Deployment>),
+    /// The Deployment was just created or changed, and the cache or the Deployment controller
+    /// has not caught up yet: the Deployment's next watch event triggers the owner again, and
+    /// until then there is nothing worth reporting. Reconcile again after `recheck` if no
+    /// event comes first.
+    Pending {
+        /// When to look again regardless.
+        recheck: Duration,
+    },
     /// A Deployment of that name that the owner does not control; it was left untouched and a
     /// Warning Event says so (once, until the owner stops reporting it).
     Foreign,
@@ -97,28 +108,131 @@ pub enum Ensured {
     NamespaceTerminating,
 }
 
-/// Writes the Deployments one controller owns.
+/// How long a write of ours may go unseen by the cache before it counts as lost (the object
+/// deleted before the watch ever showed it) and is made again.
+pub const UNSEEN_FOR: Duration = Duration::from_secs(30);
+
+/// How long the Deployment controller gets to pick up a spec we wrote before the owner reports
+/// the rollout as it stands (that the Deployment controller has not seen it). It normally takes
+/// milliseconds; reporting that state each time would cost a status write per change for a
+/// state nobody sees, while a stalled Deployment controller is still reported.
+pub const OBSERVE_GRACE: Duration = Duration::from_secs(5);
+
+/// Writes the Deployments one controller owns, from what the shared caches show, the way
+/// kube-controller-manager's controllers use "expectations".
 ///
 /// Every reconcile wants its Deployment to match the desired one, but most reconciles are
-/// triggered by pod and status changes that leave the Deployment's spec alone. Applying anyway
-/// is one request per reconcile that changes nothing. So this remembers, per Deployment, what it
-/// last applied and the `metadata.generation` the API server answered with: while the cached
-/// Deployment still has that generation, nobody changed its spec since (every spec change bumps
-/// it), and if the desired object is also the same, the apply is skipped. A hand edit, a delete,
-/// or a new desired spec all fail that test and are applied as before. The memory is per process:
-/// a restarted manager applies once per object, which changes nothing on the server.
+/// triggered by pod and status changes that leave the Deployment's spec alone. So this
+/// remembers, per Deployment, what it last wrote and the uid and `metadata.generation` the API
+/// server answered with:
+/// - while the cache shows an older generation (or, after a create, nothing yet), it is behind
+///   our write: nothing is written or reported until the watch event that shows the write, which
+///   triggers the owner again;
+/// - while it shows that generation and the desired object is the same, nobody changed the spec
+///   since (every spec change bumps it): nothing to write, and once the Deployment controller
+///   has seen it (or [`OBSERVE_GRACE`] has passed), the rollout is worth reporting;
+/// - anything else (a hand edit, a delete, a new desired spec) is written again.
+///
+/// The memory is per process: a restarted manager applies once per object, which changes
+/// nothing on the server.
+///
+/// A Deployment the caches do not know is created, not applied: a create fails when the name
+/// is taken, so one made a moment ago by somebody else (not yet in the caches) is never taken
+/// over, and no read is spent first. The created object's fields are recorded as written by an
+/// update of the same field manager; the applies that follow take them over as they change. (A
+/// field a later version stops setting would stay on Deployments created before it; none has
+/// been dropped so far.)
 pub struct OwnedDeployments {
     client: kube::Client,
-    cache: Store<Deployment>,
+    managed: Store<Deployment>,
+    unmanaged: Store<DeploymentMeta>,
     field_manager: &'static str,
-    applied: Mutex<HashMap<ObjectRef<Deployment>, Applied>>,
+    written: Mutex<HashMap<ObjectRef<Deployment>, Written>>,
 }
 
-/// What was last applied to one Deployment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Applied {
+/// What was last written to one Deployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Written {
     desired_hash: u64,
+    uid: Option<String>,
     generation: Option<i64>,
+    at: Instant,
+    /// The cache has shown the object since (so its absence now means it was deleted).
+    seen: bool,
+}
+
+impl Written {
+    /// Whether the cache, showing `current`, is still behind this write.
+    fn ahead_of(&self, current: Option<&Deployment>) -> bool {
+        match current {
+            None => !self.seen && self.at.elapsed() < UNSEEN_FOR,
+            Some(current) => {
+                self.uid == current.metadata.uid && current.metadata.generation < self.generation
+            }
+        }
+    }
+}
+
+/// The custom resources of kind `K` that Deployment changes concern: each changed Deployment's
+/// controller, or for a Deployment that no `K` controls, the `K` of the same name if there is
+/// one (it reports the clash, and takes the name once the Deployment is gone).
+pub fn deployment_triggers<K>(
+    owners: Store<K>,
+    managed: &Shared<Deployment>,
+    unmanaged: &Shared<DeploymentMeta>,
+) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: DeploymentOwner + Clone + Send + Sync + 'static,
+{
+    let of_managed = {
+        let owners = owners.clone();
+        managed
+            .subscribe()
+            .filter_map(move |d| std::future::ready(owner_of(&owners, d.as_ref())))
+    };
+    let of_unmanaged = unmanaged
+        .subscribe()
+        .filter_map(move |d| std::future::ready(owner_of(&owners, d.as_ref())));
+    futures::stream::select(of_managed, of_unmanaged)
+}
+
+pub(crate) fn owner_of<K: DeploymentOwner + Clone>(
+    owners: &Store<K>,
+    deployment: &impl Resource,
+) -> Option<ObjectRef<K>> {
+    let namespace = deployment.namespace()?;
+    if let Some(owner) = workload::controller_of(deployment, &K::api_version(&()), K::KIND) {
+        return Some(ObjectRef::new(&owner.name).within(&namespace));
+    }
+    let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
+    owners.get(&namesake).map(|_| namesake)
+}
+
+/// What creating a Deployment came to.
+enum Created {
+    Done(Box<Deployment>),
+    NamespaceTerminating,
+    /// A Deployment of that name exists after all.
+    NameTaken,
+}
+
+/// Says, once until the owner stops reporting it, that a Deployment of its name is somebody
+/// else's and is left alone.
+fn report_foreign<K: DeploymentOwner>(owner: &K, events: &Events) {
+    let (namespace, name) = (owner.namespace().unwrap_or_default(), owner.name_any());
+    let note = format!(
+        "Deployment {namespace}/{name} exists and is not controlled by this {kind}; it is left \
+         untouched. Delete or rename it, or rename the {kind}.",
+        kind = K::KIND
+    );
+    tracing::warn!("{note}");
+    if !reports(
+        owner.current_conditions(),
+        apis::condition::DEGRADED,
+        REASON_NOT_OWNED,
+    ) {
+        events.warning(&owner.object_ref(&()), REASON_NOT_OWNED, "Reconcile", note);
+    }
 }
 
 impl std::fmt::Debug for OwnedDeployments {
@@ -130,17 +244,20 @@ impl std::fmt::Debug for OwnedDeployments {
 }
 
 impl OwnedDeployments {
-    /// Deployments written under `field_manager`, found through the shared `cache`.
+    /// Deployments written under `field_manager`, found through the shared caches of the
+    /// `managed` Deployments and the `unmanaged` rest.
     pub fn new(
         client: kube::Client,
-        cache: Store<Deployment>,
+        managed: Store<Deployment>,
+        unmanaged: Store<DeploymentMeta>,
         field_manager: &'static str,
     ) -> Self {
         Self {
             client,
-            cache,
+            managed,
+            unmanaged,
             field_manager,
-            applied: Mutex::default(),
+            written: Mutex::default(),
         }
     }
 
@@ -149,7 +266,8 @@ impl OwnedDeployments {
     ///
     /// # Errors
     /// [`Error::MissingField`] when `owner` was not read from the API server; [`Error::Kube`]
-    /// when looking up or applying fails.
+    /// when creating, reading or applying fails; [`Error::Changed`] when the Deployment vanished
+    /// between two of those.
     pub async fn ensure<K: DeploymentOwner>(
         &self,
         owner: &K,
@@ -164,36 +282,68 @@ impl OwnedDeployments {
         let namespace = owner.namespace().ok_or(missing("metadata.namespace"))?;
         let uid = owner.uid().ok_or(missing("metadata.uid"))?;
         let regarding = owner.object_ref(&());
-
-        let existing =
-            workload::find_deployment(&self.client, &self.cache, &namespace, &name, &uid).await?;
-        if let Existing::Foreign(_) = existing {
-            let note = format!(
-                "Deployment {namespace}/{name} exists and is not controlled by this {kind}; it is left \
-                 untouched. Delete or rename it, or rename the {kind}.",
-                kind = K::KIND
-            );
-            tracing::warn!("{note}");
-            if !reports(
-                owner.current_conditions(),
-                apis::condition::DEGRADED,
-                REASON_NOT_OWNED,
-            ) {
-                events.warning(&regarding, REASON_NOT_OWNED, "Reconcile", note);
-            }
-            return Ok(Ensured::Foreign);
-        }
-
         let key = ObjectRef::new(&name).within(&namespace);
         let desired_hash = hash_of(desired)?;
-        if let Existing::Owned(current) = &existing
-            && self.last_applied(&key)
-                == Some(Applied {
-                    desired_hash,
-                    generation: current.metadata.generation,
-                })
-        {
-            return Ok(Ensured::Ready(current.clone()));
+
+        let mut existing =
+            workload::find_deployment(&self.managed, &self.unmanaged, &namespace, &name, &uid);
+        if let Existing::OwnedUnlabelled = existing {
+            existing = workload::get_deployment(&self.client, &namespace, &name, &uid).await?;
+        }
+        if let Existing::Missing = existing {
+            if self.last_written(&key).is_some_and(|w| w.ahead_of(None)) {
+                return Ok(Ensured::Pending {
+                    recheck: UNSEEN_FOR,
+                });
+            }
+            match self.create(&namespace, desired).await? {
+                Created::Done(created) => {
+                    self.remember(key, desired_hash, &created);
+                    announce(events, &regarding, &existing, owner);
+                    return Ok(Ensured::Pending {
+                        recheck: UNSEEN_FOR,
+                    });
+                }
+                Created::NamespaceTerminating => return Ok(Ensured::NamespaceTerminating),
+                Created::NameTaken => {
+                    // The caches had not seen it yet: ask the API server whose it is.
+                    existing =
+                        workload::get_deployment(&self.client, &namespace, &name, &uid).await?;
+                }
+            }
+        }
+
+        let current = match existing {
+            Existing::Owned(current) => current,
+            Existing::Foreign => {
+                report_foreign(owner, events);
+                return Ok(Ensured::Foreign);
+            }
+            Existing::Missing | Existing::OwnedUnlabelled => {
+                // Gone (or unlabelled) again since it was looked up: the next event retries.
+                return Err(Error::Changed {
+                    kind: "Deployment",
+                    namespace,
+                    name,
+                });
+            }
+        };
+        if let Some(written) = self.saw(&key, &current) {
+            if written.ahead_of(Some(&current)) {
+                return Ok(Ensured::Pending {
+                    recheck: UNSEEN_FOR,
+                });
+            }
+            if written.generation == current.metadata.generation
+                && written.desired_hash == desired_hash
+            {
+                if !crate::status::observed(&current)
+                    && let Some(left) = OBSERVE_GRACE.checked_sub(written.at.elapsed())
+                {
+                    return Ok(Ensured::Pending { recheck: left });
+                }
+                return Ok(Ensured::Ready(current));
+            }
         }
 
         let applied =
@@ -207,33 +357,84 @@ impl OwnedDeployments {
                 }
                 Err(e) => return Err(e),
             };
-        self.remember(
+        let unchanged = applied.metadata.resource_version == current.metadata.resource_version;
+        self.remember(key.clone(), desired_hash, &applied);
+        if unchanged {
+            // Nothing changed on the server, so no watch event will come: the cache is current.
+            self.saw(&key, &current);
+            return Ok(Ensured::Ready(current));
+        }
+        announce(events, &regarding, &Existing::Owned(current), owner);
+        Ok(Ensured::Pending {
+            recheck: UNSEEN_FOR,
+        })
+    }
+
+    /// Creates the Deployment the caches do not know.
+    async fn create(&self, namespace: &str, desired: &Deployment) -> Result<Created, Error> {
+        match workload::create_deployment(&self.client, namespace, self.field_manager, desired)
+            .await
+        {
+            Ok(created) => Ok(Created::Done(Box::new(created))),
+            Err(e) if e.is_namespace_terminating() => {
+                tracing::debug!("namespace is being deleted; nothing to do");
+                Ok(Created::NamespaceTerminating)
+            }
+            Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<Deployment>, Written>> {
+        // A poisoned lock only means another reconcile panicked mid-insert; the map is valid.
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn last_written(&self, key: &ObjectRef<Deployment>) -> Option<Written> {
+        self.lock().get(key).cloned()
+    }
+
+    /// Notes that the cache shows `current` (our write, once it has its uid and generation),
+    /// and returns what was last written to it, if that was this same object.
+    fn saw(&self, key: &ObjectRef<Deployment>, current: &Deployment) -> Option<Written> {
+        let mut written = self.lock();
+        let entry = written.get_mut(key)?;
+        if entry.uid != current.metadata.uid {
+            // Deleted and made again by somebody else since: what we wrote is history.
+            written.remove(key);
+            return None;
+        }
+        if current.metadata.generation >= entry.generation {
+            entry.seen = true;
+        }
+        Some(entry.clone())
+    }
+
+    fn remember(&self, key: ObjectRef<Deployment>, desired_hash: u64, written: &Deployment) {
+        let mut map = self.lock();
+        map.insert(
             key,
-            Applied {
+            Written {
                 desired_hash,
-                generation: applied.metadata.generation,
+                uid: written.metadata.uid.clone(),
+                generation: written.metadata.generation,
+                at: Instant::now(),
+                seen: false,
             },
         );
-        announce(events, &regarding, &existing, owner);
-        Ok(Ensured::Ready(Arc::new(applied)))
-    }
-
-    fn last_applied(&self, key: &ObjectRef<Deployment>) -> Option<Applied> {
-        // A poisoned lock only means another reconcile panicked mid-insert; the map is still valid.
-        self.applied
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .copied()
-    }
-
-    fn remember(&self, key: ObjectRef<Deployment>, applied: Applied) {
-        self.applied
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, applied);
+        // Owners deleted with their Deployments leave entries nobody asks for again: drop
+        // those of Deployments the cache no longer has, now and then (the map stays within
+        // twice the cache, so this costs a constant per write).
+        if map.len() > 2 * self.managed.len() + PRUNE_SLACK {
+            map.retain(|key, w| !w.seen || self.managed.get(key).is_some());
+        }
     }
 }
+
+/// Entries of [`OwnedDeployments`]'s memory beyond twice the cache before it is pruned.
+const PRUNE_SLACK: usize = 1024;
 
 fn hash_of(desired: &Deployment) -> Result<u64, Error> {
     let text = serde_json::to_string(desired).map_err(|source| Error::Serialize {
@@ -295,7 +496,7 @@ fn announce<K: DeploymentOwner>(
                 events.normal(regarding, "Updated", "UpdateDeployment", note);
             }
         }
-        Existing::Foreign(_) => {}
+        Existing::OwnedUnlabelled | Existing::Foreign => {}
     }
 }
 

@@ -10,6 +10,19 @@ use k8s_openapi::jiff::Timestamp;
 /// controls it.
 pub const REASON_NOT_OWNED: &str = "DeploymentNotOwned";
 
+/// Whether the Deployment controller has seen `deployment`'s latest spec.
+pub fn observed(deployment: &Deployment) -> bool {
+    let seen = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation);
+    match (seen, deployment.metadata.generation) {
+        (Some(seen), Some(generation)) => seen >= generation,
+        (_, None) => true,
+        (None, Some(_)) => false,
+    }
+}
+
 /// What an owned Deployment reports, reduced to what the conditions need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rollout {
@@ -33,12 +46,8 @@ pub struct Rollout {
 impl Rollout {
     /// Reads `deployment`'s status against `desired` replicas.
     pub fn of(desired: i32, deployment: &Deployment) -> Self {
+        let observed = observed(deployment);
         let status = deployment.status.clone().unwrap_or_default();
-        let observed = match (status.observed_generation, deployment.metadata.generation) {
-            (Some(seen), Some(generation)) => seen >= generation,
-            (_, None) => true,
-            (None, Some(_)) => false,
-        };
         let failure = status
             .conditions
             .unwrap_or_default()

@@ -17,10 +17,15 @@
 //! - a subscriber that falls behind by more than the channel holds gets every cached object
 //!   again (a re-list for that subscriber alone), instead of silently missing changes.
 //!
-//! The watches select `app.kubernetes.io/managed-by=operator-manager`, so the cache holds only
-//! the workloads these controllers manage; a Deployment without that label (for example a
-//! foreign one with a custom resource's name) is looked up directly when needed. Pods are watched
-//! as metadata only.
+//! The Deployment and Pod watches select `app.kubernetes.io/managed-by=operator-manager`, so those
+//! caches hold only the workloads these controllers manage. Every other Deployment is watched as
+//! metadata only ([`SharedWatches::unmanaged_deployments`]): a custom resource must never take
+//! over a Deployment of its name that it does not control, and must notice at once when such a
+//! Deployment goes away. Pods are watched as metadata only too.
+//!
+//! What a controller never reads is dropped before it is cached (managed fields, annotations,
+//! most of a Deployment's pod template): on a cluster with thousands of workloads, the caches
+//! are most of the manager's memory. Each cache can carry secondary indexes ([`Index`]).
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -40,13 +45,16 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::index::{Index, KeyFn};
 use crate::{Error, labels};
 
 /// Changes buffered per subscriber before it counts as lagging (and gets a full resync).
 const CHANNEL_CAPACITY: usize = 4096;
 
-/// The metadata of a Pod: all the controllers need (names, labels, owners, deletion).
+/// The metadata of a Pod: all the controllers need (names, labels, deletion).
 pub type PodMeta = PartialObjectMeta<Pod>;
+/// The metadata of a Deployment that no controller of ours manages (name and owners).
+pub type DeploymentMeta = PartialObjectMeta<Deployment>;
 
 /// The watches shared by the controllers of one [`crate::run`]; each starts on first use and
 /// stops with [`SharedWatches::stop`].
@@ -59,6 +67,7 @@ struct Inner {
     client: kube::Client,
     stop: CancellationToken,
     deployments: OnceLock<Shared<Deployment>>,
+    unmanaged_deployments: OnceLock<Shared<DeploymentMeta>>,
     pods: OnceLock<Shared<PodMeta>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -80,6 +89,7 @@ impl SharedWatches {
                 client,
                 stop,
                 deployments: OnceLock::new(),
+                unmanaged_deployments: OnceLock::new(),
                 pods: OnceLock::new(),
                 tasks: Mutex::new(Vec::new()),
             }),
@@ -92,11 +102,43 @@ impl SharedWatches {
             .deployments
             .get_or_init(|| {
                 let api = Api::<Deployment>::all(self.inner.client.clone());
-                self.start("deployments", api, |old, new| {
-                    old.is_none_or(|old| {
-                        old.metadata.resource_version != new.metadata.resource_version
-                    })
-                })
+                self.start(
+                    "deployments",
+                    api,
+                    &labels::managed_selector(),
+                    |old, new| {
+                        old.is_none_or(|old| {
+                            old.metadata.resource_version != new.metadata.resource_version
+                        })
+                    },
+                    strip_deployment,
+                )
+            })
+            .clone()
+    }
+
+    /// The metadata of every Deployment these controllers do not manage. Must be called within
+    /// a tokio runtime.
+    pub fn unmanaged_deployments(&self) -> Shared<DeploymentMeta> {
+        self.inner
+            .unmanaged_deployments
+            .get_or_init(|| {
+                let api = Api::<DeploymentMeta>::all(self.inner.client.clone());
+                self.start(
+                    "unmanaged deployments",
+                    api,
+                    &labels::unmanaged_selector(),
+                    // Only its existence and its owners matter to a controller.
+                    |old, new| {
+                        old.is_none_or(|old| {
+                            old.metadata.owner_references != new.metadata.owner_references
+                        })
+                    },
+                    |meta: &mut DeploymentMeta| {
+                        strip_metadata(&mut meta.metadata);
+                        meta.metadata.labels = None;
+                    },
+                )
             })
             .clone()
     }
@@ -108,12 +150,22 @@ impl SharedWatches {
             .pods
             .get_or_init(|| {
                 let api = Api::<PodMeta>::all(self.inner.client.clone());
-                self.start("pods", api, |old, new| {
-                    old.is_none_or(|old| {
-                        old.metadata.labels != new.metadata.labels
-                            || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
-                    })
-                })
+                self.start(
+                    "pods",
+                    api,
+                    &labels::managed_selector(),
+                    |old, new| {
+                        old.is_none_or(|old| {
+                            old.metadata.labels != new.metadata.labels
+                                || old.metadata.deletion_timestamp
+                                    != new.metadata.deletion_timestamp
+                        })
+                    },
+                    |pod: &mut PodMeta| {
+                        strip_metadata(&mut pod.metadata);
+                        pod.metadata.owner_references = None;
+                    },
+                )
             })
             .clone()
     }
@@ -122,7 +174,9 @@ impl SharedWatches {
         &self,
         resource: &'static str,
         api: Api<K>,
+        selector: &str,
         changed: fn(Option<&K>, &K) -> bool,
+        strip: fn(&mut K),
     ) -> Shared<K>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -130,17 +184,18 @@ impl SharedWatches {
         let writer = Writer::<K>::default();
         let store = writer.as_reader();
         let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
-        let config = watcher::Config::default().labels(&labels::managed_selector());
+        let indexes: Arc<Mutex<Vec<Index<K>>>> = Arc::default();
+        let config = watcher::Config::default().labels(selector);
         let events = kube::runtime::watcher(api, config)
-            .default_backoff()
-            .modify(|obj: &mut K| {
-                // Nobody reads managed fields from the cache; they are a large part of each object.
-                obj.meta_mut().managed_fields = None;
-            });
+            .backoff(crate::backoff::watch_backoff())
+            .modify(strip);
         let task = tokio::spawn(fan_out(
             resource,
             events,
-            writer,
+            Cache {
+                writer,
+                indexes: indexes.clone(),
+            },
             tx.clone(),
             changed,
             self.inner.stop.clone(),
@@ -154,6 +209,7 @@ impl SharedWatches {
             resource,
             store,
             tx,
+            indexes,
         }
     }
 
@@ -180,6 +236,7 @@ pub struct Shared<K: Resource<DynamicType = ()> + 'static> {
     resource: &'static str,
     store: Store<K>,
     tx: broadcast::Sender<Arc<K>>,
+    indexes: Arc<Mutex<Vec<Index<K>>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
@@ -188,6 +245,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
             resource: self.resource,
             store: self.store.clone(),
             tx: self.tx.clone(),
+            indexes: self.indexes.clone(),
         }
     }
 }
@@ -224,6 +282,25 @@ where
                 Err(_) => Err(Error::WatchStopped { resource: self.resource }),
             },
         }
+    }
+
+    /// The secondary index called `name`, keying objects by `key_of`: created (from what the
+    /// cache holds now) by the first controller that asks, and shared by every later one. The
+    /// name is what identifies it: ask for one name with one key function.
+    pub fn index(&self, name: &'static str, key_of: KeyFn<K>) -> Index<K> {
+        let mut indexes = self
+            .indexes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(index) = indexes.iter().find(|i| i.name() == name) {
+            return index.clone();
+        }
+        let index = Index::new(name, key_of);
+        // The watch applies events under the same lock, so nothing falls between this
+        // snapshot of the cache and the next event.
+        index.rebuild(self.store.state());
+        indexes.push(index.clone());
+        index
     }
 
     /// Every change from now on: objects added, changed or deleted (deleted ones as last seen).
@@ -263,18 +340,23 @@ struct Subscriber<K: Resource<DynamicType = ()> + 'static> {
     backlog: Vec<Arc<K>>,
 }
 
+/// A shared cache and its secondary indexes, written only by the watch that fills them.
+struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
+    writer: Writer<K>,
+    indexes: Arc<Mutex<Vec<Index<K>>>>,
+}
+
 /// Applies watch events to the cache and broadcasts what changed, until `stop`.
 async fn fan_out<K>(
     resource: &'static str,
     events: impl Stream<Item = watcher::Result<Event<K>>> + Send,
-    mut writer: Writer<K>,
+    mut cache: Cache<K>,
     tx: broadcast::Sender<Arc<K>>,
     changed: fn(Option<&K>, &K) -> bool,
     stop: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let store = writer.as_reader();
     let mut events = std::pin::pin!(events);
     tracing::debug!(resource, "shared watch started");
     loop {
@@ -290,7 +372,7 @@ async fn fan_out<K>(
             }
             Some(Ok(event)) => event,
         };
-        for obj in apply(&mut writer, &store, &event, changed) {
+        for obj in cache.apply(&event, changed) {
             // An error only means nobody subscribes right now.
             let _ = tx.send(obj);
         }
@@ -298,55 +380,100 @@ async fn fan_out<K>(
     tracing::debug!(resource, "shared watch stopped");
 }
 
-/// Applies one event to the cache and returns the objects to broadcast.
-fn apply<K>(
-    writer: &mut Writer<K>,
-    store: &Store<K>,
-    event: &Event<K>,
-    changed: fn(Option<&K>, &K) -> bool,
-) -> Vec<Arc<K>>
+impl<K> Cache<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    match event {
-        Event::Apply(obj) => {
-            let key = ObjectRef::from_obj(obj);
-            let old = store.get(&key);
-            writer.apply_watcher_event(event);
-            if changed(old.as_deref(), obj) {
-                store.get(&key).into_iter().collect()
-            } else {
+    /// Applies one event to the cache and its indexes, and returns the objects to broadcast.
+    fn apply(&mut self, event: &Event<K>, changed: fn(Option<&K>, &K) -> bool) -> Vec<Arc<K>> {
+        let store = self.writer.as_reader();
+        let indexes = self
+            .indexes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match event {
+            Event::Apply(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                let old = store.get(&key);
+                self.writer.apply_watcher_event(event);
+                let Some(new) = store.get(&key) else {
+                    return Vec::new();
+                };
+                for index in indexes.iter() {
+                    index.update(old.as_deref(), new.clone());
+                }
+                if changed(old.as_deref(), &new) {
+                    vec![new]
+                } else {
+                    Vec::new()
+                }
+            }
+            Event::Delete(obj) => {
+                self.writer.apply_watcher_event(event);
+                for index in indexes.iter() {
+                    index.remove(obj);
+                }
+                vec![Arc::new(obj.clone())]
+            }
+            Event::Init | Event::InitApply(_) => {
+                self.writer.apply_watcher_event(event);
                 Vec::new()
             }
+            Event::InitDone => {
+                let mut before: HashMap<ObjectRef<K>, Arc<K>> = store
+                    .state()
+                    .into_iter()
+                    .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
+                    .collect();
+                self.writer.apply_watcher_event(event);
+                let now = store.state();
+                for index in indexes.iter() {
+                    index.rebuild(now.iter().cloned());
+                }
+                let mut out: Vec<Arc<K>> = now
+                    .into_iter()
+                    .filter(|o| {
+                        changed(
+                            before.remove(&ObjectRef::from_obj(o.as_ref())).as_deref(),
+                            o,
+                        )
+                    })
+                    .collect();
+                out.extend(before.into_values());
+                out
+            }
         }
-        Event::Delete(obj) => {
-            writer.apply_watcher_event(event);
-            vec![Arc::new(obj.clone())]
-        }
-        Event::Init | Event::InitApply(_) => {
-            writer.apply_watcher_event(event);
-            Vec::new()
-        }
-        Event::InitDone => {
-            let mut before: HashMap<ObjectRef<K>, Arc<K>> = store
-                .state()
+    }
+}
+
+/// Drops what no controller reads from a cached object's metadata: managed fields (often the
+/// largest part of an object) and annotations (`kubectl apply` keeps a whole copy there).
+fn strip_metadata(meta: &mut kube::api::ObjectMeta) {
+    meta.managed_fields = None;
+    meta.annotations = None;
+}
+
+/// Keeps of a managed Deployment what the controllers read: its metadata, replicas, status, and
+/// the name and image of each container (for the Events that say what changed).
+fn strip_deployment(deployment: &mut Deployment) {
+    strip_metadata(&mut deployment.metadata);
+    let spec = &mut deployment.spec;
+    spec.selector = Default::default();
+    spec.strategy = None;
+    spec.template.metadata = None;
+    if let Some(pod) = spec.template.spec.as_mut() {
+        let containers = std::mem::take(&mut pod.containers);
+        *pod = k8s_openapi::api::core::v1::PodSpec {
+            containers: containers
                 .into_iter()
-                .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
-                .collect();
-            writer.apply_watcher_event(event);
-            let mut out: Vec<Arc<K>> = store
-                .state()
-                .into_iter()
-                .filter(|o| {
-                    changed(
-                        before.remove(&ObjectRef::from_obj(o.as_ref())).as_deref(),
-                        o,
-                    )
+                .map(|c| k8s_openapi::api::core::v1::Container {
+                    name: c.name,
+                    image: c.image,
+                    ..Default::default()
                 })
-                .collect();
-            out.extend(before.into_values());
-            out
-        }
+                .collect(),
+            ..Default::default()
+        };
     }
 }
 
@@ -382,10 +509,19 @@ mod tests {
 
     #[test]
     fn broadcasts_changes_deletions_and_relist_differences() {
-        let mut writer = Writer::<Deployment>::default();
-        let store = writer.as_reader();
-        let mut step =
-            |event: Event<Deployment>| names(&apply(&mut writer, &store, &event, rv_changed));
+        let mut cache = Cache {
+            writer: Writer::<Deployment>::default(),
+            indexes: Arc::default(),
+        };
+        let store = cache.writer.as_reader();
+        let shared = Shared {
+            resource: "deployments",
+            store: store.clone(),
+            tx: broadcast::channel(1).0,
+            indexes: cache.indexes.clone(),
+        };
+        let by_rv = shared.index("rv", |d: &Deployment| d.metadata.resource_version.clone());
+        let mut step = |event: Event<Deployment>| names(&cache.apply(&event, rv_changed));
 
         assert!(step(Event::Init).is_empty());
         assert!(step(Event::InitApply(deployment("a", "1"))).is_empty());
@@ -407,6 +543,18 @@ mod tests {
         assert!(step(Event::InitApply(deployment("c", "1"))).is_empty());
         assert_eq!(step(Event::InitDone), ["c", "d"]);
         assert_eq!(store.len(), 2);
+
+        // The index followed every step, the re-list included.
+        assert_eq!(names(&by_rv.get("2")), ["a"]);
+        assert_eq!(names(&by_rv.get("1")), ["c"]);
+        let again = shared.index("rv", |_| None);
+        assert_eq!(names(&again.get("1")), ["c"], "one index per name, shared");
+        let late = shared.index("name", |d: &Deployment| d.metadata.name.clone());
+        assert_eq!(
+            names(&late.get("a")),
+            ["a"],
+            "a late index starts from the cache"
+        );
     }
 
     #[tokio::test]
@@ -420,6 +568,7 @@ mod tests {
             resource: "deployments",
             store,
             tx: tx.clone(),
+            indexes: Arc::default(),
         };
         let mut sub = std::pin::pin!(shared.subscribe());
         for i in 0..5 {

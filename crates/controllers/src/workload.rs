@@ -1,20 +1,24 @@
 //! What the workload controllers share about their Deployments: finding one without touching
-//! somebody else's, applying it, pod security, and writing status.
+//! somebody else's, creating and applying it, pod security, and writing status.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::Error;
+use crate::watches::DeploymentMeta;
 
 /// The Deployment a custom resource wants, as it stands.
 #[derive(Clone, Debug)]
@@ -23,38 +27,59 @@ pub enum Existing {
     Missing,
     /// The custom resource's own Deployment.
     Owned(Arc<Deployment>),
+    /// The custom resource's own Deployment, stripped of the label the managed cache selects
+    /// (by hand): only its metadata is cached, so it must be read before it is put back.
+    OwnedUnlabelled,
     /// A Deployment of that name that the custom resource does not control: never touched.
-    Foreign(Arc<Deployment>),
+    Foreign,
 }
 
-/// Finds the Deployment `namespace/name` and whether `owner_uid` controls it.
-///
-/// The shared cache answers first. It holds only managed Deployments, so when it has none the API
-/// server is asked directly (once per creation): applying over a Deployment that exists but is
-/// not in the cache would take it over.
+/// Finds the Deployment `namespace/name` in the shared caches, and whether `owner_uid` controls
+/// it. Between them, `managed` (full objects) and `unmanaged` (metadata) hold every Deployment.
+pub fn find_deployment(
+    managed: &Store<Deployment>,
+    unmanaged: &Store<DeploymentMeta>,
+    namespace: &str,
+    name: &str,
+    owner_uid: &str,
+) -> Existing {
+    if let Some(d) = managed.get(&ObjectRef::new(name).within(namespace)) {
+        return classify(d, owner_uid);
+    }
+    match unmanaged.get(&ObjectRef::new(name).within(namespace)) {
+        Some(d) if is_controlled_by(d.as_ref(), owner_uid) => Existing::OwnedUnlabelled,
+        Some(_) => Existing::Foreign,
+        None => Existing::Missing,
+    }
+}
+
+/// Asks the API server for `namespace/name`, for when the caches are behind it.
 ///
 /// # Errors
-/// [`Error::Kube`] when the direct lookup fails.
-pub async fn find_deployment(
+/// [`Error::Kube`] when the lookup fails.
+pub async fn get_deployment(
     client: &kube::Client,
-    cache: &Store<Deployment>,
     namespace: &str,
     name: &str,
     owner_uid: &str,
 ) -> Result<Existing, Error> {
-    let cached = cache.get(&ObjectRef::new(name).within(namespace));
-    let found = match cached {
-        Some(d) => Some(d),
-        None => Api::<Deployment>::namespaced(client.clone(), namespace)
+    Ok(
+        match Api::<Deployment>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await?
-            .map(Arc::new),
-    };
-    Ok(match found {
-        None => Existing::Missing,
-        Some(d) if is_controlled_by(d.as_ref(), owner_uid) => Existing::Owned(d),
-        Some(d) => Existing::Foreign(d),
-    })
+        {
+            None => Existing::Missing,
+            Some(d) => classify(Arc::new(d), owner_uid),
+        },
+    )
+}
+
+fn classify(deployment: Arc<Deployment>, owner_uid: &str) -> Existing {
+    if is_controlled_by(deployment.as_ref(), owner_uid) {
+        Existing::Owned(deployment)
+    } else {
+        Existing::Foreign
+    }
 }
 
 /// Whether `owner_uid` is `obj`'s controller.
@@ -93,6 +118,28 @@ pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Result<Owner
     Ok(reference)
 }
 
+/// Creates `deployment` (recording `field_manager` as the writer of its fields). Unlike an apply,
+/// a create fails when the name is taken, so a Deployment that the caches had not seen yet is
+/// never taken over.
+///
+/// # Errors
+/// [`Error::Kube`] when the API server refuses ([`Error::is_already_exists`] when the name is
+/// taken).
+pub async fn create_deployment(
+    client: &kube::Client,
+    namespace: &str,
+    field_manager: &str,
+    deployment: &Deployment,
+) -> Result<Deployment, Error> {
+    let params = PostParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PostParams::default()
+    };
+    Ok(Api::<Deployment>::namespaced(client.clone(), namespace)
+        .create(&params, deployment)
+        .await?)
+}
+
 /// Server-side applies `deployment` under `field_manager`, forcing conflicts (the controller is
 /// the authority on every field it sets; a hand edit of one of them is undone).
 ///
@@ -111,11 +158,119 @@ pub async fn apply_deployment(
         .await?)
 }
 
+/// A custom resource with a status subresource.
+pub trait WithStatus:
+    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+    /// Its status.
+    type Status: Clone + PartialEq + Serialize;
+    /// The status as read.
+    fn status(&self) -> Option<&Self::Status>;
+    /// Replaces the status.
+    fn set_status(&mut self, status: Self::Status);
+}
+
+/// Writes the status of one kind of custom resource, once per change.
+///
+/// A reconcile compares the status it computes with the cached object's. Right after a write
+/// the cache still shows the object as it was (the watch event is on its way), and a reconcile
+/// triggered meanwhile by a pod or Deployment event would compute from the old status and write
+/// again what was just written. So each write is remembered with the resourceVersion the object
+/// had before it: while the cache still shows that version, [`StatusWriter::latest`] shows the
+/// written status instead.
+pub struct StatusWriter<K: WithStatus> {
+    client: kube::Client,
+    written: Mutex<HashMap<ObjectRef<K>, LastWrite<K::Status>>>,
+}
+
+struct LastWrite<S> {
+    /// The resourceVersion the object had when it was written.
+    before: Option<String>,
+    status: S,
+    at: Instant,
+}
+
+/// Writes remembered before old ones are dropped (of objects deleted before the cache showed
+/// the write, which nobody asks about again).
+const PRUNE_AFTER: usize = 1024;
+/// How old a remembered write must be to be dropped then.
+const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
+
+impl<K: WithStatus> std::fmt::Debug for StatusWriter<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusWriter").finish_non_exhaustive()
+    }
+}
+
+impl<K: WithStatus> StatusWriter<K> {
+    /// Writes through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            written: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, LastWrite<K::Status>>> {
+        // A poisoned lock only means another reconcile panicked mid-insert; the map is valid.
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `obj` as cached, or, while the cache is behind a status write of ours, with that status.
+    pub fn latest<'a>(&self, obj: &'a K) -> Cow<'a, K> {
+        let key = ObjectRef::from_obj(obj);
+        let mut written = self.lock();
+        match written.get(&key) {
+            Some(last) if last.before.as_deref() == obj.resource_version().as_deref() => {
+                let mut newer = obj.clone();
+                newer.set_status(last.status.clone());
+                Cow::Owned(newer)
+            }
+            Some(_) => {
+                // The cache has caught up (or somebody else wrote since): it is the truth again.
+                written.remove(&key);
+                Cow::Borrowed(obj)
+            }
+            None => Cow::Borrowed(obj),
+        }
+    }
+
+    /// Writes `status` to `obj` (as [`StatusWriter::latest`] shows it) unless it already has
+    /// it. Returns whether it wrote.
+    ///
+    /// # Errors
+    /// [`Error::MissingField`] without a namespace; [`Error::Kube`] when the API server refuses.
+    pub async fn write(&self, obj: &K, status: K::Status) -> Result<bool, Error> {
+        if obj.status() == Some(&status) {
+            return Ok(false);
+        }
+        patch_status(&self.client, obj, &status).await?;
+        let mut written = self.lock();
+        if written.len() > PRUNE_AFTER {
+            written.retain(|_, last| last.at.elapsed() < PRUNE_OLDER_THAN);
+        }
+        written.insert(
+            ObjectRef::from_obj(obj),
+            LastWrite {
+                before: obj.resource_version(),
+                status,
+                at: Instant::now(),
+            },
+        );
+        Ok(true)
+    }
+}
+
 /// Writes `status` to `obj`'s status subresource (a merge patch: it replaces the lists).
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses.
-pub async fn patch_status<K, S>(client: &kube::Client, obj: &K, status: &S) -> Result<(), Error>
+async fn patch_status<K, S>(client: &kube::Client, obj: &K, status: &S) -> Result<(), Error>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone

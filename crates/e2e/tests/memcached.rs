@@ -330,6 +330,31 @@ async fn a_foreign_deployment_is_left_alone_and_reported() -> Result<()> {
             !managers.iter().any(|m| m.starts_with("operator-manager")),
             "field managers {managers:?}"
         );
+
+        // Once the foreign Deployment goes, the Memcached takes the name: its deletion is an
+        // event the controller follows, not something found at the next recheck (minutes away).
+        deployments
+            .delete("clash", &DeleteParams::default())
+            .await?;
+        testkit::wait_for(
+            "the Memcached to create its own Deployment once the foreign one is gone",
+            std::time::Duration::from_secs(30),
+            || async {
+                let d = deployments
+                    .get_opt("clash")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no Deployment yet")?;
+                let owners = d.metadata.owner_references.unwrap_or_default();
+                owners
+                    .iter()
+                    .any(|o| o.kind == "Memcached" && o.controller == Some(true))
+                    .then_some(())
+                    .ok_or_else(|| format!("owners {owners:?}"))
+            },
+        )
+        .await?;
+        converged(&env, "clash", 3).await?;
         Ok(())
     }
     .await;

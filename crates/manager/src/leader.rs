@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use controllers::backoff::WatchBackoff;
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -416,7 +417,9 @@ impl LeaderElector {
         tokio::spawn(watch_lease(
             api.clone(),
             settings.lease_name.clone(),
-            LeaseWatchBackoff::new(settings.retry_period),
+            // Reconnect within a retry period: while the watch is down, the leader notices a change
+            // by someone else only at its next renewal.
+            WatchBackoff::new(settings.retry_period),
             sender,
             watch_stop.clone(),
         ));
@@ -830,48 +833,12 @@ impl LeaderElector {
     }
 }
 
-/// How fast the Lease watch reconnects: from 100 ms, doubling up to the retry period. It
-/// watches one object, so reconnecting is cheap; while it is down, the leader notices a change
-/// by someone else only at its next renewal (kube's default backoff grows to 30 s).
-#[derive(Debug, Clone)]
-struct LeaseWatchBackoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl LeaseWatchBackoff {
-    const FIRST: Duration = Duration::from_millis(100);
-
-    fn new(max: Duration) -> Self {
-        Self {
-            next: Self::FIRST,
-            max: max.max(Self::FIRST),
-        }
-    }
-}
-
-impl Iterator for LeaseWatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.max);
-        Some(delay)
-    }
-}
-
-impl kube::runtime::utils::Backoff for LeaseWatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
 /// Forwards the state of the one Lease to `sender` until `stop` is cancelled or nobody
 /// listens. Errors are retried with `backoff`.
 async fn watch_lease(
     api: Api<Lease>,
     name: String,
-    backoff: LeaseWatchBackoff,
+    backoff: WatchBackoff,
     sender: watch::Sender<Option<Watched>>,
     stop: CancellationToken,
 ) {
@@ -1041,19 +1008,6 @@ mod tests {
             settings(Duration::from_millis(1500)).lease_duration_seconds(),
             2
         );
-    }
-
-    #[test]
-    fn the_lease_watch_reconnects_within_the_retry_period() {
-        use kube::runtime::utils::Backoff as _;
-        let mut backoff = LeaseWatchBackoff::new(Duration::from_secs(2));
-        let delays: Vec<u128> = backoff.by_ref().take(7).map(|d| d.as_millis()).collect();
-        assert_eq!(delays, [100, 200, 400, 800, 1600, 2000, 2000]);
-        backoff.reset();
-        assert_eq!(backoff.next(), Some(Duration::from_millis(100)));
-        // A retry period shorter than the first delay does not make it spin.
-        let mut tiny = LeaseWatchBackoff::new(Duration::from_millis(1));
-        assert_eq!(tiny.nth(3), Some(Duration::from_millis(100)));
     }
 
     #[test]

@@ -110,6 +110,7 @@ async fn run_connected(
     let options = RunOptions {
         max_concurrent_reconciles: config.max_concurrent_reconciles,
         instance: identity.clone(),
+        debounce: config.reconcile_debounce,
     };
     let mut runner = Runner {
         client: client.clone(),
@@ -386,6 +387,7 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         controllers = ?enabled,
         max_concurrent_reconciles = config.max_concurrent_reconciles,
         shutdown_timeout = %show(config.shutdown_timeout),
+        reconcile_debounce = %show(config.reconcile_debounce),
         version = env!("CARGO_PKG_VERSION"),
         "effective configuration"
     );
