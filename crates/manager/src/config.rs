@@ -849,6 +849,29 @@ mod tests {
             )
         );
         assert_eq!(config.controllers.resolve(KNOWN).unwrap(), KNOWN);
+        assert_eq!(config.reconcile_debounce, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn reconcile_debounce_takes_a_duration_and_zero() {
+        let config = load(&flags(&["--reconcile-debounce=1s"]), env(&[]), KNOWN).unwrap();
+        assert_eq!(config.reconcile_debounce, Duration::from_secs(1));
+        let config = load(
+            &Flags::default(),
+            env(&[("MANAGER_RECONCILE_DEBOUNCE", "0s")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(config.reconcile_debounce, Duration::ZERO);
+        let problem = one_problem(load(
+            &flags(&["--reconcile-debounce=soon"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (problem.key.as_str(), problem.origin.as_str()),
+            ("reconcile_debounce", "flag --reconcile-debounce")
+        );
     }
 
     #[test]
