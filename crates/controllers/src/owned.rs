@@ -512,6 +512,36 @@ mod tests {
     }
 
     #[test]
+    fn a_write_is_ahead_of_the_cache_until_the_cache_shows_it() {
+        let written = Written {
+            desired_hash: 1,
+            uid: Some("u1".into()),
+            generation: Some(2),
+            at: Instant::now(),
+            seen: false,
+        };
+        assert!(written.ahead_of(None), "created, not yet in the cache");
+        let seen = Written {
+            seen: true,
+            ..written.clone()
+        };
+        assert!(!seen.ahead_of(None), "seen, then gone: it was deleted");
+
+        let mut cached = deployment(3);
+        cached.metadata.uid = Some("u1".into());
+        cached.metadata.generation = Some(1);
+        assert!(written.ahead_of(Some(&cached)), "an older generation");
+        cached.metadata.generation = Some(2);
+        assert!(!written.ahead_of(Some(&cached)), "the written generation");
+        cached.metadata.uid = Some("u2".into());
+        cached.metadata.generation = Some(1);
+        assert!(
+            !written.ahead_of(Some(&cached)),
+            "another object of that name"
+        );
+    }
+
+    #[test]
     fn the_same_desired_object_hashes_the_same_and_a_change_does_not() {
         let a = hash_of(&deployment(3)).expect("hashes");
         assert_eq!(a, hash_of(&deployment(3)).expect("hashes"));

@@ -183,7 +183,13 @@ pub trait WithStatus:
 /// written status instead.
 pub struct StatusWriter<K: WithStatus> {
     client: kube::Client,
-    written: Mutex<HashMap<ObjectRef<K>, LastWrite<K::Status>>>,
+    written: Mutex<Writes<K>>,
+}
+
+/// The remembered writes, and the size at which old ones are next looked for.
+struct Writes<K: WithStatus> {
+    last: HashMap<ObjectRef<K>, LastWrite<K::Status>>,
+    prune_at: usize,
 }
 
 struct LastWrite<S> {
@@ -193,8 +199,9 @@ struct LastWrite<S> {
     at: Instant,
 }
 
-/// Writes remembered before old ones are dropped (of objects deleted before the cache showed
-/// the write, which nobody asks about again).
+/// Writes remembered before old ones are first looked for (those of objects deleted before the
+/// cache showed the write, which nobody asks about again). After each look, the next waits
+/// until the map has doubled, so a burst of writes costs a constant per write.
 const PRUNE_AFTER: usize = 1024;
 /// How old a remembered write must be to be dropped then.
 const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
@@ -210,11 +217,14 @@ impl<K: WithStatus> StatusWriter<K> {
     pub fn new(client: kube::Client) -> Self {
         Self {
             client,
-            written: Mutex::default(),
+            written: Mutex::new(Writes {
+                last: HashMap::new(),
+                prune_at: PRUNE_AFTER,
+            }),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, LastWrite<K::Status>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Writes<K>> {
         // A poisoned lock only means another reconcile panicked mid-insert; the map is valid.
         self.written
             .lock()
@@ -225,7 +235,7 @@ impl<K: WithStatus> StatusWriter<K> {
     pub fn latest<'a>(&self, obj: &'a K) -> Cow<'a, K> {
         let key = ObjectRef::from_obj(obj);
         let mut written = self.lock();
-        match written.get(&key) {
+        match written.last.get(&key) {
             Some(last) if last.before.as_deref() == obj.resource_version().as_deref() => {
                 let mut newer = obj.clone();
                 newer.set_status(last.status.clone());
@@ -233,7 +243,7 @@ impl<K: WithStatus> StatusWriter<K> {
             }
             Some(_) => {
                 // The cache has caught up (or somebody else wrote since): it is the truth again.
-                written.remove(&key);
+                written.last.remove(&key);
                 Cow::Borrowed(obj)
             }
             None => Cow::Borrowed(obj),
@@ -251,10 +261,13 @@ impl<K: WithStatus> StatusWriter<K> {
         }
         patch_status(&self.client, obj, &status).await?;
         let mut written = self.lock();
-        if written.len() > PRUNE_AFTER {
-            written.retain(|_, last| last.at.elapsed() < PRUNE_OLDER_THAN);
+        if written.last.len() >= written.prune_at {
+            written
+                .last
+                .retain(|_, last| last.at.elapsed() < PRUNE_OLDER_THAN);
+            written.prune_at = PRUNE_AFTER.max(2 * written.last.len());
         }
-        written.insert(
+        written.last.insert(
             ObjectRef::from_obj(obj),
             LastWrite {
                 before: obj.resource_version(),
@@ -387,6 +400,83 @@ mod tests {
             },
             ..Deployment::default()
         }
+    }
+
+    /// An API server that answers every request with `object`, counting requests.
+    #[derive(Clone)]
+    struct Echo {
+        object: serde_json::Value,
+        requests: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl tower::Service<http::Request<kube::client::Body>> for Echo {
+        type Response = http::Response<kube::client::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<kube::client::Body>) -> Self::Future {
+            self.requests
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::ready(Ok(http::Response::new(kube::client::Body::from(
+                self.object.to_string().into_bytes(),
+            ))))
+        }
+    }
+
+    fn memcached(resource_version: &str, size: i32) -> apis::Memcached {
+        let mut mc = apis::Memcached::new(
+            "m",
+            apis::MemcachedSpec {
+                size,
+                image: "memcached".into(),
+            },
+        );
+        mc.metadata.namespace = Some("ns".into());
+        mc.metadata.resource_version = Some(resource_version.into());
+        mc
+    }
+
+    #[tokio::test]
+    async fn a_status_write_counts_until_the_cache_shows_it() {
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let server = Echo {
+            object: serde_json::to_value(memcached("2", 1)).expect("serializable"),
+            requests: requests.clone(),
+        };
+        let writer = StatusWriter::new(kube::Client::new(server, "default"));
+        let sent = || requests.load(std::sync::atomic::Ordering::SeqCst);
+        let status = |ready| apis::MemcachedStatus {
+            ready_replicas: ready,
+            ..apis::MemcachedStatus::default()
+        };
+
+        let cached = memcached("1", 1);
+        assert!(writer.write(&cached, status(0)).await.expect("written"));
+        assert_eq!(sent(), 1);
+
+        // The cache still shows resourceVersion 1: the written status stands in for its own.
+        let latest = writer.latest(&cached);
+        assert_eq!(latest.status(), Some(&status(0)));
+        assert!(
+            !writer.write(&latest, status(0)).await.expect("no write"),
+            "the same status is not written twice"
+        );
+        assert_eq!(sent(), 1);
+        assert!(writer.write(&latest, status(1)).await.expect("written"));
+        assert_eq!(sent(), 2, "a new status is written");
+
+        // Once the cache shows a newer version, it is the truth again.
+        let mut caught_up = memcached("3", 1);
+        caught_up.status = Some(status(1));
+        assert!(matches!(writer.latest(&caught_up), Cow::Borrowed(_)));
+        assert!(writer.lock().last.is_empty(), "the memory is dropped");
     }
 
     #[test]
