@@ -30,6 +30,8 @@ use serde_json::json;
 use testkit::{ManagerProcess, PrivateCluster, TcpProxy, TestNamespace};
 
 const REPLICAS: usize = 3;
+/// How often the harness restarts exited replicas before it calls them crash-looping.
+const SUPERVISE_ROUNDS: usize = 3;
 const LEASE_DURATION: Duration = Duration::from_secs(6);
 const RENEW_DEADLINE: Duration = Duration::from_secs(4);
 const RETRY_PERIOD: Duration = Duration::from_secs(1);
@@ -94,20 +96,18 @@ impl Replica {
         Ok(())
     }
 
-    async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+    /// Waits until the replica answers `/readyz`: `Some(status)` instead if it exits first.
+    async fn wait_ready(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
         let start = Instant::now();
         loop {
             let (name, probes) = (self.name.clone(), self.probes);
             let process = self.process()?;
             if let Some(status) = process.try_exit_status()? {
-                bail!(
-                    "{name} exited with {status} while starting:\n{}",
-                    process.log_text()
-                );
+                return Ok(Some(status));
             }
             let ready = localcluster::http::get_ok([127, 0, 0, 1].into(), probes, "/readyz");
             if ready.await.is_ok() {
-                return Ok(());
+                return Ok(None);
             }
             if start.elapsed() > timeout {
                 bail!(
@@ -260,26 +260,40 @@ impl Harness {
     }
 
     /// As the kubelet: starts every replica whose process exited, then waits until all are
-    /// ready. Returns the exit statuses seen.
+    /// ready, starting again any that exits meanwhile (an old leader may still be on its way out
+    /// when the new one leads). Returns the exit statuses seen.
     async fn supervise(&mut self) -> Result<Vec<(String, ExitStatus)>> {
         let mut exited = Vec::new();
-        for replica in &mut self.replicas {
-            let status = match replica.process.as_mut() {
-                Some(process) => process.try_exit_status()?,
-                None => None,
-            };
-            if let Some(status) = status {
-                replica.process = None;
-                exited.push((replica.name.clone(), status));
+        for _ in 0..SUPERVISE_ROUNDS {
+            for replica in &mut self.replicas {
+                let status = match replica.process.as_mut() {
+                    Some(process) => process.try_exit_status()?,
+                    None => None,
+                };
+                if let Some(status) = status {
+                    replica.process = None;
+                    exited.push((replica.name.clone(), status));
+                }
+                if replica.process.is_none() {
+                    replica.start().await?;
+                }
             }
-            if replica.process.is_none() {
-                replica.start().await?;
+            let mut all_ready = true;
+            for replica in &mut self.replicas {
+                if replica.wait_ready(Duration::from_secs(60)).await?.is_some() {
+                    all_ready = false;
+                }
+            }
+            if all_ready {
+                return Ok(exited);
             }
         }
-        for replica in &mut self.replicas {
-            replica.wait_ready(Duration::from_secs(60)).await?;
-        }
-        Ok(exited)
+        let (name, status) = exited.last().cloned().unzip();
+        bail!(
+            "replicas kept exiting after {SUPERVISE_ROUNDS} restarts each (last: {} with {})",
+            name.unwrap_or_default(),
+            status.map(|s| s.to_string()).unwrap_or_default()
+        )
     }
 
     async fn inject(&mut self, fault: Fault) -> Result<Outcome> {
