@@ -25,7 +25,7 @@
 //!
 //! What a controller never reads is dropped before it is cached (managed fields, annotations,
 //! most of a Deployment's pod template): on a cluster with thousands of workloads, the caches
-//! are most of the manager's memory. Each cache can carry secondary indexes ([`Index`]).
+//! are most of the manager's heap. Each cache can carry secondary indexes ([`Index`]).
 
 use std::collections::HashMap;
 use std::fmt::Debug;
