@@ -74,6 +74,11 @@ impl Error {
             if status.code == 409 && status.reason == "AlreadyExists")
     }
 
+    /// Whether the object asked for does not exist (a 404).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(status)) if status.code == 404)
+    }
+
     /// A short, bounded label for the error-kind breakdown of the reconcile error counter.
     pub fn metric_label(&self) -> &'static str {
         match self {

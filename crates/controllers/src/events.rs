@@ -2,21 +2,27 @@
 //!
 //! Like client-go's recorder, publishing never holds up a reconcile: [`Events::normal`] and
 //! [`Events::warning`] queue the Event and return, and a background task per controller sends
-//! them (a few at a time). kube's recorder turns repeats of one Event into a series, as
-//! client-go aggregates them. The controller's run waits for the queue to drain
+//! them (a few at a time). A repeat of an Event sent in the last [`SERIES_WINDOW`] (same
+//! action, reason and object, as client-go compares them) is not sent again: the first one's
+//! `series` is counted up instead. The controller's run waits for the queue to drain
 //! ([`Publisher::finish`]) before it returns, so a graceful stop loses nothing queued before it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::labels;
+use crate::{Error, labels};
 
 /// The Events API limit on a note.
 const MAX_NOTE_BYTES: usize = 1024;
@@ -31,11 +37,43 @@ pub const EVENTS_FLUSH: Duration = Duration::from_secs(5);
 /// Events sent at once.
 const CONCURRENCY: usize = 4;
 
-/// Queues `events.k8s.io/v1` Events for one controller. A failure to publish is logged and
-/// otherwise ignored: an Event is information, never a reason to fail a reconcile.
+/// How long after its last occurrence a repeat of an Event counts up its series (client-go's
+/// 6 minutes); a later repeat is a new Event.
+pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// Sent Events remembered before the expired ones are first looked for. After each look the
+/// next waits until the map has doubled, so remembering costs a constant per Event.
+const PRUNE_AFTER: usize = 1024;
+
+/// Whether an Event is `Normal` or a `Warning`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// One queued Event.
+#[derive(Debug)]
+struct Queued {
+    regarding: ObjectReference,
+    type_: EventType,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
 #[derive(Clone)]
 pub struct Events {
-    queue: mpsc::Sender<(ObjectReference, Event)>,
+    queue: mpsc::Sender<Queued>,
     dropped: Arc<AtomicU64>,
 }
 
@@ -57,11 +95,20 @@ impl Events {
     /// in-cluster; empty for "unknown"), and the task that sends them: it runs until every
     /// clone of the returned [`Events`] is dropped and the queue is empty.
     pub fn start(client: kube::Client, controller: &str, instance: &str) -> (Self, Publisher) {
-        let reporter = Reporter {
-            controller: reporting_controller(controller),
-            instance: (!instance.is_empty()).then(|| instance.to_owned()),
-        };
-        let recorder = Recorder::new(client, reporter);
+        let controller = reporting_controller(controller);
+        let recorder = Arc::new(Recorder {
+            client,
+            instance: if instance.is_empty() {
+                controller.clone()
+            } else {
+                instance.to_owned()
+            },
+            controller,
+            sent: Mutex::new(Sent {
+                series: HashMap::new(),
+                prune_at: PRUNE_AFTER,
+            }),
+        });
         let (queue, received) = mpsc::channel(QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(send_all(recorder, received));
@@ -73,12 +120,24 @@ impl Events {
     }
 
     /// Queues a `Normal` event about `regarding`.
-    pub fn normal(&self, regarding: &ObjectReference, reason: &str, action: &str, note: String) {
+    pub fn normal(
+        &self,
+        regarding: &ObjectReference,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
         self.queue(regarding, EventType::Normal, reason, action, note);
     }
 
     /// Queues a `Warning` event about `regarding`.
-    pub fn warning(&self, regarding: &ObjectReference, reason: &str, action: &str, note: String) {
+    pub fn warning(
+        &self,
+        regarding: &ObjectReference,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
         self.queue(regarding, EventType::Warning, reason, action, note);
     }
 
@@ -86,18 +145,18 @@ impl Events {
         &self,
         regarding: &ObjectReference,
         type_: EventType,
-        reason: &str,
-        action: &str,
+        reason: &'static str,
+        action: &'static str,
         note: String,
     ) {
-        let event = Event {
+        let event = Queued {
+            regarding: regarding.clone(),
             type_,
-            reason: reason.to_owned(),
-            note: Some(truncate(note, MAX_NOTE_BYTES)),
-            action: action.to_owned(),
-            secondary: None,
+            reason,
+            action,
+            note: truncate(note, MAX_NOTE_BYTES),
         };
-        if self.queue.try_send((regarding.clone(), event)).is_err() {
+        if self.queue.try_send(event).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(reason, "event queue full; dropping the event");
         }
@@ -123,16 +182,15 @@ impl Publisher {
     }
 }
 
-async fn send_all(recorder: Recorder, received: mpsc::Receiver<(ObjectReference, Event)>) {
+async fn send_all(recorder: Arc<Recorder>, received: mpsc::Receiver<Queued>) {
     let events = futures::stream::unfold(received, |mut received| async move {
         received.recv().await.map(|event| (event, received))
     });
     events
-        .for_each_concurrent(CONCURRENCY, |(regarding, event)| {
+        .for_each_concurrent(CONCURRENCY, |event| {
             let recorder = recorder.clone();
             async move {
-                if let Err(e) = recorder.publish(&event, &regarding).await {
-                    let e = crate::Error::Kube(e);
+                if let Err(e) = recorder.publish(&event).await {
                     if e.is_namespace_terminating() {
                         tracing::debug!(
                             reason = event.reason,
@@ -145,6 +203,141 @@ async fn send_all(recorder: Recorder, received: mpsc::Receiver<(ObjectReference,
             }
         })
         .await;
+}
+
+/// Sends one controller's Events and remembers them for their series.
+struct Recorder {
+    client: kube::Client,
+    controller: String,
+    instance: String,
+    sent: Mutex<Sent>,
+}
+
+/// The Events sent in the last [`SERIES_WINDOW`], by [`Recorder::series_key`].
+struct Sent {
+    series: HashMap<u64, Series>,
+    prune_at: usize,
+}
+
+/// A sent Event: where it is and how often it happened.
+struct Series {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Instant,
+}
+
+impl Recorder {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sent> {
+        // A poisoned lock only means a publish panicked mid-insert; the map is valid.
+        self.sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What makes two Events the same for client-go: action, reason and the object (with its
+    /// resourceVersion); the reporting controller is this recorder's.
+    fn series_key(event: &Queued) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        (event.action, event.reason).hash(&mut hasher);
+        let r = &event.regarding;
+        (
+            &r.api_version,
+            &r.kind,
+            &r.namespace,
+            &r.name,
+            &r.uid,
+            &r.resource_version,
+            &r.field_path,
+        )
+            .hash(&mut hasher);
+        hasher.finish()
+    }
+
+    async fn publish(&self, event: &Queued) -> Result<(), Error> {
+        let key = Self::series_key(event);
+        let repeat = {
+            let mut sent = self.lock();
+            match sent.series.get_mut(&key) {
+                Some(series) if series.last.elapsed() < SERIES_WINDOW => {
+                    series.count += 1;
+                    series.last = Instant::now();
+                    Some((series.namespace.clone(), series.name.clone(), series.count))
+                }
+                _ => None,
+            }
+        };
+        if let Some((namespace, name, count)) = repeat {
+            match self.count_up(&namespace, &name, count).await {
+                Err(e) if e.is_not_found() => {
+                    // Deleted (or expired) since: the repeat becomes a new Event.
+                }
+                done => return done,
+            }
+        }
+        let created = self.create(event).await?;
+        let mut sent = self.lock();
+        if sent.series.len() >= sent.prune_at {
+            sent.series
+                .retain(|_, series| series.last.elapsed() < SERIES_WINDOW);
+            sent.prune_at = PRUNE_AFTER.max(2 * sent.series.len());
+        }
+        sent.series.insert(key, created);
+        Ok(())
+    }
+
+    async fn create(&self, event: &Queued) -> Result<Series, Error> {
+        let now = Timestamp::now();
+        let namespace = event
+            .regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        // client-go's naming: the object's name and the time in hex nanoseconds.
+        let name = format!(
+            "{}.{:x}",
+            event.regarding.name.as_deref().unwrap_or(&self.controller),
+            now.as_nanosecond()
+        );
+        let k8s_event = K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            action: Some(event.action.to_owned()),
+            reason: Some(event.reason.to_owned()),
+            note: Some(event.note.clone()),
+            type_: Some(event.type_.as_str().to_owned()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(event.regarding.clone()),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..K8sEvent::default()
+        };
+        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &k8s_event)
+            .await?;
+        Ok(Series {
+            namespace,
+            name,
+            count: 1,
+            last: Instant::now(),
+        })
+    }
+
+    /// Records that the Event `namespace/name` happened for the `count`th time.
+    async fn count_up(&self, namespace: &str, name: &str, count: i32) -> Result<(), Error> {
+        let series = EventSeries {
+            count,
+            last_observed_time: MicroTime(Timestamp::now()),
+        };
+        let patch = serde_json::json!({ "series": series });
+        Api::<K8sEvent>::namespaced(self.client.clone(), namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
 }
 
 /// `reportingController` must be a qualified name (`prefix/name`).
@@ -275,6 +468,128 @@ mod tests {
         drop(events);
         // Gives up on the server that never answers.
         publisher.finish(Duration::from_millis(100)).await;
+    }
+
+    /// An API server that records each request's method, path and body, and answers PATCH
+    /// with 404 when `patch_finds_nothing`.
+    #[derive(Clone, Default)]
+    struct Recording {
+        patch_finds_nothing: bool,
+        requests: Arc<Mutex<Vec<(String, String, serde_json::Value)>>>,
+    }
+
+    impl tower::Service<http::Request<Body>> for Recording {
+        type Response = http::Response<Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+            let this = self.clone();
+            Box::pin(async move {
+                let method = request.method().to_string();
+                let path = request.uri().path().to_owned();
+                let body = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                this.requests
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((method.clone(), path, body));
+                let (status, answer) = if method == "PATCH" && this.patch_finds_nothing {
+                    let status = serde_json::json!({
+                        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "NotFound", "code": 404, "message": "not found"
+                    });
+                    (404, status)
+                } else {
+                    let event = serde_json::json!({
+                        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                        "metadata": {"name": "e", "namespace": "default"},
+                        "eventTime": "2026-01-01T00:00:00.000000Z"
+                    });
+                    (200, event)
+                };
+                let mut response = http::Response::new(Body::from(answer.to_string().into_bytes()));
+                *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or_default();
+                Ok(response)
+            })
+        }
+    }
+
+    fn recorder(server: &Recording) -> Recorder {
+        Recorder {
+            client: kube::Client::new(server.clone(), "default"),
+            controller: reporting_controller("memcached"),
+            instance: "pod-1".into(),
+            sent: Mutex::new(Sent {
+                series: HashMap::new(),
+                prune_at: PRUNE_AFTER,
+            }),
+        }
+    }
+
+    fn scaled(note: &str) -> Queued {
+        Queued {
+            regarding: regarding(),
+            type_: EventType::Normal,
+            reason: "Scaled",
+            action: "ScaleDeployment",
+            note: note.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repeated_event_counts_up_the_series_of_the_first() {
+        let server = Recording::default();
+        let recorder = recorder(&server);
+        for note in ["first", "again", "and again"] {
+            recorder.publish(&scaled(note)).await.expect("published");
+        }
+        let mut other = scaled("another object");
+        other.regarding.uid = Some("u2".into());
+        recorder.publish(&other).await.expect("published");
+
+        let requests = server.requests.lock().expect("lock").clone();
+        let methods: Vec<&str> = requests.iter().map(|(m, _, _)| m.as_str()).collect();
+        assert_eq!(methods, ["POST", "PATCH", "PATCH", "POST"]);
+        let (_, path, created) = &requests[0];
+        assert_eq!(path, "/apis/events.k8s.io/v1/namespaces/default/events");
+        assert_eq!(created["note"], "first");
+        assert_eq!(created["type"], "Normal");
+        assert_eq!(created["reportingController"], "operator-manager/memcached");
+        assert_eq!(created["reportingInstance"], "pod-1");
+        let name = created["metadata"]["name"].as_str().expect("named");
+        assert!(name.starts_with("m."), "{name}");
+        for (i, (_, path, patch)) in requests[1..3].iter().enumerate() {
+            assert_eq!(
+                path,
+                &format!("/apis/events.k8s.io/v1/namespaces/default/events/{name}")
+            );
+            assert_eq!(patch["series"]["count"], i + 2);
+            assert!(patch["series"]["lastObservedTime"].is_string());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repeat_of_a_deleted_event_is_created_again() {
+        let server = Recording {
+            patch_finds_nothing: true,
+            ..Recording::default()
+        };
+        let recorder = recorder(&server);
+        recorder.publish(&scaled("first")).await.expect("published");
+        recorder.publish(&scaled("again")).await.expect("published");
+        let requests = server.requests.lock().expect("lock").clone();
+        let methods: Vec<&str> = requests.iter().map(|(m, _, _)| m.as_str()).collect();
+        assert_eq!(methods, ["POST", "PATCH", "POST"]);
+        assert_eq!(requests[2].2["note"], "again");
     }
 
     #[test]
