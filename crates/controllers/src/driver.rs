@@ -30,7 +30,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use prometheus::{IntCounter, IntGauge};
 use serde::de::DeserializeOwned;
@@ -103,18 +103,20 @@ where
         }
     }
 
-    /// The watch of the custom resources themselves, as a trigger stream: every object added or
-    /// changed. Watch errors are logged here and retried with backoff by the watcher, instead of
-    /// reaching the controller, which would pause every trigger.
+    /// The watch of the custom resources themselves, as a trigger stream: every object added,
+    /// or changed in a way that asks for a reconcile ([`asks_for_reconcile`]). Every change
+    /// reaches the cache. Watch errors are logged here and retried with backoff by the watcher,
+    /// instead of reaching the controller, which would pause every trigger.
     pub fn watch_resources(
         &self,
         api: kube::Api<K>,
-        writer: kube::runtime::reflector::store::Writer<K>,
+        mut writer: kube::runtime::reflector::store::Writer<K>,
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
         use kube::runtime::WatchStreamExt;
         let queue = self.queue.clone();
         let name = self.name;
-        let _ = self.cache.set(writer.as_reader());
+        let cached = writer.as_reader();
+        let _ = self.cache.set(cached.clone());
         kube::runtime::watcher(api, watcher::Config::default())
             .backoff(crate::backoff::watch_backoff())
             // Managed fields and `kubectl apply`'s copy of the object are never read, and
@@ -126,20 +128,33 @@ where
                     annotations.remove(LAST_APPLIED);
                 }
             })
-            .reflect(writer)
-            .applied_objects()
-            .filter_map(move |obj| {
-                let out = match obj {
-                    Ok(obj) => {
-                        queue.add(ObjectRef::from_obj(&obj));
-                        Some(Ok(obj))
+            .filter_map(move |event| {
+                let trigger = match event {
+                    Ok(event) => {
+                        // Compared with the cached object before the cache takes the new one.
+                        let asks = match &event {
+                            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                                asks_for_reconcile(&cached, obj)
+                            }
+                            _ => false,
+                        };
+                        writer.apply_watcher_event(&event);
+                        match event {
+                            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)
+                                if asks =>
+                            {
+                                queue.add(ObjectRef::from_obj(&obj));
+                                Some(Ok(obj))
+                            }
+                            _ => None,
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(controller = name, error = %e, "watch failed; retrying with backoff");
                         None
                     }
                 };
-                std::future::ready(out)
+                std::future::ready(trigger)
             })
     }
 
@@ -243,6 +258,25 @@ where
         tracing::info!(controller = name, "controller stopped");
         Ok(())
     }
+}
+
+/// Whether a custom resource as the watch shows it asks for a reconcile, compared with the
+/// cached one: a new object, a new spec (every spec change bumps `metadata.generation`), or its
+/// deletion. A change of status alone (almost always our own write) does not: the status is
+/// computed from the children, whose events trigger the reconciles that keep it current. This
+/// is controller-runtime's `GenerationChangedPredicate`, which Kubebuilder projects add for the
+/// same reason, without a second map of every object.
+fn asks_for_reconcile<K>(cached: &Store<K>, obj: &K) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    let Some(old) = cached.get(&ObjectRef::from_obj(obj)) else {
+        return true;
+    };
+    let (old, new) = (old.meta(), obj.meta());
+    old.uid != new.uid
+        || old.generation != new.generation
+        || old.deletion_timestamp != new.deletion_timestamp
 }
 
 /// The annotation where `kubectl apply` keeps the whole object as last applied.
@@ -507,6 +541,44 @@ mod tests {
 
     fn key(name: &str) -> ObjectRef<Memcached> {
         ObjectRef::new(name).within("ns")
+    }
+
+    #[test]
+    fn only_new_objects_specs_and_deletions_ask_for_a_reconcile() {
+        let (cached, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        let mut mc = Memcached::new(
+            "a",
+            apis::MemcachedSpec {
+                size: 1,
+                image: "memcached".into(),
+            },
+        );
+        mc.metadata.namespace = Some("ns".into());
+        mc.metadata.uid = Some("u1".into());
+        mc.metadata.generation = Some(1);
+        assert!(asks_for_reconcile(&cached, &mc), "a new object");
+        writer.apply_watcher_event(&watcher::Event::Apply(mc.clone()));
+
+        let mut status_only = mc.clone();
+        status_only.status = Some(apis::MemcachedStatus::default());
+        status_only.metadata.resource_version = Some("2".into());
+        assert!(!asks_for_reconcile(&cached, &status_only), "status alone");
+
+        let mut respec = mc.clone();
+        respec.spec.size = 2;
+        respec.metadata.generation = Some(2);
+        assert!(asks_for_reconcile(&cached, &respec), "a new spec");
+
+        let mut deleted = mc.clone();
+        deleted.metadata.deletion_timestamp = Some(crate::status::now());
+        assert!(asks_for_reconcile(&cached, &deleted), "deletion");
+
+        let mut recreated = mc.clone();
+        recreated.metadata.uid = Some("u2".into());
+        assert!(
+            asks_for_reconcile(&cached, &recreated),
+            "a new object, same name"
+        );
     }
 
     #[test]
