@@ -2,7 +2,8 @@
 //! and a status that lists them.
 //!
 //! # Watches
-//! - `Memcached` objects (its own watch);
+//! - `Memcached` objects (its own watch): new ones, spec changes and deletions; a change of
+//!   status alone, almost always our own write, triggers nothing;
 //! - Deployments, from the shared caches, mapped to the `Memcached` that controls them (or, for
 //!   a Deployment nobody of ours controls, to the `Memcached` of the same name, which reports it
 //!   and takes the name as soon as that Deployment is gone);
@@ -18,7 +19,8 @@
 //!    [`FIELD_MANAGER`], forced): created when missing, put back when scaled or edited by hand.
 //!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
 //! 3. The status (`nodes`, `readyReplicas`, `observedGeneration`, conditions) is computed from
-//!    the Deployment and the cached pods, and written only when it changed.
+//!    the Deployment and the cached pods, and written only when it changed; a state the rollout
+//!    passes through waits up to [`crate::workload::PROGRESS_HOLD`] for the next.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,9 +42,9 @@ use crate::events::{EVENTS_FLUSH, Events};
 use crate::index::Index;
 use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
-use crate::status::{Rollout, merge_conditions, not_owned_conditions};
+use crate::status::{self, Rollout, merge_conditions, not_owned_conditions};
 use crate::watches::PodMeta;
-use crate::workload::{StatusWriter, WithStatus};
+use crate::workload::{StatusWrite, StatusWriter, WithStatus};
 use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -342,13 +344,16 @@ async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error
     let pods = ctx.pods.get(&pods_key(&namespace, &name));
     let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
     let status = desired_status(mc, deployment.as_deref(), nodes, &crate::status::now());
+    let progress = status::progress(mc.spec.size, deployment.as_deref());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
-    if ctx.status.write(mc, status).await? {
+    let written = ctx.status.write(mc, status, progress).await?;
+    if written == StatusWrite::Written {
         tracing::debug!(nodes, ready, "status changed");
     }
-    Ok(match deployment {
-        None => Outcome::RequeueAfter(FOREIGN_RECHECK),
-        Some(_) => Outcome::Done,
+    Ok(match (written, deployment) {
+        (StatusWrite::Held { retry }, _) => Outcome::RequeueAfter(retry),
+        (_, None) => Outcome::RequeueAfter(FOREIGN_RECHECK),
+        (_, Some(_)) => Outcome::Done,
     })
 }
 

@@ -2,7 +2,7 @@
 //! `spec.image`, kept exactly as specified.
 //!
 //! # Watches
-//! - `MyApp` objects (its own watch);
+//! - `MyApp` objects (its own watch): new ones, spec changes and deletions;
 //! - Deployments, from the cache shared with the Memcached controller, mapped to the `MyApp`
 //!   that controls them (or to the `MyApp` of the same name, which reports the clash).
 //!
@@ -12,7 +12,8 @@
 //! server-side applied with force. Every change to an owned Deployment triggers a reconcile, so
 //! a hand edit of a field this controller sets (the image, the replica count, the security
 //! context) is undone at once. Status: `replicas`, `readyReplicas`, `observedGeneration` and the
-//! conditions, written only when changed.
+//! conditions, written only when changed (a state the rollout passes through waits up to
+//! [`crate::workload::PROGRESS_HOLD`] for the next).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,8 +33,8 @@ use crate::events::{EVENTS_FLUSH, Events};
 use crate::memcached::FOREIGN_RECHECK;
 use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
 use crate::rbac::{self, MANAGE, STATUS};
-use crate::status::{Rollout, merge_conditions, not_owned_conditions};
-use crate::workload::{StatusWriter, WithStatus};
+use crate::status::{self, Rollout, merge_conditions, not_owned_conditions};
+use crate::workload::{StatusWrite, StatusWriter, WithStatus};
 use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -208,11 +209,14 @@ async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         Ensured::Ready(deployment) => Some(deployment),
     };
     let status = desired_status(app, deployment.as_deref(), &crate::status::now());
-    ctx.status.write(app, status).await?;
-    Ok(match deployment {
-        None => Outcome::RequeueAfter(FOREIGN_RECHECK),
-        Some(_) => Outcome::Done,
-    })
+    let progress = status::progress(app.spec.replicas, deployment.as_deref());
+    Ok(
+        match (ctx.status.write(app, status, progress).await?, deployment) {
+            (StatusWrite::Held { retry }, _) => Outcome::RequeueAfter(retry),
+            (_, None) => Outcome::RequeueAfter(FOREIGN_RECHECK),
+            (_, Some(_)) => Outcome::Done,
+        },
+    )
 }
 
 impl WithStatus for MyApp {

@@ -23,6 +23,22 @@ pub fn observed(deployment: &Deployment) -> bool {
     }
 }
 
+/// Whether a status reports a state that lasts, or one a rollout is passing through (which
+/// [`crate::workload::StatusWriter`] may hold back for a moment, to report the next instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Complete, failed, or blocked: nothing changes until somebody acts.
+    Settled,
+    /// On its way somewhere else.
+    Moving,
+}
+
+/// The [`Progress`] of a custom resource asking for `desired` replicas of `deployment` (`None`
+/// when it is blocked by a foreign Deployment).
+pub fn progress(desired: i32, deployment: Option<&Deployment>) -> Progress {
+    deployment.map_or(Progress::Settled, |d| Rollout::of(desired, d).progress())
+}
+
 /// What an owned Deployment reports, reduced to what the conditions need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rollout {
@@ -47,25 +63,28 @@ impl Rollout {
     /// Reads `deployment`'s status against `desired` replicas.
     pub fn of(desired: i32, deployment: &Deployment) -> Self {
         let observed = observed(deployment);
-        let status = deployment.status.clone().unwrap_or_default();
-        let failure = status
-            .conditions
-            .unwrap_or_default()
-            .into_iter()
-            .find_map(|c| {
-                let (type_, status) = (c.type_.as_deref(), c.status.as_deref());
-                let failed = (type_ == Some("ReplicaFailure") && status == Some("True"))
-                    || (type_ == Some("Progressing")
-                        && status == Some("False")
-                        && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
-                failed.then(|| {
-                    let reason = c
-                        .reason
-                        .or(c.type_)
-                        .unwrap_or_else(|| "DeploymentFailed".to_owned());
-                    (reason, c.message.unwrap_or_default())
-                })
-            });
+        let Some(status) = deployment.status.as_ref() else {
+            return Self {
+                desired,
+                observed,
+                ..Self::default()
+            };
+        };
+        let failure = status.conditions.iter().flatten().find_map(|c| {
+            let (type_, status) = (c.type_.as_deref(), c.status.as_deref());
+            let failed = (type_ == Some("ReplicaFailure") && status == Some("True"))
+                || (type_ == Some("Progressing")
+                    && status == Some("False")
+                    && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
+            failed.then(|| {
+                let reason = c
+                    .reason
+                    .clone()
+                    .or_else(|| c.type_.clone())
+                    .unwrap_or_else(|| "DeploymentFailed".to_owned());
+                (reason, c.message.clone().unwrap_or_default())
+            })
+        });
         Self {
             desired,
             replicas: status.replicas.unwrap_or(0),
@@ -74,6 +93,16 @@ impl Rollout {
             available: status.available_replicas.unwrap_or(0),
             observed,
             failure,
+        }
+    }
+
+    /// Whether this is a state that lasts (complete, or failed) or one the rollout passes
+    /// through.
+    pub fn progress(&self) -> Progress {
+        if self.is_complete() || self.failure.is_some() {
+            Progress::Settled
+        } else {
+            Progress::Moving
         }
     }
 
@@ -112,7 +141,8 @@ impl Rollout {
                 "DeploymentUpdating",
                 "the Deployment controller has not yet seen the latest spec",
             )
-        } else if self.updated < desired {
+        } else if self.updated < self.replicas {
+            // Pods of an older template remain.
             let updated = self.updated;
             NewCondition::new(
                 PROGRESSING,
@@ -316,6 +346,52 @@ mod tests {
         let conditions = rollout.conditions();
         assert!(!by_type(&conditions, AVAILABLE).status);
         assert_eq!(by_type(&conditions, PROGRESSING).reason, "ScalingUp");
+    }
+
+    #[test]
+    fn scaling_up_before_the_new_pods_exist_is_not_a_rollout() {
+        // The Deployment controller has seen size 3 but the pods are not there yet: every
+        // existing pod runs the current template.
+        let rollout = Rollout::of(3, &deployment(1, settled(1)));
+        assert_eq!(
+            by_type(&rollout.conditions(), PROGRESSING).reason,
+            "ScalingUp"
+        );
+        assert_eq!(rollout.progress(), Progress::Moving);
+    }
+
+    #[test]
+    fn pods_of_an_older_template_are_a_rollout() {
+        let mut status = settled(3);
+        status.replicas = Some(4);
+        status.updated_replicas = Some(1);
+        let rollout = Rollout::of(3, &deployment(1, status));
+        assert_eq!(
+            by_type(&rollout.conditions(), PROGRESSING).reason,
+            "RollingOut"
+        );
+    }
+
+    #[test]
+    fn complete_failed_and_blocked_are_settled() {
+        assert_eq!(
+            progress(3, Some(&deployment(1, settled(3)))),
+            Progress::Settled
+        );
+        let mut failed = settled(1);
+        failed.conditions = Some(vec![DeploymentCondition {
+            type_: Some("ReplicaFailure".into()),
+            status: Some("True".into()),
+            reason: Some("FailedCreate".into()),
+            message: Some("quota".into()),
+            ..DeploymentCondition::default()
+        }]);
+        assert_eq!(progress(3, Some(&deployment(1, failed))), Progress::Settled);
+        assert_eq!(progress(3, None), Progress::Settled);
+        assert_eq!(
+            progress(3, Some(&deployment(2, settled(3)))),
+            Progress::Moving
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -16,8 +16,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::Error;
+use crate::status::Progress;
 use crate::watches::DeploymentMeta;
 
 /// The Deployment a custom resource wants, as it stands.
@@ -181,6 +183,12 @@ pub trait WithStatus:
 /// again what was just written. So each write is remembered with the resourceVersion the object
 /// had before it: while the cache still shows that version, [`StatusWriter::latest`] shows the
 /// written status instead.
+///
+/// A status that reports a state the rollout passes through ([`Progress::Moving`]) waits up to
+/// [`PROGRESS_HOLD`] after it first differs from the object's before it is written: when the
+/// rollout moves on meanwhile, the newer state is written instead, and when it settles, only
+/// the settled one. A rollout that takes a second reports once, not once per pod; one that
+/// takes longer still reports its progress, at most once per hold.
 pub struct StatusWriter<K: WithStatus> {
     client: kube::Client,
     written: Mutex<Writes<K>>,
@@ -189,6 +197,8 @@ pub struct StatusWriter<K: WithStatus> {
 /// The remembered writes, and the size at which old ones are next looked for.
 struct Writes<K: WithStatus> {
     last: HashMap<ObjectRef<K>, LastWrite<K::Status>>,
+    /// Since when each object has had a [`Progress::Moving`] status waiting to be written.
+    held_since: HashMap<ObjectRef<K>, Instant>,
     prune_at: usize,
 }
 
@@ -206,6 +216,25 @@ const PRUNE_AFTER: usize = 1024;
 /// How old a remembered write must be to be dropped then.
 const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
 
+/// How long a status of a rollout in motion may wait for the rollout to move on before it is
+/// written (see [`StatusWriter`]).
+pub const PROGRESS_HOLD: Duration = Duration::from_secs(1);
+
+/// What [`StatusWriter::write`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// The object already had that status.
+    Unchanged,
+    /// The status was written.
+    Written,
+    /// The status reports a rollout in motion and was held back; reconcile again after
+    /// `retry` (if no event comes first) to write it or a newer one.
+    Held {
+        /// When the hold ends.
+        retry: Duration,
+    },
+}
+
 impl<K: WithStatus> std::fmt::Debug for StatusWriter<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StatusWriter").finish_non_exhaustive()
@@ -219,6 +248,7 @@ impl<K: WithStatus> StatusWriter<K> {
             client,
             written: Mutex::new(Writes {
                 last: HashMap::new(),
+                held_since: HashMap::new(),
                 prune_at: PRUNE_AFTER,
             }),
         }
@@ -251,31 +281,55 @@ impl<K: WithStatus> StatusWriter<K> {
     }
 
     /// Writes `status` to `obj` (as [`StatusWriter::latest`] shows it) unless it already has
-    /// it. Returns whether it wrote.
+    /// it, or it reports a rollout in motion that has not yet waited [`PROGRESS_HOLD`].
     ///
     /// # Errors
     /// [`Error::MissingField`] without a namespace; [`Error::Kube`] when the API server refuses.
-    pub async fn write(&self, obj: &K, status: K::Status) -> Result<bool, Error> {
+    pub async fn write(
+        &self,
+        obj: &K,
+        status: K::Status,
+        progress: Progress,
+    ) -> Result<StatusWrite, Error> {
+        let key = ObjectRef::from_obj(obj);
         if obj.status() == Some(&status) {
-            return Ok(false);
+            self.lock().held_since.remove(&key);
+            return Ok(StatusWrite::Unchanged);
+        }
+        if progress == Progress::Moving {
+            let held = self
+                .lock()
+                .held_since
+                .entry(key.clone())
+                .or_insert_with(Instant::now)
+                .elapsed();
+            if held < PROGRESS_HOLD {
+                return Ok(StatusWrite::Held {
+                    retry: PROGRESS_HOLD - held,
+                });
+            }
         }
         patch_status(&self.client, obj, &status).await?;
         let mut written = self.lock();
-        if written.last.len() >= written.prune_at {
+        written.held_since.remove(&key);
+        if written.last.len() + written.held_since.len() >= written.prune_at {
             written
                 .last
                 .retain(|_, last| last.at.elapsed() < PRUNE_OLDER_THAN);
-            written.prune_at = PRUNE_AFTER.max(2 * written.last.len());
+            written
+                .held_since
+                .retain(|_, since| since.elapsed() < PRUNE_OLDER_THAN);
+            written.prune_at = PRUNE_AFTER.max(2 * (written.last.len() + written.held_since.len()));
         }
         written.last.insert(
-            ObjectRef::from_obj(obj),
+            key,
             LastWrite {
                 before: obj.resource_version(),
                 status,
                 at: Instant::now(),
             },
         );
-        Ok(true)
+        Ok(StatusWrite::Written)
     }
 }
 
@@ -458,18 +512,34 @@ mod tests {
         };
 
         let cached = memcached("1", 1);
-        assert!(writer.write(&cached, status(0)).await.expect("written"));
+        assert!(
+            writer
+                .write(&cached, status(0), Progress::Settled)
+                .await
+                .expect("written")
+                == StatusWrite::Written
+        );
         assert_eq!(sent(), 1);
 
         // The cache still shows resourceVersion 1: the written status stands in for its own.
         let latest = writer.latest(&cached);
         assert_eq!(latest.status(), Some(&status(0)));
-        assert!(
-            !writer.write(&latest, status(0)).await.expect("no write"),
+        assert_eq!(
+            writer
+                .write(&latest, status(0), Progress::Settled)
+                .await
+                .expect("no write"),
+            StatusWrite::Unchanged,
             "the same status is not written twice"
         );
         assert_eq!(sent(), 1);
-        assert!(writer.write(&latest, status(1)).await.expect("written"));
+        assert!(
+            writer
+                .write(&latest, status(1), Progress::Settled)
+                .await
+                .expect("written")
+                == StatusWrite::Written
+        );
         assert_eq!(sent(), 2, "a new status is written");
 
         // Once the cache shows a newer version, it is the truth again.
@@ -477,6 +547,64 @@ mod tests {
         caught_up.status = Some(status(1));
         assert!(matches!(writer.latest(&caught_up), Cow::Borrowed(_)));
         assert!(writer.lock().last.is_empty(), "the memory is dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_in_motion_waits_for_the_next_or_for_the_hold() {
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let server = Echo {
+            object: serde_json::to_value(memcached("2", 1)).expect("serializable"),
+            requests: requests.clone(),
+        };
+        let writer = StatusWriter::new(kube::Client::new(server, "default"));
+        let sent = || requests.load(std::sync::atomic::Ordering::SeqCst);
+        let status = |ready| apis::MemcachedStatus {
+            ready_replicas: ready,
+            ..apis::MemcachedStatus::default()
+        };
+        let cached = memcached("1", 1);
+
+        let held = writer
+            .write(&cached, status(1), Progress::Moving)
+            .await
+            .expect("held");
+        assert_eq!(
+            held,
+            StatusWrite::Held {
+                retry: PROGRESS_HOLD
+            }
+        );
+        assert_eq!(sent(), 0);
+        // The rollout settles within the hold: only the settled status is written.
+        let settled = writer
+            .write(&cached, status(2), Progress::Settled)
+            .await
+            .expect("written");
+        assert_eq!((settled, sent()), (StatusWrite::Written, 1));
+
+        // A rollout that does not settle within the hold still reports its progress, the
+        // newest state at the end of the hold.
+        let other = memcached("5", 1);
+        let other = {
+            let mut o = other;
+            o.metadata.name = Some("other".into());
+            o
+        };
+        let first = writer.write(&other, status(1), Progress::Moving).await;
+        assert!(matches!(first, Ok(StatusWrite::Held { .. })));
+        tokio::time::advance(PROGRESS_HOLD / 2).await;
+        let second = writer.write(&other, status(2), Progress::Moving).await;
+        assert_eq!(
+            second.expect("held"),
+            StatusWrite::Held {
+                retry: PROGRESS_HOLD / 2
+            },
+            "the hold runs from the first unwritten change"
+        );
+        tokio::time::advance(PROGRESS_HOLD / 2).await;
+        let third = writer.write(&other, status(3), Progress::Moving).await;
+        assert_eq!((third.expect("written"), sent()), (StatusWrite::Written, 2));
+        assert!(writer.lock().held_since.is_empty());
     }
 
     #[test]

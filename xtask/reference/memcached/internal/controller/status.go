@@ -75,7 +75,8 @@ func (r rollout) conditions() []metav1.Condition {
 	case !r.observed:
 		progressing = condition(typeProgressing, true, "DeploymentUpdating",
 			"the Deployment controller has not yet seen the latest spec")
-	case r.updated < r.desired:
+	case r.updated < r.replicas:
+		// Pods of an older template remain.
 		progressing = condition(typeProgressing, true, "RollingOut",
 			fmt.Sprintf("%d of %d replicas updated", r.updated, r.desired))
 	case r.replicas > r.desired:
