@@ -497,19 +497,32 @@ mod tests {
         mc
     }
 
-    #[tokio::test]
-    async fn a_status_write_counts_until_the_cache_shows_it() {
+    /// A status writer whose API server answers every write with a Memcached at
+    /// resourceVersion 2, and the count of its requests.
+    fn echo_writer() -> (
+        StatusWriter<apis::Memcached>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
         let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let server = Echo {
             object: serde_json::to_value(memcached("2", 1)).expect("serializable"),
             requests: requests.clone(),
         };
         let writer = StatusWriter::new(kube::Client::new(server, "default"));
-        let sent = || requests.load(std::sync::atomic::Ordering::SeqCst);
-        let status = |ready| apis::MemcachedStatus {
+        (writer, requests)
+    }
+
+    fn status(ready: i32) -> apis::MemcachedStatus {
+        apis::MemcachedStatus {
             ready_replicas: ready,
             ..apis::MemcachedStatus::default()
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_status_write_counts_until_the_cache_shows_it() {
+        let (writer, requests) = echo_writer();
+        let sent = || requests.load(std::sync::atomic::Ordering::SeqCst);
 
         let cached = memcached("1", 1);
         assert!(
@@ -551,17 +564,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_status_in_motion_waits_for_the_next_or_for_the_hold() {
-        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let server = Echo {
-            object: serde_json::to_value(memcached("2", 1)).expect("serializable"),
-            requests: requests.clone(),
-        };
-        let writer = StatusWriter::new(kube::Client::new(server, "default"));
+        let (writer, requests) = echo_writer();
         let sent = || requests.load(std::sync::atomic::Ordering::SeqCst);
-        let status = |ready| apis::MemcachedStatus {
-            ready_replicas: ready,
-            ..apis::MemcachedStatus::default()
-        };
         let cached = memcached("1", 1);
 
         let held = writer
