@@ -344,7 +344,7 @@ async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error
     let pods = ctx.pods.get(&pods_key(&namespace, &name));
     let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
     let status = desired_status(mc, deployment.as_deref(), nodes, &crate::status::now());
-    let progress = status::progress(mc.spec.size, deployment.as_deref());
+    let progress = status::progress(mc.spec.size, deployment.as_deref(), mc.current_conditions());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
     let written = ctx.status.write(mc, status, progress).await?;
     if written == StatusWrite::Written {

@@ -209,7 +209,11 @@ async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         Ensured::Ready(deployment) => Some(deployment),
     };
     let status = desired_status(app, deployment.as_deref(), &crate::status::now());
-    let progress = status::progress(app.spec.replicas, deployment.as_deref());
+    let progress = status::progress(
+        app.spec.replicas,
+        deployment.as_deref(),
+        app.current_conditions(),
+    );
     Ok(
         match (ctx.status.write(app, status, progress).await?, deployment) {
             (StatusWrite::Held { retry }, _) => Outcome::RequeueAfter(retry),

@@ -33,10 +33,20 @@ pub enum Progress {
     Moving,
 }
 
-/// The [`Progress`] of a custom resource asking for `desired` replicas of `deployment` (`None`
-/// when it is blocked by a foreign Deployment).
-pub fn progress(desired: i32, deployment: Option<&Deployment>) -> Progress {
-    deployment.map_or(Progress::Settled, |d| Rollout::of(desired, d).progress())
+/// The [`Progress`] of a new status for a custom resource asking for `desired` replicas of
+/// `deployment` (`None` when it is blocked by a foreign Deployment), which now reports
+/// `reported`. Moving only when both the new state and the reported one are passing states: a
+/// resource that reported a state that lasts (complete, failed, blocked) and leaves it is news
+/// to report at once, not to hold.
+pub fn progress(desired: i32, deployment: Option<&Deployment>, reported: &[Condition]) -> Progress {
+    let reports_lasting = reported.iter().any(|c| {
+        (c.type_ == PROGRESSING && c.status == "False")
+            || (c.type_ == DEGRADED && c.status == "True")
+    });
+    match deployment {
+        Some(d) if !reports_lasting => Rollout::of(desired, d).progress(),
+        _ => Progress::Settled,
+    }
 }
 
 /// What an owned Deployment reports, reduced to what the conditions need.
@@ -375,7 +385,7 @@ mod tests {
     #[test]
     fn complete_failed_and_blocked_are_settled() {
         assert_eq!(
-            progress(3, Some(&deployment(1, settled(3)))),
+            progress(3, Some(&deployment(1, settled(3))), &[]),
             Progress::Settled
         );
         let mut failed = settled(1);
@@ -386,10 +396,31 @@ mod tests {
             message: Some("quota".into()),
             ..DeploymentCondition::default()
         }]);
-        assert_eq!(progress(3, Some(&deployment(1, failed))), Progress::Settled);
-        assert_eq!(progress(3, None), Progress::Settled);
         assert_eq!(
-            progress(3, Some(&deployment(2, settled(3)))),
+            progress(3, Some(&deployment(1, failed)), &[]),
+            Progress::Settled
+        );
+        assert_eq!(progress(3, None, &[]), Progress::Settled);
+        let moving = deployment(2, settled(3));
+        assert_eq!(progress(3, Some(&moving), &[]), Progress::Moving);
+
+        // Leaving a state that lasts is reported at once; moving on from a passing one may wait.
+        let reported = |progressing: bool| {
+            let now = now();
+            merge_conditions(
+                &[],
+                Rollout::of(3, &deployment(1, settled(if progressing { 1 } else { 3 })))
+                    .conditions(),
+                Some(1),
+                &now,
+            )
+        };
+        assert_eq!(
+            progress(3, Some(&moving), &reported(false)),
+            Progress::Settled
+        );
+        assert_eq!(
+            progress(3, Some(&moving), &reported(true)),
             Progress::Moving
         );
     }

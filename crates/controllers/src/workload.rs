@@ -184,7 +184,8 @@ pub trait WithStatus:
 /// had before it: while the cache still shows that version, [`StatusWriter::latest`] shows the
 /// written status instead.
 ///
-/// A status that reports a state the rollout passes through ([`Progress::Moving`]) waits up to
+/// A status that moves from one state the rollout passes through to another
+/// ([`Progress::Moving`]) waits up to
 /// [`PROGRESS_HOLD`] after it first differs from the object's before it is written: when the
 /// rollout moves on meanwhile, the newer state is written instead, and when it settles, only
 /// the settled one. A rollout that takes a second reports once, not once per pod; one that
