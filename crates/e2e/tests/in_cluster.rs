@@ -552,11 +552,20 @@ async fn tutorial(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Res
 
     let victim = pods.first().context("no memcached pod")?.clone();
     kubectl(&["delete", "pod", &victim, "--wait=false"])?;
-    let after = converged_all(cluster, ns.name(), &[("memcached-sample", 2)]).await?;
-    ensure!(
-        !after.contains(&victim),
-        "pod {victim} was not replaced: {after:?}"
-    );
+    // Converged again, with the victim gone from the status (right after the delete, the
+    // status may still show it, converged, until the manager has seen the delete).
+    let replaced_by = Instant::now() + TIMEOUT;
+    loop {
+        let after = converged_all(cluster, ns.name(), &[("memcached-sample", 2)]).await?;
+        if !after.contains(&victim) {
+            break;
+        }
+        ensure!(
+            Instant::now() < replaced_by,
+            "pod {victim} was not replaced: {after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     kubectl(&["scale", "deployment", "memcached-sample", "--replicas=4"])?;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), ns.name());
