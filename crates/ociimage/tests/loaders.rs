@@ -1,0 +1,180 @@
+//! The archive loads with the tools users load images with, not only with containerd: Docker's
+//! archive format (`manifest.json`, what `docker load` reads) through `skopeo`'s
+//! `docker-archive:` transport, the OCI layout through `oci-archive:`, and `podman load` into a
+//! throwaway store. No daemon is needed for any of them; `cargo xtask setup` installs both.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use ociimage::{Image, ImageConfig, ImageFile, Metadata, Platform, Port, Reference, User};
+use serde_json::Value;
+
+/// The labels every image carries, checked through each loader.
+const TITLE: &str = "loader-check";
+const VERSION: &str = "0.0.1";
+
+fn built(dir: &Path) -> ociimage::BuiltImage {
+    let program = dir.join("program");
+    std::fs::write(&program, b"#!/bin/sh\necho loaded\n").expect("writing the program");
+    let config = ImageConfig {
+        platform: Platform::host(),
+        user: User {
+            name: "nonroot".into(),
+            uid: 65532,
+            gid: 65532,
+        },
+        entrypoint: vec!["/program".into()],
+        cmd: vec!["--serve".into()],
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        exposed_ports: vec![Port::Tcp(8080)],
+        working_dir: "/".into(),
+        metadata: Metadata {
+            title: TITLE.into(),
+            description: "an image the loaders read".into(),
+            version: VERSION.into(),
+            revision: Some("0123abc".into()),
+            source: None,
+            url: None,
+            licenses: Some("Apache-2.0".into()),
+            created: 1_700_000_000,
+        },
+    };
+    let reference = Reference::parse(&format!("{TITLE}:{VERSION}")).expect("a valid reference");
+    let mut image = Image::new(reference, config);
+    image
+        .add(ImageFile::executable(&program, "/program"))
+        .expect("adding the program");
+    image
+        .write(&dir.join("image.oci.tar"))
+        .expect("writing the archive")
+}
+
+/// Runs a loader; a missing tool fails the test with what to install.
+fn run(program: &str, args: &[&str]) -> Output {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {program} ({e}); install it with `cargo xtask setup` (as root)")
+        });
+    assert!(
+        out.status.success(),
+        "`{program} {}` failed ({}):\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn assert_labels(labels: &Value, how: &str) {
+    assert_eq!(
+        labels["org.opencontainers.image.title"], TITLE,
+        "{how}: {labels}"
+    );
+    assert_eq!(
+        labels["org.opencontainers.image.version"], VERSION,
+        "{how}: {labels}"
+    );
+    assert_eq!(
+        labels["org.opencontainers.image.revision"], "0123abc",
+        "{how}: {labels}"
+    );
+}
+
+#[test]
+fn skopeo_reads_the_docker_archive_and_the_oci_layout_alike() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let image = built(dir.path());
+    let archive = image.archive.display().to_string();
+
+    let docker = json(&run(
+        "skopeo",
+        &["inspect", &format!("docker-archive:{archive}")],
+    ));
+    let oci = json(&run("skopeo", &["inspect", &format!("oci-archive:{archive}")]));
+    assert_labels(&docker["Labels"], "docker-archive");
+    assert_labels(&oci["Labels"], "oci-archive");
+    // Both formats describe one image: the same configuration, and one layer, which Docker's
+    // format names by its uncompressed digest (the configuration's diff id) and the OCI layout
+    // by the digest of the compressed blob.
+    assert_eq!(docker["Env"], oci["Env"]);
+    let config = json(&run(
+        "skopeo",
+        &["inspect", "--config", &format!("oci-archive:{archive}")],
+    ));
+    assert_eq!(docker["Layers"], config["rootfs"]["diff_ids"]);
+    let manifest = json(&run(
+        "skopeo",
+        &["inspect", "--raw", &format!("oci-archive:{archive}")],
+    ));
+    assert_eq!(oci["Layers"][0], manifest["layers"][0]["digest"]);
+
+    // Copying through the Docker format reads every blob `manifest.json` names and checks the
+    // layer against the configuration's diff ids, as `docker load` does.
+    let copy = dir.path().join("copy");
+    run(
+        "skopeo",
+        &[
+            "copy",
+            "--quiet",
+            &format!("docker-archive:{archive}"),
+            &format!("oci:{}:{VERSION}", copy.display()),
+        ],
+    );
+    let copied = json(&run(
+        "skopeo",
+        &["inspect", &format!("oci:{}:{VERSION}", copy.display())],
+    ));
+    assert_labels(&copied["Labels"], "copied through docker-archive");
+}
+
+#[test]
+fn podman_loads_the_archive_under_its_name() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let image = built(dir.path());
+    // A store of its own, so the machine's podman images are neither read nor changed.
+    let root = dir.path().join("store");
+    let runroot = dir.path().join("run");
+    let podman = |args: &[&str]| {
+        let mut all = vec![
+            "--root",
+            root.to_str().expect("a UTF-8 temp path"),
+            "--runroot",
+            runroot.to_str().expect("a UTF-8 temp path"),
+            "--storage-driver",
+            "vfs",
+            "--events-backend",
+            "file",
+            "--cgroup-manager",
+            "cgroupfs",
+        ];
+        all.extend_from_slice(args);
+        run("podman", &all)
+    };
+
+    let loaded = podman(&["load", "--input", &image.archive.display().to_string()]);
+    let said = String::from_utf8_lossy(&loaded.stdout);
+    let name = format!("{TITLE}:{VERSION}");
+    assert!(said.contains(&name), "podman load says: {said}");
+
+    let inspected = json(&podman(&["image", "inspect", &name]));
+    let inspected = &inspected[0];
+    assert_labels(&inspected["Labels"], "podman");
+    assert_eq!(inspected["Config"]["User"], "65532:65532");
+    assert_eq!(inspected["Config"]["Entrypoint"][0], "/program");
+    // The id podman shows is the configuration's digest, as with every runtime.
+    assert_eq!(
+        format!("sha256:{}", inspected["Id"].as_str().unwrap_or_default()),
+        image.config_digest
+    );
+}
