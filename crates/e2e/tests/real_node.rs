@@ -27,6 +27,26 @@ async fn memcached_pods_on_the_real_node_store_and_return_keys() -> Result<()> {
     env.finish(result)
 }
 
+/// A test whose image was never loaded says which image and how to load it, instead of
+/// leaving a pod in `ErrImagePull` (the node cannot pull).
+#[tokio::test]
+async fn an_image_that_is_not_loaded_is_named_with_the_command_that_loads_it() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let error = cluster
+        .loaded_image("operator-manager.local/never-built", "never-built")
+        .expect_err("nothing loads this image");
+    let message = error.to_string();
+    for expected in [
+        "no image operator-manager.local/never-built:* is loaded on the real node",
+        // What the node does have, so a misspelt name is easy to see.
+        &localcluster::node::pause_image(),
+        "`cargo xtask image never-built --load`",
+    ] {
+        ensure!(message.contains(expected), "{expected:?} in: {message}");
+    }
+    Ok(())
+}
+
 async fn memcached_round_trips(env: &Env) -> Result<()> {
     let image = env.cluster.loaded_image(MEMCACHED_IMAGE, "memcached")?;
     let name = "cache";

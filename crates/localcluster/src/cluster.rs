@@ -797,3 +797,84 @@ async fn nodes_ready(client: &kube::Client) -> std::result::Result<(), String> {
         Err(format!("{ready} of {FAKE_NODES} nodes are Ready"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// Starts `binary args` the way `up` starts a component, logging to `dir/<name>.log`.
+    fn component(dir: &Path, name: &str, binary: &Path, args: &[&str]) -> Component {
+        let log = dir.join(format!("{name}.log"));
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let pid = process::spawn_detached(name, binary, &args, &log, dir).expect("spawning");
+        Component {
+            name: name.to_owned(),
+            pid,
+            binary: binary.to_owned(),
+            ports: BTreeMap::new(),
+            log,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_component_whose_port_is_taken_fails_with_its_log() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Someone else holds the port the forwarder was given.
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("binding");
+        let port = taken.local_addr().expect("its address").port();
+        let socat = node::find_command("socat").expect("socat is installed (`cargo xtask setup`)");
+        let forwarder = component(
+            dir.path(),
+            "apiserver-forwarder",
+            &socat,
+            &[&format!("TCP-LISTEN:{port},bind=127.0.0.1"), "STDOUT"],
+        );
+
+        let error = wait(
+            "the forwarder to listen",
+            Duration::from_secs(30),
+            &[&forwarder],
+            || async { Err::<(), _>("not listening yet".to_owned()) },
+        )
+        .await
+        .expect_err("the forwarder cannot listen");
+        let message = error.to_string();
+        assert!(matches!(error, Error::Exited { .. }), "{message}");
+        for expected in [
+            "apiserver-forwarder exited during start-up",
+            &forwarder.log.display().to_string(),
+            "Address already in use",
+        ] {
+            assert!(message.contains(expected), "{expected:?} in:\n{message}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kubelet_that_never_registers_times_out_naming_the_last_error_and_its_log() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sleep = node::find_command("sleep").expect("sleep");
+        let kubelet = component(dir.path(), "kubelet", &sleep, &["30"]);
+
+        let error = wait(
+            "the kubelet to register node real-node and report it Ready",
+            Duration::from_secs(1),
+            &[&kubelet],
+            || async { Err::<(), _>("nodes \"real-node\" not found".to_owned()) },
+        )
+        .await
+        .expect_err("the node never registers");
+        process::stop(kubelet.pid, &kubelet.binary, Duration::from_secs(1));
+        let message = error.to_string();
+        assert!(matches!(error, Error::Timeout { .. }), "{message}");
+        for expected in [
+            "timed out after 1s waiting for the kubelet to register node real-node",
+            "last error: nodes \"real-node\" not found",
+            &kubelet.log.display().to_string(),
+        ] {
+            assert!(message.contains(expected), "{expected:?} in:\n{message}");
+        }
+    }
+}

@@ -39,10 +39,6 @@ pub const PACKAGES: [&str; 7] = [
 /// Fails with [`Error::NodePrerequisite`] naming every missing piece when this machine cannot
 /// run the real node: not Linux, not root, no cgroups, or packages missing.
 pub(crate) fn check_prerequisites() -> Result<()> {
-    let setup = "run `cargo xtask setup` (as root), or install Debian's packages yourself: \
-                 apt-get install "
-        .to_owned()
-        + &PACKAGES.join(" ");
     if !cfg!(target_os = "linux") {
         return Err(Error::NodePrerequisite {
             problem: "it needs Linux (containers, cgroups and network namespaces)".into(),
@@ -72,28 +68,42 @@ pub(crate) fn check_prerequisites() -> Result<()> {
             fix: "mount cgroups (v1 controllers or the v2 unified hierarchy)".into(),
         });
     }
+    match missing_pieces(&find_command, Path::new(CNI_BIN_DIR)) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// [`Error::NodePrerequisite`] naming every command (with its package) that `find` does not find
+/// and every CNI plugin missing from `cni_dir`, with how to install them; `None` when nothing is
+/// missing.
+fn missing_pieces(find: &dyn Fn(&str) -> Option<PathBuf>, cni_dir: &Path) -> Option<Error> {
     let mut missing: Vec<String> = COMMANDS
         .iter()
-        .filter(|(command, _)| find_command(command).is_none())
+        .filter(|(command, _)| find(command).is_none())
         .map(|(command, package)| format!("`{command}` (package {package})"))
         .collect();
     missing.extend(
         CNI_PLUGINS
             .iter()
-            .filter(|plugin| !Path::new(CNI_BIN_DIR).join(plugin).is_file())
+            .filter(|plugin| !cni_dir.join(plugin).is_file())
             .map(|plugin| {
                 format!(
-                    "the CNI plugin {CNI_BIN_DIR}/{plugin} (package containernetworking-plugins)"
+                    "the CNI plugin {}/{plugin} (package containernetworking-plugins)",
+                    cni_dir.display()
                 )
             }),
     );
-    if !missing.is_empty() {
-        return Err(Error::NodePrerequisite {
-            problem: format!("missing {}", missing.join(", ")),
-            fix: setup,
-        });
+    if missing.is_empty() {
+        return None;
     }
-    Ok(())
+    Some(Error::NodePrerequisite {
+        problem: format!("missing {}", missing.join(", ")),
+        fix: "run `cargo xtask setup` (as root), or install Debian's packages yourself: \
+              apt-get install "
+            .to_owned()
+            + &PACKAGES.join(" "),
+    })
 }
 
 /// The full path of `command` on `PATH` (and the sbin directories, which a non-login root shell
@@ -158,6 +168,34 @@ mod tests {
         let message = err.to_string();
         assert!(message.contains("sh -c"), "{message}");
         assert!(message.contains("broken"), "{message}");
+    }
+
+    #[test]
+    fn missing_commands_and_plugins_are_named_with_their_packages_and_the_fix() {
+        let cni = tempfile::tempdir().expect("temp dir");
+        for plugin in ["bridge", "host-local", "loopback"] {
+            std::fs::write(cni.path().join(plugin), b"").expect("writing a plugin");
+        }
+        let without_runc_and_socat = |command: &str| {
+            (!matches!(command, "runc" | "socat")).then(|| PathBuf::from("/usr/bin").join(command))
+        };
+        let message = missing_pieces(&without_runc_and_socat, cni.path())
+            .expect("pieces are missing")
+            .to_string();
+        for expected in [
+            "the real node cannot run here: missing `runc` (package runc), `socat` (package socat)",
+            "/portmap (package containernetworking-plugins)",
+            "fix: run `cargo xtask setup` (as root)",
+            "apt-get install containerd runc",
+            "--without-real-node",
+        ] {
+            assert!(message.contains(expected), "{expected:?} in:\n{message}");
+        }
+        assert!(!message.contains("bridge"), "{message}");
+
+        std::fs::write(cni.path().join("portmap"), b"").expect("writing a plugin");
+        let everything = |command: &str| Some(PathBuf::from("/usr/bin").join(command));
+        assert!(missing_pieces(&everything, cni.path()).is_none());
     }
 
     #[test]

@@ -41,6 +41,8 @@ use serde::{Deserialize, Serialize};
 pub use containerd::loaded_images;
 pub use host::PACKAGES;
 pub(crate) use host::check_prerequisites;
+#[cfg(test)]
+pub(crate) use host::find_command;
 pub use network::Network;
 pub(crate) use start::{NodeKubeconfigs, NodeStart};
 pub(crate) use teardown::{leftovers, teardown};
