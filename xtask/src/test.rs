@@ -2,7 +2,9 @@
 //!
 //! Builds the manager (the end-to-end tests run the real binary), brings the local control plane
 //! up, runs `cargo test --workspace`, and tears the cluster down again, even when tests fail, if
-//! this command was the one that started it. A cluster you started yourself is left running.
+//! this command was the one that started it: by crashing it and checking that `down` still
+//! removes everything (the ignored `crash_cleanup` test). A cluster you started yourself is left
+//! running.
 
 use std::process::Command;
 
@@ -48,12 +50,30 @@ pub fn run(test_args: &[String]) -> anyhow::Result<()> {
         args.push("--");
     }
     args.push("--show-output");
-    let tests = cargo(&args);
+    let tests = cargo(&args).context("tests failed");
+
+    // The last test crashes the cluster this command started and checks that `down` still
+    // removes everything; a cluster you started, or a filtered run, is left alone.
+    let crash = if already_running || !test_args.is_empty() {
+        Ok(())
+    } else {
+        cargo(&[
+            "test",
+            "--package",
+            "e2e",
+            "--test",
+            "crash_cleanup",
+            "--",
+            "--ignored",
+            "--show-output",
+        ])
+        .context("cleaning up after a crashed cluster failed")
+    };
 
     if !already_running && let Err(error) = cluster::run(ClusterCommand::Down) {
         eprintln!("warning: stopping the local cluster failed: {error:#}");
     }
-    tests.context("tests failed")
+    tests.and(crash)
 }
 
 fn cargo(args: &[&str]) -> anyhow::Result<()> {

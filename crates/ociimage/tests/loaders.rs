@@ -68,12 +68,8 @@ fn run(program: &str, args: &[&str]) -> Output {
 }
 
 fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 fn assert_labels(labels: &Value, how: &str) {
@@ -101,7 +97,10 @@ fn skopeo_reads_the_docker_archive_and_the_oci_layout_alike() {
         "skopeo",
         &["inspect", &format!("docker-archive:{archive}")],
     ));
-    let oci = json(&run("skopeo", &["inspect", &format!("oci-archive:{archive}")]));
+    let oci = json(&run(
+        "skopeo",
+        &["inspect", &format!("oci-archive:{archive}")],
+    ));
     assert_labels(&docker["Labels"], "docker-archive");
     assert_labels(&oci["Labels"], "oci-archive");
     // Both formats describe one image: the same configuration, and one layer, which Docker's
