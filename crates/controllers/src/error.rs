@@ -47,7 +47,29 @@ pub enum Error {
     #[error("the shared {resource} watch stopped before its cache was ready")]
     WatchStopped {
         /// The watched resource (plural name).
-        resource: &'static str,
+        resource: String,
+    },
+
+    /// The API server refused a shared watch before its first list: it can never fill its
+    /// cache as asked.
+    #[error("cannot watch {resource} (label selector {selector:?}): {reason}")]
+    WatchRefused {
+        /// The watched resource (plural name).
+        resource: String,
+        /// Its label selector (empty for every object).
+        selector: String,
+        /// Why, with the API server's message.
+        reason: String,
+    },
+
+    /// A controller stopped with an error; names which.
+    #[error("controller {controller} failed")]
+    Controller {
+        /// The controller's name.
+        controller: &'static str,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
     },
 }
 
@@ -89,7 +111,9 @@ impl Error {
             Error::MissingField { .. } => "missing_field",
             Error::Changed { .. } => "changed",
             Error::WatchStopped { .. } => "watch_stopped",
+            Error::WatchRefused { .. } => "watch_refused",
             Error::Serialize { .. } => "serialize",
+            Error::Controller { source, .. } => source.metric_label(),
         }
     }
 }
@@ -107,7 +131,10 @@ mod tests {
         assert_eq!(missing.metric_label(), "missing_field");
         assert_eq!(missing.to_string(), "Memcached is missing metadata.uid");
         assert_eq!(
-            Error::WatchStopped { resource: "pods" }.metric_label(),
+            Error::WatchStopped {
+                resource: "pods".into()
+            }
+            .metric_label(),
             "watch_stopped"
         );
     }

@@ -120,7 +120,10 @@ pub async fn run(
     let runs = controllers.iter().map(|c| {
         let (name, run, stop) = (c.name(), c.run(ctx.clone()), stop.clone());
         async move {
-            let result = run.await;
+            let result = run.await.map_err(|source| Error::Controller {
+                controller: name,
+                source: Box::new(source),
+            });
             if let Err(e) = &result {
                 tracing::error!(controller = name, error = %e, "controller failed; stopping the others");
                 stop.cancel();

@@ -1,16 +1,19 @@
-//! One watch per resource type, shared by every controller that needs it.
+//! One watch and cache per (type, label selector), shared by every controller that asks for it.
 //!
 //! Memcached and MyApp both own Deployments, and Memcached follows its Pods. Instead of a watch
 //! per controller (what `Controller::owns` does), [`SharedWatches`] runs one watch per type and
-//! keeps one cache ([`Store`]) of it, like controller-runtime's shared informers. Each change is
+//! selector, created by whichever controller asks first ([`SharedWatches::watch`]) and keeps one
+//! cache ([`Store`]) of it, like controller-runtime's shared informers. Any type can be watched,
+//! whole or as metadata only (`PartialObjectMeta<K>` is a type of its own). Each change is
 //! broadcast to every subscribed controller, which maps it to the custom resources to reconcile.
 //!
 //! kube-runtime's own shared streams (`Writer::new_shared`) do not broadcast deletions, and a
 //! deleted Deployment or Pod must trigger its owner, so the fan-out here is a small loop of ours
 //! over the plain watcher, feeding the store and a broadcast channel:
 //!
-//! - every added or changed object is broadcast (Pods only when their labels or deletion state
-//!   change: a metadata watch sees every status update, which the controllers do not need);
+//! - every added or changed object is broadcast when its [`WatchSpec`] says the change matters
+//!   (Pods only when their labels or deletion state change: a metadata watch sees every status
+//!   update, which the controllers do not need);
 //! - a deleted object is broadcast as last seen, after it left the cache;
 //! - after a re-list, objects that vanished meanwhile are broadcast as deletions and only
 //!   changed ones as updates;
@@ -19,17 +22,22 @@
 //!
 //! The Deployment and Pod watches select `app.kubernetes.io/managed-by=operator-manager`, so those
 //! caches hold only the workloads these controllers manage. Every other Deployment is watched as
-//! metadata only ([`SharedWatches::unmanaged_deployments`]): a custom resource must never take
-//! over a Deployment of its name that it does not control, and must notice at once when such a
-//! Deployment goes away. Pods are watched as metadata only too.
+//! metadata only ([`unmanaged_deployments`]): a custom resource must never take over a Deployment
+//! of its name that it does not control, and must notice at once when such a Deployment goes
+//! away. Pods are watched as metadata only too.
 //!
 //! What a controller never reads is dropped before it is cached (managed fields, annotations,
 //! most of a Deployment's pod template): on a cluster with thousands of workloads, the caches
 //! are most of the manager's heap. Each cache can carry secondary indexes ([`Index`]).
+//!
+//! A watch the API server refuses before its first list (a malformed selector, a type it does
+//! not serve, RBAC that does not allow listing it) stops, and [`Shared::ready`] says why, instead
+//! of retrying forever behind a cache that never fills.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -56,6 +64,95 @@ pub type PodMeta = PartialObjectMeta<Pod>;
 /// The metadata of a Deployment that no controller of ours manages (name and owners).
 pub type DeploymentMeta = PartialObjectMeta<Deployment>;
 
+/// What one shared watch covers, what its cache keeps of each object, and which changes its
+/// subscribers hear about.
+///
+/// One watch exists per type and selector: the first controller to ask for it decides what is
+/// kept and broadcast, so every controller should take the spec of a type from one place (the
+/// functions of this module, or the controller module that alone watches that type).
+#[derive(Clone, Debug)]
+pub struct WatchSpec<K> {
+    selector: String,
+    changed: fn(Option<&K>, &K) -> bool,
+    strip: fn(&mut K),
+}
+
+impl<K: Resource> WatchSpec<K> {
+    /// Every object of the type, kept whole; every new `resourceVersion` is broadcast.
+    pub fn all() -> Self {
+        Self {
+            selector: String::new(),
+            changed: new_version,
+            strip: |_| {},
+        }
+    }
+
+    /// Only the objects that match a label `selector` (`key=value,other!=x`, as `kubectl -l`).
+    pub fn labelled(selector: impl Into<String>) -> Self {
+        Self {
+            selector: selector.into(),
+            ..Self::all()
+        }
+    }
+
+    /// Drops what no controller reads before an object is cached.
+    #[must_use]
+    pub fn keeping(self, strip: fn(&mut K)) -> Self {
+        Self { strip, ..self }
+    }
+
+    /// Broadcasts a change only when `changed(cached, new)` says it matters (`cached` is `None`
+    /// for a new object).
+    #[must_use]
+    pub fn broadcasting(self, changed: fn(Option<&K>, &K) -> bool) -> Self {
+        Self { changed, ..self }
+    }
+
+    /// The label selector (empty for every object).
+    pub fn selector(&self) -> &str {
+        &self.selector
+    }
+}
+
+/// Whether `new` is a new object or a new version of `old`.
+fn new_version<K: Resource>(old: Option<&K>, new: &K) -> bool {
+    old.is_none_or(|old| old.meta().resource_version != new.meta().resource_version)
+}
+
+/// The managed Deployments of every namespace, without what no controller reads.
+pub fn managed_deployments() -> WatchSpec<Deployment> {
+    WatchSpec::labelled(labels::managed_selector()).keeping(strip_deployment)
+}
+
+/// The metadata of every Deployment these controllers do not manage; only its existence and its
+/// owners matter to a controller.
+pub fn unmanaged_deployments() -> WatchSpec<DeploymentMeta> {
+    WatchSpec::labelled(labels::unmanaged_selector())
+        .keeping(|meta: &mut DeploymentMeta| {
+            strip_metadata(&mut meta.metadata);
+            meta.metadata.labels = None;
+        })
+        .broadcasting(|old, new| {
+            old.is_none_or(|old| old.metadata.owner_references != new.metadata.owner_references)
+        })
+}
+
+/// The metadata of the managed Pods of every namespace; a change matters when it moves a pod
+/// between owners or starts its deletion.
+pub fn managed_pods() -> WatchSpec<PodMeta> {
+    WatchSpec::labelled(labels::managed_selector())
+        .keeping(|pod: &mut PodMeta| {
+            strip_metadata(&mut pod.metadata);
+            pod.metadata.owner_references = None;
+        })
+        .broadcasting(|old, new| {
+            old.is_none_or(|old| {
+                old.metadata.labels != new.metadata.labels
+                    || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+            })
+        })
+}
+
 /// The watches shared by the controllers of one [`crate::run`]; each starts on first use and
 /// stops with [`SharedWatches::stop`].
 #[derive(Clone)]
@@ -63,22 +160,29 @@ pub struct SharedWatches {
     inner: Arc<Inner>,
 }
 
+/// A watch's identity: the type it caches and its label selector.
+type WatchKey = (TypeId, String);
+
 struct Inner {
     client: kube::Client,
     stop: CancellationToken,
-    deployments: OnceLock<Shared<Deployment>>,
-    unmanaged_deployments: OnceLock<Shared<DeploymentMeta>>,
-    pods: OnceLock<Shared<PodMeta>>,
+    /// Each a `Shared<K>` of the key's type.
+    watches: Mutex<HashMap<WatchKey, Box<dyn Any + Send + Sync>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Debug for SharedWatches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = lock(&self.inner.watches).len();
         f.debug_struct("SharedWatches")
-            .field("deployments", &self.inner.deployments.get().is_some())
-            .field("pods", &self.inner.pods.get().is_some())
+            .field("watches", &count)
             .finish_non_exhaustive()
     }
+}
+
+/// Locks `mutex`; a poisoned lock only means a panic elsewhere, and what it guards stays valid.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SharedWatches {
@@ -88,141 +192,87 @@ impl SharedWatches {
             inner: Arc::new(Inner {
                 client,
                 stop,
-                deployments: OnceLock::new(),
-                unmanaged_deployments: OnceLock::new(),
-                pods: OnceLock::new(),
-                tasks: Mutex::new(Vec::new()),
+                watches: Mutex::default(),
+                tasks: Mutex::default(),
             }),
         }
     }
 
-    /// The managed Deployments of every namespace. Must be called within a tokio runtime.
-    pub fn deployments(&self) -> Shared<Deployment> {
-        self.inner
-            .deployments
-            .get_or_init(|| {
-                let api = Api::<Deployment>::all(self.inner.client.clone());
-                self.start(
-                    "deployments",
-                    api,
-                    &labels::managed_selector(),
-                    |old, new| {
-                        old.is_none_or(|old| {
-                            old.metadata.resource_version != new.metadata.resource_version
-                        })
-                    },
-                    strip_deployment,
-                )
-            })
-            .clone()
-    }
-
-    /// The metadata of every Deployment these controllers do not manage. Must be called within
-    /// a tokio runtime.
-    pub fn unmanaged_deployments(&self) -> Shared<DeploymentMeta> {
-        self.inner
-            .unmanaged_deployments
-            .get_or_init(|| {
-                let api = Api::<DeploymentMeta>::all(self.inner.client.clone());
-                self.start(
-                    "unmanaged deployments",
-                    api,
-                    &labels::unmanaged_selector(),
-                    // Only its existence and its owners matter to a controller.
-                    |old, new| {
-                        old.is_none_or(|old| {
-                            old.metadata.owner_references != new.metadata.owner_references
-                        })
-                    },
-                    |meta: &mut DeploymentMeta| {
-                        strip_metadata(&mut meta.metadata);
-                        meta.metadata.labels = None;
-                    },
-                )
-            })
-            .clone()
-    }
-
-    /// The metadata of the managed Pods of every namespace. Must be called within a tokio
-    /// runtime.
-    pub fn pods(&self) -> Shared<PodMeta> {
-        self.inner
-            .pods
-            .get_or_init(|| {
-                let api = Api::<PodMeta>::all(self.inner.client.clone());
-                self.start(
-                    "pods",
-                    api,
-                    &labels::managed_selector(),
-                    |old, new| {
-                        old.is_none_or(|old| {
-                            old.metadata.labels != new.metadata.labels
-                                || old.metadata.deletion_timestamp
-                                    != new.metadata.deletion_timestamp
-                        })
-                    },
-                    |pod: &mut PodMeta| {
-                        strip_metadata(&mut pod.metadata);
-                        pod.metadata.owner_references = None;
-                    },
-                )
-            })
-            .clone()
-    }
-
-    fn start<K>(
-        &self,
-        resource: &'static str,
-        api: Api<K>,
-        selector: &str,
-        changed: fn(Option<&K>, &K) -> bool,
-        strip: fn(&mut K),
-    ) -> Shared<K>
+    /// The shared watch of the objects of type `K` that `spec` selects, started now by the
+    /// first caller and shared with every later one. Must be called within a tokio runtime.
+    pub fn watch<K>(&self, spec: WatchSpec<K>) -> Shared<K>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
+        let key = (TypeId::of::<K>(), spec.selector.clone());
+        let mut watches = lock(&self.inner.watches);
+        if let Some(shared) = watches
+            .get(&key)
+            .and_then(|w| w.downcast_ref::<Shared<K>>())
+        {
+            return shared.clone();
+        }
+        let shared = self.start(spec);
+        watches.insert(key, Box::new(shared.clone()));
+        shared
+    }
+
+    /// The managed Deployments ([`managed_deployments`]).
+    pub fn deployments(&self) -> Shared<Deployment> {
+        self.watch(managed_deployments())
+    }
+
+    /// The Deployments nobody of ours manages ([`unmanaged_deployments`]).
+    pub fn unmanaged_deployments(&self) -> Shared<DeploymentMeta> {
+        self.watch(unmanaged_deployments())
+    }
+
+    /// The managed Pods ([`managed_pods`]).
+    pub fn pods(&self) -> Shared<PodMeta> {
+        self.watch(managed_pods())
+    }
+
+    fn start<K>(&self, spec: WatchSpec<K>) -> Shared<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let resource: Arc<str> = K::plural(&()).into();
         let writer = Writer::<K>::default();
         let store = writer.as_reader();
         let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
         let indexes: Arc<Mutex<Vec<Index<K>>>> = Arc::default();
-        let config = watcher::Config::default().labels(selector);
+        let refusal = Arc::new(Refusal::default());
+        let mut config = watcher::Config::default();
+        if !spec.selector.is_empty() {
+            config = config.labels(&spec.selector);
+        }
+        let api = Api::<K>::all(self.inner.client.clone());
         let events = kube::runtime::watcher(api, config)
             .backoff(crate::backoff::watch_backoff())
-            .modify(strip);
-        let task = tokio::spawn(fan_out(
+            .modify(spec.strip);
+        let shared = Shared {
             resource,
-            events,
-            Cache {
-                writer,
-                indexes: indexes.clone(),
-            },
-            tx.clone(),
-            changed,
-            self.inner.stop.clone(),
-        ));
-        self.inner
-            .tasks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(task);
-        Shared {
-            resource,
+            selector: spec.selector.into(),
             store,
             tx,
-            indexes,
-        }
+            indexes: indexes.clone(),
+            refusal,
+        };
+        let task = tokio::spawn(fan_out(
+            shared.clone(),
+            events,
+            Cache { writer, indexes },
+            spec.changed,
+            self.inner.stop.clone(),
+        ));
+        lock(&self.inner.tasks).push(task);
+        shared
     }
 
     /// Stops every watch and waits for them to end.
     pub async fn stop(&self) {
         self.inner.stop.cancel();
-        let tasks = std::mem::take(
-            &mut *self
-                .inner
-                .tasks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
         for task in tasks {
             if let Err(e) = task.await {
                 tracing::warn!(error = %e, "a shared watch task failed");
@@ -231,21 +281,60 @@ impl SharedWatches {
     }
 }
 
+/// Why the API server refused a watch before its first list, once it has.
+#[derive(Default)]
+struct Refusal {
+    refused: CancellationToken,
+    reason: Mutex<String>,
+}
+
+impl Refusal {
+    fn refuse(&self, reason: String) {
+        *lock(&self.reason) = reason;
+        self.refused.cancel();
+    }
+
+    fn reason(&self) -> String {
+        lock(&self.reason).clone()
+    }
+}
+
+/// Why a watch can never succeed as asked, judged from an error before its first list: the API
+/// server calls the request malformed (400, a bad selector), unauthorized (403) or for a type
+/// it does not serve (404). Anything else (it is unreachable, restarting, overloaded) is worth
+/// retrying.
+fn refusal_reason(error: &watcher::Error) -> Option<String> {
+    let watcher::Error::InitialListFailed(kube::Error::Api(status)) = error else {
+        return None;
+    };
+    let why = match status.code {
+        400 => "the API server calls the request malformed",
+        403 => "the manager's RBAC does not allow listing it (see the generated ClusterRole)",
+        404 => "the API server does not serve this type (is its CRD or API group installed?)",
+        _ => return None,
+    };
+    Some(format!("{why}: {}", status.message))
+}
+
 /// One shared watch: its cache, and a way to follow its changes.
 pub struct Shared<K: Resource<DynamicType = ()> + 'static> {
-    resource: &'static str,
+    resource: Arc<str>,
+    selector: Arc<str>,
     store: Store<K>,
     tx: broadcast::Sender<Arc<K>>,
     indexes: Arc<Mutex<Vec<Index<K>>>>,
+    refusal: Arc<Refusal>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
     fn clone(&self) -> Self {
         Self {
-            resource: self.resource,
+            resource: self.resource.clone(),
+            selector: self.selector.clone(),
             store: self.store.clone(),
             tx: self.tx.clone(),
             indexes: self.indexes.clone(),
+            refusal: self.refusal.clone(),
         }
     }
 }
@@ -254,6 +343,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Debug for Shared<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
             .field("resource", &self.resource)
+            .field("selector", &self.selector)
             .finish_non_exhaustive()
     }
 }
@@ -270,16 +360,22 @@ where
     /// Waits until the cache holds a complete list, or `cancel` fires (then returns `Ok(false)`).
     ///
     /// # Errors
-    /// [`Error::WatchStopped`] when the watch ended before its first list.
+    /// [`Error::WatchRefused`] when the API server refused the watch before its first list;
+    /// [`Error::WatchStopped`] when it ended before its first list for another reason.
     pub async fn ready(&self, cancel: &CancellationToken) -> Result<bool, Error> {
         tokio::select! {
             biased;
             () = cancel.cancelled() => Ok(false),
+            () = self.refusal.refused.cancelled() => Err(Error::WatchRefused {
+                resource: self.resource.to_string(),
+                selector: self.selector.to_string(),
+                reason: self.refusal.reason(),
+            }),
             ready = self.store.wait_until_ready() => match ready {
                 Ok(()) => Ok(true),
                 // The watch stops with the shutdown that cancels us: that is no failure.
                 Err(_) if cancel.is_cancelled() => Ok(false),
-                Err(_) => Err(Error::WatchStopped { resource: self.resource }),
+                Err(_) => Err(Error::WatchStopped { resource: self.resource.to_string() }),
             },
         }
     }
@@ -288,10 +384,7 @@ where
     /// cache holds now) by the first controller that asks, and shared by every later one. The
     /// name is what identifies it: ask for one name with one key function.
     pub fn index(&self, name: &'static str, key_of: KeyFn<K>) -> Index<K> {
-        let mut indexes = self
-            .indexes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut indexes = lock(&self.indexes);
         if let Some(index) = indexes.iter().find(|i| i.name() == name) {
             return index.clone();
         }
@@ -306,7 +399,7 @@ where
     /// Every change from now on: objects added, changed or deleted (deleted ones as last seen).
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let state = Subscriber {
-            resource: self.resource,
+            resource: self.resource.clone(),
             rx: self.tx.subscribe(),
             store: self.store.clone(),
             backlog: Vec::new(),
@@ -320,7 +413,7 @@ where
                     Ok(obj) => return Some((obj, s)),
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::warn!(
-                            resource = s.resource,
+                            resource = &*s.resource,
                             missed,
                             "subscriber fell behind; resyncing it from the cache"
                         );
@@ -334,7 +427,7 @@ where
 }
 
 struct Subscriber<K: Resource<DynamicType = ()> + 'static> {
-    resource: &'static str,
+    resource: Arc<str>,
     rx: broadcast::Receiver<Arc<K>>,
     store: Store<K>,
     backlog: Vec<Arc<K>>,
@@ -346,19 +439,21 @@ struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
     indexes: Arc<Mutex<Vec<Index<K>>>>,
 }
 
-/// Applies watch events to the cache and broadcasts what changed, until `stop`.
+/// Applies watch events to the cache and broadcasts what changed, until `stop`, or until the
+/// API server refuses the watch before its first list.
 async fn fan_out<K>(
-    resource: &'static str,
+    shared: Shared<K>,
     events: impl Stream<Item = watcher::Result<Event<K>>> + Send,
     mut cache: Cache<K>,
-    tx: broadcast::Sender<Arc<K>>,
     changed: fn(Option<&K>, &K) -> bool,
     stop: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
+    let (resource, selector) = (&*shared.resource, &*shared.selector);
     let mut events = std::pin::pin!(events);
-    tracing::debug!(resource, "shared watch started");
+    let mut listed = false;
+    tracing::debug!(resource, selector, "shared watch started");
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => break,
@@ -367,17 +462,23 @@ async fn fan_out<K>(
         let event = match event {
             None => break,
             Some(Err(e)) => {
-                tracing::warn!(resource, error = %e, "shared watch failed; retrying with backoff");
+                if !listed && let Some(reason) = refusal_reason(&e) {
+                    tracing::error!(resource, selector, %reason, "shared watch refused; stopping it");
+                    shared.refusal.refuse(reason);
+                    break;
+                }
+                tracing::warn!(resource, selector, error = %e, "shared watch failed; retrying with backoff");
                 continue;
             }
             Some(Ok(event)) => event,
         };
+        listed |= matches!(event, Event::InitDone);
         for obj in cache.apply(&event, changed) {
             // An error only means nobody subscribes right now.
-            let _ = tx.send(obj);
+            let _ = shared.tx.send(obj);
         }
     }
-    tracing::debug!(resource, "shared watch stopped");
+    tracing::debug!(resource, selector, "shared watch stopped");
 }
 
 impl<K> Cache<K>
@@ -387,10 +488,7 @@ where
     /// Applies one event to the cache and its indexes, and returns the objects to broadcast.
     fn apply(&mut self, event: &Event<K>, changed: fn(Option<&K>, &K) -> bool) -> Vec<Arc<K>> {
         let store = self.writer.as_reader();
-        let indexes = self
-            .indexes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let indexes = lock(&self.indexes);
         match event {
             Event::Apply(obj) => {
                 let key = ObjectRef::from_obj(obj);
@@ -480,6 +578,7 @@ fn strip_deployment(deployment: &mut Deployment) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
 
     fn deployment(name: &str, rv: &str) -> Deployment {
@@ -494,8 +593,20 @@ mod tests {
         }
     }
 
-    fn rv_changed(old: Option<&Deployment>, new: &Deployment) -> bool {
-        old.is_none_or(|old| old.metadata.resource_version != new.metadata.resource_version)
+    /// A shared watch of Deployments without a watch behind it.
+    fn shared(
+        store: Store<Deployment>,
+        tx: broadcast::Sender<Arc<Deployment>>,
+        indexes: Arc<Mutex<Vec<Index<Deployment>>>>,
+    ) -> Shared<Deployment> {
+        Shared {
+            resource: "deployments".into(),
+            selector: "".into(),
+            store,
+            tx,
+            indexes,
+            refusal: Arc::default(),
+        }
     }
 
     fn names(objs: &[Arc<Deployment>]) -> Vec<String> {
@@ -514,14 +625,13 @@ mod tests {
             indexes: Arc::default(),
         };
         let store = cache.writer.as_reader();
-        let shared = Shared {
-            resource: "deployments",
-            store: store.clone(),
-            tx: broadcast::channel(1).0,
-            indexes: cache.indexes.clone(),
-        };
+        let shared = shared(
+            store.clone(),
+            broadcast::channel(1).0,
+            cache.indexes.clone(),
+        );
         let by_rv = shared.index("rv", |d: &Deployment| d.metadata.resource_version.clone());
-        let mut step = |event: Event<Deployment>| names(&cache.apply(&event, rv_changed));
+        let mut step = |event: Event<Deployment>| names(&cache.apply(&event, new_version));
 
         assert!(step(Event::Init).is_empty());
         assert!(step(Event::InitApply(deployment("a", "1"))).is_empty());
@@ -564,12 +674,7 @@ mod tests {
         writer.apply_watcher_event(&Event::InitDone);
         writer.apply_watcher_event(&Event::Apply(deployment("cached", "1")));
         let (tx, _) = broadcast::channel(2);
-        let shared = Shared {
-            resource: "deployments",
-            store,
-            tx: tx.clone(),
-            indexes: Arc::default(),
-        };
+        let shared = shared(store, tx.clone(), Arc::default());
         let mut sub = std::pin::pin!(shared.subscribe());
         for i in 0..5 {
             let _ = tx.send(Arc::new(deployment(&format!("x{i}"), "1")));
@@ -582,5 +687,122 @@ mod tests {
         );
         let next = sub.next().await.and_then(|d| d.metadata.name.clone());
         assert_eq!(next.as_deref(), Some("x3"), "then the channel continues");
+    }
+
+    /// An API server that answers every request with a failure of `code`, and remembers the
+    /// query of each.
+    #[derive(Clone)]
+    struct Failing {
+        code: u16,
+        queries: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl tower::Service<http::Request<kube::client::Body>> for Failing {
+        type Response = http::Response<kube::client::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            lock(&self.queries).push(query);
+            let status = serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "BadRequest", "code": self.code,
+                "message": "unable to parse requirement: found '!', expected: identifier"
+            });
+            let mut response =
+                http::Response::new(kube::client::Body::from(status.to_string().into_bytes()));
+            *response.status_mut() = http::StatusCode::from_u16(self.code).unwrap_or_default();
+            std::future::ready(Ok(response))
+        }
+    }
+
+    fn watches_answering(code: u16) -> (SharedWatches, Arc<Mutex<Vec<String>>>) {
+        let server = Failing {
+            code,
+            queries: Arc::default(),
+        };
+        let queries = server.queries.clone();
+        let client = kube::Client::new(server, "default");
+        (
+            SharedWatches::new(client, CancellationToken::new()),
+            queries,
+        )
+    }
+
+    #[tokio::test]
+    async fn one_watch_per_type_and_selector_shared_by_every_asker() {
+        let (watches, _) = watches_answering(500);
+        let first = watches.watch(WatchSpec::<ConfigMap>::labelled("team=blue"));
+        let again = watches.watch(WatchSpec::<ConfigMap>::labelled("team=blue"));
+        assert!(
+            Arc::ptr_eq(&first.refusal, &again.refusal),
+            "the same type and selector share one watch"
+        );
+        let other = watches.watch(WatchSpec::<ConfigMap>::labelled("team=red"));
+        assert!(!Arc::ptr_eq(&first.refusal, &other.refusal));
+        let metadata = watches.watch(WatchSpec::<PartialObjectMeta<ConfigMap>>::labelled(
+            "team=blue",
+        ));
+        assert!(!Arc::ptr_eq(&first.refusal, &metadata.refusal));
+        assert_eq!(&*first.resource, "configmaps");
+        assert_eq!(lock(&watches.inner.watches).len(), 3);
+        watches.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_refused_watch_fails_ready_with_the_selector_and_the_reason() {
+        let (watches, queries) = watches_answering(400);
+        let shared = watches.watch(WatchSpec::<ConfigMap>::labelled("team!!=blue"));
+        let error = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            shared.ready(&CancellationToken::new()),
+        )
+        .await
+        .expect("a refusal ends the wait")
+        .expect_err("the watch was refused");
+        let message = error.to_string();
+        assert!(matches!(error, Error::WatchRefused { .. }), "{message}");
+        for expected in [
+            "cannot watch configmaps",
+            "label selector \"team!!=blue\"",
+            "malformed",
+            "unable to parse requirement",
+        ] {
+            assert!(message.contains(expected), "{expected:?} in {message}");
+        }
+        assert!(
+            lock(&queries)
+                .iter()
+                .any(|q| q.contains("labelSelector=team%21%21%3Dblue")),
+            "the selector was sent: {:?}",
+            lock(&queries)
+        );
+        watches.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_server_error_is_retried_not_refused() {
+        let (watches, queries) = watches_answering(500);
+        let shared = watches.watch(WatchSpec::<ConfigMap>::all());
+        let retried = async {
+            while lock(&queries).len() < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), retried)
+            .await
+            .expect("the list is retried");
+        let cancel = CancellationToken::new();
+        let ready = futures::FutureExt::now_or_never(shared.ready(&cancel));
+        assert!(ready.is_none(), "still waiting for the first list");
+        watches.stop().await;
     }
 }
