@@ -30,4 +30,10 @@ pub mod condition {
     pub const PROGRESSING: &str = "Progressing";
     /// Reconciliation is blocked on something a user must fix; the reason and message say what.
     pub const DEGRADED: &str = "Degraded";
+
+    /// A status that reports conditions.
+    pub trait Conditions {
+        /// The conditions, as reported.
+        fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition];
+    }
 }

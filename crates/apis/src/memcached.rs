@@ -84,6 +84,12 @@ pub struct MemcachedStatus {
     pub conditions: Vec<Condition>,
 }
 
+impl crate::condition::Conditions for MemcachedStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,6 +84,12 @@ pub struct MyAppStatus {
     pub conditions: Vec<Condition>,
 }
 
+impl crate::condition::Conditions for MyAppStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ pub enum Error {
     #[error("{kind} is missing {field}")]
     MissingField {
         /// The kind of the object.
-        kind: &'static str,
+        kind: std::borrow::Cow<'static, str>,
         /// The missing field, as a JSON path.
         field: &'static str,
     },
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn labels_are_bounded_and_distinct() {
         let missing = Error::MissingField {
-            kind: "Memcached",
+            kind: "Memcached".into(),
             field: "metadata.uid",
         };
         assert_eq!(missing.metric_label(), "missing_field");

@@ -1,5 +1,7 @@
 //! Labels the controllers put on what they own, and label values that are always valid.
 
+use std::collections::BTreeMap;
+
 /// `app.kubernetes.io/managed-by` on every object the controllers own. The shared Deployment and
 /// Pod watches select on it, so the manager caches only its own workloads.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -14,6 +16,14 @@ pub const INSTANCE: &str = "app.kubernetes.io/instance";
 pub const PART_OF: &str = "app.kubernetes.io/part-of";
 /// The value of [`PART_OF`].
 pub const PLATFORM: &str = "operator-platform";
+
+/// `labels` plus the labels of everything the controllers own: [`MANAGED_BY`] (which the
+/// shared watches select on) and [`PART_OF`].
+pub fn managed(mut labels: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels.insert(MANAGED_BY.to_owned(), MANAGER.to_owned());
+    labels.insert(PART_OF.to_owned(), PLATFORM.to_owned());
+    labels
+}
 
 /// The label selector of the shared watches: only objects these controllers manage.
 pub fn managed_selector() -> String {

@@ -11,6 +11,7 @@
 //! controller module ([`memcached`], [`myapp`]) only says what triggers it and how to reconcile.
 
 pub mod backoff;
+pub mod builder;
 pub mod driver;
 pub mod error;
 pub mod events;
@@ -26,9 +27,7 @@ pub mod watches;
 pub mod workload;
 
 pub use error::Error;
-pub use memcached::MemcachedController;
 pub use metrics::Metrics;
-pub use myapp::MyAppController;
 pub use rbac::PolicyRule;
 pub use watches::SharedWatches;
 
@@ -156,9 +155,49 @@ pub trait ManagedController: Send + Sync {
     fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>>;
 }
 
+/// A controller as its module declares it: a name, its RBAC rules and how to run it.
+#[derive(Clone, Copy, Debug)]
+pub struct Registration {
+    /// See [`ManagedController::name`].
+    pub name: &'static str,
+    /// See [`ManagedController::rbac_rules`].
+    pub rbac_rules: &'static [PolicyRule],
+    /// See [`ManagedController::run`].
+    pub run: fn(RunContext) -> BoxFuture<'static, Result<(), Error>>,
+}
+
+impl Registration {
+    /// The controller `name`, needing `rbac_rules`, run by `run`.
+    pub const fn new(
+        name: &'static str,
+        rbac_rules: &'static [PolicyRule],
+        run: fn(RunContext) -> BoxFuture<'static, Result<(), Error>>,
+    ) -> Self {
+        Self {
+            name,
+            rbac_rules,
+            run,
+        }
+    }
+}
+
+impl ManagedController for Registration {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn rbac_rules(&self) -> &'static [PolicyRule] {
+        self.rbac_rules
+    }
+
+    fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>> {
+        (self.run)(ctx)
+    }
+}
+
 /// Every controller in the workspace, in a stable order.
 pub fn all() -> Vec<Box<dyn ManagedController>> {
-    vec![Box::new(MemcachedController), Box::new(MyAppController)]
+    vec![Box::new(memcached::CONTROLLER), Box::new(myapp::CONTROLLER)]
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! # Reconcile
 //! 1. A Deployment of the same name that this `Memcached` does not control is left untouched:
 //!    the status says `Degraded` (`DeploymentNotOwned`), a Warning Event says why, and the check
-//!    repeats every [`FOREIGN_RECHECK`] (or on any change to the `Memcached`).
+//!    repeats every [`owned::FOREIGN_RECHECK`] (or on any change to the `Memcached`).
 //! 2. Otherwise the desired Deployment is server-side applied (field manager
 //!    [`FIELD_MANAGER`], forced): created when missing, put back when scaled or edited by hand.
 //!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
@@ -23,29 +23,25 @@
 //!    passes through waits up to [`crate::workload::PROGRESS_HOLD`] for the next.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use apis::{Memcached, MemcachedStatus};
-use futures::StreamExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, ContainerPort};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::Api;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::driver::{Driver, Outcome};
-use crate::events::{EVENTS_FLUSH, Events};
+use crate::builder::Builder;
+use crate::driver::Outcome;
 use crate::index::Index;
-use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
-use crate::rbac::{self, MANAGE, STATUS};
-use crate::status::{self, Rollout, merge_conditions, not_owned_conditions};
+use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
+use crate::rbac;
+use crate::status;
 use crate::watches::PodMeta;
-use crate::workload::{StatusWrite, StatusWriter, WithStatus};
-use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
+use crate::workload::StatusWrite;
+use crate::{Error, PolicyRule, Registration, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "memcached";
@@ -71,105 +67,36 @@ pub const RUN_AS_USER: i64 = 11211;
 /// `-m 64`, not the tutorial's `-m=64`: memcached reads short options with getopt, which hands
 /// it `=64`; that parses as 0 MB and memcached 1.6 refuses to start.
 pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
-/// How often a `Memcached` blocked by a foreign Deployment checks again.
-pub const FOREIGN_RECHECK: Duration = Duration::from_secs(120);
-
-const KIND: &str = "Memcached";
-
-static RULES: [PolicyRule; 7] = [
-    PolicyRule {
-        api_groups: &["cache.example.com"],
-        resources: &["memcacheds"],
-        verbs: MANAGE,
-    },
-    PolicyRule {
-        api_groups: &["cache.example.com"],
-        resources: &["memcacheds/status"],
-        verbs: STATUS,
-    },
-    PolicyRule {
-        api_groups: &["cache.example.com"],
-        resources: &["memcacheds/finalizers"],
-        verbs: &["update"],
-    },
-    rbac::DEPLOYMENTS,
-    PolicyRule {
-        api_groups: &[""],
-        resources: &["pods"],
-        verbs: &["get", "list", "watch"],
-    },
-    rbac::EVENTS[0],
-    rbac::EVENTS[1],
-];
 
 /// The Memcached controller, as registered in [`crate::all`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MemcachedController;
+pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::pin(run(ctx)));
 
-impl ManagedController for MemcachedController {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+static RULES: [PolicyRule; 7] = crate::controller_rules!(
+    "cache.example.com",
+    "memcacheds",
+    rbac::DEPLOYMENTS,
+    rbac::PODS_READ
+);
 
-    fn rbac_rules(&self) -> &'static [PolicyRule] {
-        &RULES
-    }
-
-    fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>> {
-        Box::pin(run(ctx))
-    }
-}
-
-/// What every reconcile of this controller uses.
+/// What every reconcile of this controller uses: what every Deployment owner uses, and the
+/// pods by `Memcached`.
 struct Context {
-    status: StatusWriter<Memcached>,
-    events: Events,
-    deployments: OwnedDeployments,
+    owner: OwnerTools<Memcached>,
     pods: Index<PodMeta>,
 }
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
-    let deployments = ctx.watches.deployments();
-    let unmanaged = ctx.watches.unmanaged_deployments();
     let pods = ctx.watches.pods();
-    for ready in [
-        deployments.ready(&ctx.shutdown).await?,
-        unmanaged.ready(&ctx.shutdown).await?,
-        pods.ready(&ctx.shutdown).await?,
-    ] {
-        if !ready {
-            return Ok(());
-        }
-    }
-    let driver = Driver::<Memcached>::new(NAME, &ctx);
-    let (reader, writer) = reflector::store();
-    let resources = driver.watch_resources(Api::all(ctx.client.clone()), writer);
-
-    let by_deployment = owned::deployment_triggers(reader.clone(), &deployments, &unmanaged);
-    let by_pod = {
-        let reader = reader.clone();
-        pods.subscribe()
-            .filter_map(move |p| std::future::ready(for_pod(&reader, &p)))
-    };
-    let controller = Controller::for_stream(resources, reader)
-        .reconcile_on(driver.track(by_deployment))
-        .reconcile_on(driver.track(by_pod));
-
-    let (events, publisher) = Events::start(ctx.client.clone(), NAME, &ctx.options.instance);
-    let context = Arc::new(Context {
-        status: StatusWriter::new(ctx.client.clone()),
-        events,
-        deployments: OwnedDeployments::new(
-            ctx.client.clone(),
-            deployments.store(),
-            unmanaged.store(),
-            FIELD_MANAGER,
-        ),
+    let (builder, deployments) =
+        OwnedDeployments::declare(Builder::<Memcached>::new(NAME, &ctx), FIELD_MANAGER);
+    let context = |tools| Context {
+        owner: OwnerTools::new(tools, deployments),
         pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),
-    });
-    let result = driver.run(controller, reconcile, context).await;
-    publisher.finish(EVENTS_FLUSH).await;
-    result
+    };
+    builder
+        .watches(&pods, for_pod)
+        .run(context, reconcile)
+        .await
 }
 
 /// The name of the pod index of this controller: pods by [`pod_index_key`].
@@ -224,16 +151,10 @@ pub fn selector_labels(memcached_name: &str) -> BTreeMap<String, String> {
 /// `app.kubernetes.io/*` labels.
 pub fn object_labels(memcached_name: &str) -> BTreeMap<String, String> {
     let mut all = selector_labels(memcached_name);
-    all.extend([
-        (labels::NAME.to_owned(), APP.to_owned()),
-        (
-            labels::INSTANCE.to_owned(),
-            labels::label_value(memcached_name),
-        ),
-        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-        (labels::PART_OF.to_owned(), labels::PLATFORM.to_owned()),
-    ]);
-    all
+    all.insert(labels::NAME.to_owned(), APP.to_owned());
+    let instance = labels::label_value(memcached_name);
+    all.insert(labels::INSTANCE.to_owned(), instance);
+    labels::managed(all)
 }
 
 /// The Deployment a `Memcached` asks for.
@@ -256,6 +177,7 @@ pub fn desired_deployment(mc: &Memcached) -> Result<Deployment, Error> {
     };
     owned::desired_deployment(
         mc,
+        mc.spec.size,
         object_labels(&name),
         selector_labels(&name),
         container,
@@ -296,97 +218,45 @@ pub fn desired_status(
     nodes: Vec<String>,
     now: &Time,
 ) -> MemcachedStatus {
-    let old = mc.status.clone().unwrap_or_default();
-    let generation = mc.metadata.generation;
-    let (ready_replicas, conditions) = match deployment {
-        Some(d) => {
-            let rollout = Rollout::of(mc.spec.size, d);
-            (rollout.ready, rollout.conditions())
-        }
-        None => {
-            let namespace = mc.namespace().unwrap_or_default();
-            (0, not_owned_conditions(&namespace, &mc.name_any(), KIND))
-        }
-    };
+    let reported = status::report(mc, mc.spec.size, deployment, now);
     MemcachedStatus {
         nodes,
-        ready_replicas,
-        observed_generation: generation,
-        conditions: merge_conditions(&old.conditions, conditions, generation, now),
+        ready_replicas: reported.ready,
+        observed_generation: reported.observed_generation,
+        conditions: reported.conditions,
     }
 }
 
 async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-    owned::report_failure(mc.as_ref(), &ctx.events, reconcile_inner(&mc, &ctx).await)
-}
-
-async fn reconcile_inner(mc: &Memcached, ctx: &Context) -> Result<Outcome, Error> {
-    let mc = &*ctx.status.latest(mc);
+    let (owner, pods) = (&ctx.owner, &ctx.pods);
+    let mc = &*owner.status.latest(&mc);
     if mc.metadata.deletion_timestamp.is_some() {
         // Being deleted: the garbage collector removes the Deployment; applying now would only
         // recreate what it deletes.
         return Ok(Outcome::Done);
     }
-    let deployment = match ctx
+    let desired = desired_deployment(mc)?;
+    let ensured = owner
         .deployments
-        .ensure(mc, &desired_deployment(mc)?, &ctx.events)
-        .await?
-    {
-        Ensured::NamespaceTerminating => return Ok(Outcome::Done),
-        // The Deployment's watch event brings the news (and this object back).
-        Ensured::Pending { recheck } => return Ok(Outcome::RequeueAfter(recheck)),
-        Ensured::Foreign => None,
-        Ensured::Ready(deployment) => Some(deployment),
+        .ensure(mc, &desired, &owner.events)
+        .await?;
+    let deployment = match ensured.proceed() {
+        ControlFlow::Continue(deployment) => deployment,
+        ControlFlow::Break(outcome) => return Ok(outcome),
     };
 
     let namespace = mc.namespace().unwrap_or_default();
     let name = mc.name_any();
-    let pods = ctx.pods.get(&pods_key(&namespace, &name));
+    let pods = pods.get(&pods_key(&namespace, &name));
     let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
     let status = desired_status(mc, deployment.as_deref(), nodes, &crate::status::now());
     let progress = status::progress(mc.spec.size, deployment.as_deref(), mc.current_conditions());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
-    let written = ctx.status.write(mc, status, progress).await?;
+    let written = owner.status.write(mc, status, progress).await?;
     if written == StatusWrite::Written {
         tracing::debug!(nodes, ready, "status changed");
     }
-    Ok(match (written, deployment) {
-        (StatusWrite::Held { retry }, _) => Outcome::RequeueAfter(retry),
-        (_, None) => Outcome::RequeueAfter(FOREIGN_RECHECK),
-        (_, Some(_)) => Outcome::Done,
-    })
-}
-
-impl WithStatus for Memcached {
-    type Status = MemcachedStatus;
-
-    fn status(&self) -> Option<&MemcachedStatus> {
-        self.status.as_ref()
-    }
-
-    fn set_status(&mut self, status: MemcachedStatus) {
-        self.status = Some(status);
-    }
-}
-
-impl DeploymentOwner for Memcached {
-    const KIND: &'static str = KIND;
-    const CONTAINER: &'static str = CONTAINER;
-
-    fn desired_replicas(&self) -> i32 {
-        self.spec.size
-    }
-
-    fn desired_image(&self) -> &str {
-        &self.spec.image
-    }
-
-    fn current_conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default()
-    }
+    Ok(owned::after_status(written, deployment.as_deref()))
 }
 
 #[cfg(test)]
@@ -434,19 +304,7 @@ mod tests {
         let d = desired_deployment(&memcached("memcached-sample", 3)).expect("desired deployment");
         assert_eq!(d.metadata.name.as_deref(), Some("memcached-sample"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
-        let owner = &d
-            .metadata
-            .owner_references
-            .as_ref()
-            .expect("owner references")[0];
-        assert_eq!(
-            (owner.kind.as_str(), owner.uid.as_str()),
-            ("Memcached", "uid-1")
-        );
-        assert_eq!(
-            (owner.controller, owner.block_owner_deletion),
-            (Some(true), Some(true))
-        );
+        crate::workload::assert_owned_workload(&d, "Memcached", "uid-1");
 
         let labels = d.metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels["app"], "memcached");
@@ -459,22 +317,6 @@ mod tests {
         assert_eq!(spec.replicas, Some(3));
         let selector = spec.selector.match_labels.clone().unwrap_or_default();
         assert_eq!(selector, selector_labels("memcached-sample"));
-        let template_labels = spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
-        assert!(
-            selector
-                .iter()
-                .all(|(k, v)| template_labels.get(k) == Some(v)),
-            "the selector selects the pods"
-        );
-        assert!(
-            template_labels.contains_key(labels::MANAGED_BY),
-            "the shared pod watch sees the pods"
-        );
 
         let pod = spec.template.spec.as_ref().expect("pod spec");
         assert_eq!(pod.containers.len(), 1);
@@ -547,7 +389,7 @@ mod tests {
     }
 
     fn store_of(memcacheds: Vec<Memcached>) -> Store<Memcached> {
-        let mut writer = reflector::store::Writer::default();
+        let mut writer = kube::runtime::reflector::store::Writer::default();
         for mc in memcacheds {
             writer.apply_watcher_event(&watcher::Event::Apply(mc));
         }
@@ -690,50 +532,10 @@ mod tests {
 
     #[test]
     fn rbac_rules_cover_what_the_controller_does() {
-        let rules = MemcachedController.rbac_rules();
-        let allows = |group: &str, resource: &str, verb: &str| {
-            rules.iter().any(|r| {
-                r.api_groups.contains(&group)
-                    && r.resources.contains(&resource)
-                    && r.verbs.contains(&verb)
-            })
-        };
-        for verb in [
-            "get", "list", "watch", "create", "update", "patch", "delete",
-        ] {
-            assert!(
-                allows("cache.example.com", "memcacheds", verb),
-                "memcacheds {verb}"
-            );
-            assert!(allows("apps", "deployments", verb), "deployments {verb}");
-        }
-        for verb in ["get", "update", "patch"] {
-            assert!(
-                allows("cache.example.com", "memcacheds/status", verb),
-                "status {verb}"
-            );
-        }
-        assert!(allows(
-            "cache.example.com",
-            "memcacheds/finalizers",
-            "update"
-        ));
+        let rules = CONTROLLER.rbac_rules;
+        rbac::assert_deployment_owner_rules(rules, "cache.example.com", "memcacheds");
         for verb in ["get", "list", "watch"] {
-            assert!(allows("", "pods", verb), "pods {verb}");
+            assert!(rbac::allows(rules, "", "pods", verb), "pods {verb}");
         }
-        for group in ["", "events.k8s.io"] {
-            assert!(
-                allows(group, "events", "create") && allows(group, "events", "patch"),
-                "events in {group:?}"
-            );
-        }
-        let no_wildcards = rules.iter().all(|r| {
-            r.api_groups
-                .iter()
-                .chain(r.resources)
-                .chain(r.verbs)
-                .all(|s| !s.contains('*'))
-        });
-        assert!(no_wildcards);
     }
 }

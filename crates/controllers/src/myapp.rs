@@ -16,26 +16,21 @@
 //! [`crate::workload::PROGRESS_HOLD`] for the next).
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use apis::{MyApp, MyAppStatus};
-use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::Api;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector;
 
-use crate::driver::{Driver, Outcome};
-use crate::events::{EVENTS_FLUSH, Events};
-use crate::memcached::FOREIGN_RECHECK;
-use crate::owned::{self, DeploymentOwner, Ensured, OwnedDeployments};
-use crate::rbac::{self, MANAGE, STATUS};
-use crate::status::{self, Rollout, merge_conditions, not_owned_conditions};
-use crate::workload::{StatusWrite, StatusWriter, WithStatus};
-use crate::{Error, ManagedController, PolicyRule, RunContext, labels};
+use crate::builder::Builder;
+use crate::driver::Outcome;
+use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
+use crate::rbac;
+use crate::status;
+use crate::{Error, Registration, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "myapp";
@@ -51,79 +46,19 @@ pub const CONTAINER: &str = "app";
 /// OpenShift.
 pub const RUN_AS_USER: i64 = 65532;
 
-const KIND: &str = "MyApp";
-
-static RULES: [PolicyRule; 6] = [
-    PolicyRule {
-        api_groups: &["myscheme.example.com"],
-        resources: &["myapps"],
-        verbs: MANAGE,
-    },
-    PolicyRule {
-        api_groups: &["myscheme.example.com"],
-        resources: &["myapps/status"],
-        verbs: STATUS,
-    },
-    PolicyRule {
-        api_groups: &["myscheme.example.com"],
-        resources: &["myapps/finalizers"],
-        verbs: &["update"],
-    },
-    rbac::DEPLOYMENTS,
-    rbac::EVENTS[0],
-    rbac::EVENTS[1],
-];
-
 /// The MyApp controller, as registered in [`crate::all`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MyAppController;
-
-impl ManagedController for MyAppController {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn rbac_rules(&self) -> &'static [PolicyRule] {
-        &RULES
-    }
-
-    fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>> {
-        Box::pin(run(ctx))
-    }
-}
-
-struct Context {
-    status: StatusWriter<MyApp>,
-    events: Events,
-    deployments: OwnedDeployments,
-}
+pub const CONTROLLER: Registration = Registration::new(
+    NAME,
+    &crate::controller_rules!("myscheme.example.com", "myapps", rbac::DEPLOYMENTS),
+    |ctx| Box::pin(run(ctx)),
+);
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
-    let deployments = ctx.watches.deployments();
-    let unmanaged = ctx.watches.unmanaged_deployments();
-    if !deployments.ready(&ctx.shutdown).await? || !unmanaged.ready(&ctx.shutdown).await? {
-        return Ok(());
-    }
-    let driver = Driver::<MyApp>::new(NAME, &ctx);
-    let (reader, writer) = reflector::store();
-    let resources = driver.watch_resources(Api::all(ctx.client.clone()), writer);
-    let by_deployment = owned::deployment_triggers(reader.clone(), &deployments, &unmanaged);
-    let controller =
-        Controller::for_stream(resources, reader).reconcile_on(driver.track(by_deployment));
-    let (events, publisher) = Events::start(ctx.client.clone(), NAME, &ctx.options.instance);
-    let context = Arc::new(Context {
-        status: StatusWriter::new(ctx.client.clone()),
-        events,
-        deployments: OwnedDeployments::new(
-            ctx.client.clone(),
-            deployments.store(),
-            unmanaged.store(),
-            FIELD_MANAGER,
-        ),
-    });
-    let result = driver.run(controller, reconcile, context).await;
-    publisher.finish(EVENTS_FLUSH).await;
-    result
+    let builder = Builder::<MyApp>::new(NAME, &ctx);
+    let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
+    builder
+        .run(|tools| OwnerTools::new(tools, deployments), reconcile)
+        .await
 }
 
 /// The labels that select a `MyApp`'s pods.
@@ -136,123 +71,54 @@ pub fn selector_labels(myapp_name: &str) -> BTreeMap<String, String> {
 
 /// Every label of the Deployment and its pods.
 pub fn object_labels(myapp_name: &str) -> BTreeMap<String, String> {
-    let mut all = selector_labels(myapp_name);
-    all.extend([
-        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-        (labels::PART_OF.to_owned(), labels::PLATFORM.to_owned()),
-    ]);
-    all
+    labels::managed(selector_labels(myapp_name))
 }
 
-/// The Deployment a `MyApp` asks for.
-///
-/// # Errors
-/// [`Error::MissingField`] when `app` lacks a namespace or uid (it was not read from the server).
+/// The Deployment a `MyApp` asks for: `spec.replicas` pods running `spec.image`, or
+/// [`Error::MissingField`] when `app` was not read from the API server.
 pub fn desired_deployment(app: &MyApp) -> Result<Deployment, Error> {
-    let name = app.name_any();
     let container = Container {
-        name: CONTAINER.to_owned(),
         image: Some(app.spec.image.clone()),
+        name: CONTAINER.to_owned(),
         ..Container::default()
     };
-    owned::desired_deployment(
-        app,
-        object_labels(&name),
-        selector_labels(&name),
-        container,
-        RUN_AS_USER,
-    )
+    let (replicas, name) = (app.spec.replicas, app.name_any());
+    let (labels, selector) = (object_labels(&name), selector_labels(&name));
+    owned::desired_deployment(app, replicas, labels, selector, container, RUN_AS_USER)
 }
 
 /// The status a `MyApp` should report, given its Deployment (`None` when blocked by a foreign
 /// one).
 pub fn desired_status(app: &MyApp, deployment: Option<&Deployment>, now: &Time) -> MyAppStatus {
-    let old = app.status.clone().unwrap_or_default();
-    let generation = app.metadata.generation;
-    let (replicas, ready_replicas, conditions) = match deployment {
-        Some(d) => {
-            let rollout = Rollout::of(app.spec.replicas, d);
-            (rollout.replicas, rollout.ready, rollout.conditions())
-        }
-        None => (
-            0,
-            0,
-            not_owned_conditions(&app.namespace().unwrap_or_default(), &app.name_any(), KIND),
-        ),
-    };
+    let reported = status::report(app, app.spec.replicas, deployment, now);
     MyAppStatus {
-        replicas,
-        ready_replicas,
-        observed_generation: generation,
-        conditions: merge_conditions(&old.conditions, conditions, generation, now),
+        replicas: reported.replicas,
+        ready_replicas: reported.ready,
+        observed_generation: reported.observed_generation,
+        conditions: reported.conditions,
     }
 }
 
-async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-    owned::report_failure(app.as_ref(), &ctx.events, reconcile_inner(&app, &ctx).await)
-}
-
-async fn reconcile_inner(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
-    let app = &*ctx.status.latest(app);
+async fn reconcile(app: Arc<MyApp>, ctx: Arc<OwnerTools<MyApp>>) -> Result<Outcome, Error> {
+    let app = &*ctx.status.latest(&app);
     if app.metadata.deletion_timestamp.is_some() {
         return Ok(Outcome::Done);
     }
+    let desired = desired_deployment(app)?;
     let deployment = match ctx
         .deployments
-        .ensure(app, &desired_deployment(app)?, &ctx.events)
+        .ensure(app, &desired, &ctx.events)
         .await?
+        .proceed()
     {
-        Ensured::NamespaceTerminating => return Ok(Outcome::Done),
-        // The Deployment's watch event brings the news (and this object back).
-        Ensured::Pending { recheck } => return Ok(Outcome::RequeueAfter(recheck)),
-        Ensured::Foreign => None,
-        Ensured::Ready(deployment) => Some(deployment),
+        ControlFlow::Continue(deployment) => deployment,
+        ControlFlow::Break(outcome) => return Ok(outcome),
     };
     let status = desired_status(app, deployment.as_deref(), &crate::status::now());
-    let progress = status::progress(
-        app.spec.replicas,
-        deployment.as_deref(),
-        app.current_conditions(),
-    );
-    Ok(
-        match (ctx.status.write(app, status, progress).await?, deployment) {
-            (StatusWrite::Held { retry }, _) => Outcome::RequeueAfter(retry),
-            (_, None) => Outcome::RequeueAfter(FOREIGN_RECHECK),
-            (_, Some(_)) => Outcome::Done,
-        },
-    )
-}
-
-impl WithStatus for MyApp {
-    type Status = MyAppStatus;
-
-    fn status(&self) -> Option<&MyAppStatus> {
-        self.status.as_ref()
-    }
-
-    fn set_status(&mut self, status: MyAppStatus) {
-        self.status = Some(status);
-    }
-}
-
-impl DeploymentOwner for MyApp {
-    const KIND: &'static str = KIND;
-    const CONTAINER: &'static str = CONTAINER;
-
-    fn desired_replicas(&self) -> i32 {
-        self.spec.replicas
-    }
-
-    fn desired_image(&self) -> &str {
-        &self.spec.image
-    }
-
-    fn current_conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default()
-    }
+    let replicas = app.spec.replicas;
+    let progress = status::progress(replicas, deployment.as_deref(), app.current_conditions());
+    let written = ctx.status.write(app, status, progress).await?;
+    Ok(owned::after_status(written, deployment.as_deref()))
 }
 
 #[cfg(test)]
@@ -290,28 +156,7 @@ mod tests {
         assert_eq!(pod.containers.len(), 1);
         assert_eq!(pod.containers[0].name, "app");
         assert_eq!(pod.containers[0].image.as_deref(), Some("nginx:1.29"));
-        let owner = &d
-            .metadata
-            .owner_references
-            .as_ref()
-            .expect("owner references")[0];
-        assert_eq!(
-            (owner.kind.as_str(), owner.controller),
-            ("MyApp", Some(true))
-        );
-        let selector = spec.selector.match_labels.clone().unwrap_or_default();
-        let template_labels = spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
-        assert!(
-            selector
-                .iter()
-                .all(|(k, v)| template_labels.get(k) == Some(v))
-        );
-        assert_eq!(template_labels[labels::MANAGED_BY], labels::MANAGER);
+        crate::workload::assert_owned_workload(&d, "MyApp", "uid-2");
         crate::workload::assert_restricted(&d);
     }
 
@@ -383,24 +228,10 @@ mod tests {
 
     #[test]
     fn rbac_rules_cover_what_the_controller_does() {
-        let rules = MyAppController.rbac_rules();
-        let allows = |group: &str, resource: &str, verb: &str| {
-            rules.iter().any(|r| {
-                r.api_groups.contains(&group)
-                    && r.resources.contains(&resource)
-                    && r.verbs.contains(&verb)
-            })
-        };
-        for verb in [
-            "get", "list", "watch", "create", "update", "patch", "delete",
-        ] {
-            assert!(
-                allows("myscheme.example.com", "myapps", verb),
-                "myapps {verb}"
-            );
-            assert!(allows("apps", "deployments", verb), "deployments {verb}");
-        }
-        assert!(allows("myscheme.example.com", "myapps/status", "patch"));
-        assert!(allows("events.k8s.io", "events", "create") && allows("", "events", "patch"));
+        rbac::assert_deployment_owner_rules(
+            CONTROLLER.rbac_rules,
+            "myscheme.example.com",
+            "myapps",
+        );
     }
 }

@@ -4,10 +4,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use apis::condition::Conditions;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
@@ -16,27 +17,32 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::Error;
+use crate::builder::{Builder, Tools};
+use crate::driver::Outcome;
 use crate::events::Events;
 use crate::status::{REASON_NOT_OWNED, reports};
-use crate::watches::{DeploymentMeta, Shared};
-use crate::workload::{self, Existing};
+use crate::watches::DeploymentMeta;
+use crate::workload::{self, Existing, StatusWrite, StatusWriter, WithStatus};
 
-/// A custom resource that owns one Deployment of its own name and namespace.
-pub trait DeploymentOwner: Resource<DynamicType = ()> {
-    /// The kind, for messages and Events.
-    const KIND: &'static str;
-    /// The container whose image the Events talk about.
-    const CONTAINER: &'static str;
-    /// The replicas the owner asks for.
-    fn desired_replicas(&self) -> i32;
-    /// The image the owner asks for.
-    fn desired_image(&self) -> &str;
+/// How often an owner blocked by a foreign Deployment checks again, besides on every change to
+/// it or to that Deployment.
+pub const FOREIGN_RECHECK: Duration = Duration::from_secs(120);
+
+/// A custom resource that owns one Deployment of its own name and namespace: any namespaced
+/// custom resource whose status reports conditions.
+pub trait DeploymentOwner: WithStatus<Status: Conditions> {
     /// The conditions its status reports now.
-    fn current_conditions(&self) -> &[Condition];
+    fn current_conditions(&self) -> &[Condition] {
+        self.status()
+            .map(Conditions::conditions)
+            .unwrap_or_default()
+    }
 }
 
+impl<K: WithStatus<Status: Conditions>> DeploymentOwner for K {}
+
 /// The Deployment `owner` asks for: its own name and namespace, a controller owner reference,
-/// [`DeploymentOwner::desired_replicas`] pods labelled `labels` and selected by `selector`, each
+/// `replicas` pods labelled `labels` and selected by `selector`, each
 /// running `container` as `run_as_user` under the `restricted` Pod Security Standard.
 ///
 /// # Errors
@@ -44,13 +50,14 @@ pub trait DeploymentOwner: Resource<DynamicType = ()> {
 /// server).
 pub fn desired_deployment<K: DeploymentOwner>(
     owner: &K,
+    replicas: i32,
     labels: BTreeMap<String, String>,
     selector: BTreeMap<String, String>,
     container: Container,
     run_as_user: i64,
 ) -> Result<Deployment, Error> {
     let namespace = owner.namespace().ok_or(Error::MissingField {
-        kind: K::KIND,
+        kind: K::kind(&()),
         field: "metadata.namespace",
     })?;
     let container = Container {
@@ -66,7 +73,7 @@ pub fn desired_deployment<K: DeploymentOwner>(
             ..ObjectMeta::default()
         },
         spec: DeploymentSpec {
-            replicas: Some(owner.desired_replicas()),
+            replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(selector),
                 match_expressions: None,
@@ -106,6 +113,55 @@ pub enum Ensured {
     Foreign,
     /// The namespace is being deleted: nothing to do, the owner goes with it.
     NamespaceTerminating,
+}
+
+impl Ensured {
+    /// The Deployment the owner's status reports (`None` when a foreign one blocks it), or what
+    /// the reconcile asks for when it ends here.
+    pub fn proceed(self) -> ControlFlow<Outcome, Option<Arc<Deployment>>> {
+        match self {
+            Ensured::Ready(deployment) => ControlFlow::Continue(Some(deployment)),
+            Ensured::Foreign => ControlFlow::Continue(None),
+            // The Deployment's watch event brings the news (and the owner back).
+            Ensured::Pending { recheck } => ControlFlow::Break(Outcome::RequeueAfter(recheck)),
+            Ensured::NamespaceTerminating => ControlFlow::Break(Outcome::Done),
+        }
+    }
+}
+
+/// What an owner's reconcile asks for once its status is written: the end of a held write,
+/// else another look at a foreign Deployment that blocks it (`deployment` is `None`), else
+/// nothing until the next event.
+pub fn after_status(written: StatusWrite, deployment: Option<&Deployment>) -> Outcome {
+    match (written, deployment) {
+        (StatusWrite::Held { retry }, _) => Outcome::RequeueAfter(retry),
+        (_, None) => Outcome::RequeueAfter(FOREIGN_RECHECK),
+        (_, Some(_)) => Outcome::Done,
+    }
+}
+
+/// What every Deployment owner's reconcile uses: its status writer, its Event recorder and the
+/// writer of its Deployments.
+#[derive(Debug)]
+pub struct OwnerTools<K: WithStatus> {
+    /// Writes the owner's status once per change.
+    pub status: StatusWriter<K>,
+    /// The controller's Event recorder.
+    pub events: Events,
+    /// Writes the owner's Deployment.
+    pub deployments: OwnedDeployments,
+}
+
+impl<K: WithStatus> OwnerTools<K> {
+    /// From what the builder hands a starting controller, and the `deployments` writer from
+    /// [`OwnedDeployments::declare`].
+    pub fn new(tools: Tools<K>, deployments: OwnedDeployments) -> Self {
+        Self {
+            status: StatusWriter::new(tools.client),
+            events: tools.events,
+            deployments,
+        }
+    }
 }
 
 /// How long a write of ours may go unseen by the cache before it counts as lost (the object
@@ -173,35 +229,16 @@ impl Written {
     }
 }
 
-/// The custom resources of kind `K` that Deployment changes concern: each changed Deployment's
-/// controller, or for a Deployment that no `K` controls, the `K` of the same name if there is
-/// one (it reports the clash, and takes the name once the Deployment is gone).
-pub fn deployment_triggers<K>(
-    owners: Store<K>,
-    managed: &Shared<Deployment>,
-    unmanaged: &Shared<DeploymentMeta>,
-) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+/// The custom resource of kind `K` a Deployment change concerns: the Deployment's controller,
+/// or for a Deployment that no `K` controls, the `K` of the same name if there is one (it
+/// reports the clash, and takes the name once the Deployment is gone).
+pub fn owner_of<K, D>(owners: &Store<K>, deployment: &D) -> Option<ObjectRef<K>>
 where
-    K: DeploymentOwner + Clone + Send + Sync + 'static,
+    K: DeploymentOwner + Clone,
+    D: Resource,
 {
-    let of_managed = {
-        let owners = owners.clone();
-        managed
-            .subscribe()
-            .filter_map(move |d| std::future::ready(owner_of(&owners, d.as_ref())))
-    };
-    let of_unmanaged = unmanaged
-        .subscribe()
-        .filter_map(move |d| std::future::ready(owner_of(&owners, d.as_ref())));
-    futures::stream::select(of_managed, of_unmanaged)
-}
-
-pub(crate) fn owner_of<K: DeploymentOwner + Clone>(
-    owners: &Store<K>,
-    deployment: &impl Resource,
-) -> Option<ObjectRef<K>> {
     let namespace = deployment.namespace()?;
-    if let Some(owner) = workload::controller_of(deployment, &K::api_version(&()), K::KIND) {
+    if let Some(owner) = workload::controller_of(deployment, &K::api_version(&()), &K::kind(&())) {
         return Some(ObjectRef::new(&owner.name).within(&namespace));
     }
     let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
@@ -223,7 +260,7 @@ fn report_foreign<K: DeploymentOwner>(owner: &K, events: &Events) {
     let note = format!(
         "Deployment {namespace}/{name} exists and is not controlled by this {kind}; it is left \
          untouched. Delete or rename it, or rename the {kind}.",
-        kind = K::KIND
+        kind = K::kind(&())
     );
     tracing::warn!("{note}");
     if !reports(
@@ -244,6 +281,30 @@ impl std::fmt::Debug for OwnedDeployments {
 }
 
 impl OwnedDeployments {
+    /// Declares that each custom resource of `builder` owns one Deployment of its own name:
+    /// changes to the managed Deployments, and to the others, trigger their owner (see
+    /// [`owner_of`]). Returns the builder and what writes those Deployments as `field_manager`.
+    pub fn declare<K>(builder: Builder<K>, field_manager: &'static str) -> (Builder<K>, Self)
+    where
+        K: DeploymentOwner + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    {
+        let ctx = builder.context();
+        let (managed, unmanaged) = (
+            ctx.watches.deployments(),
+            ctx.watches.unmanaged_deployments(),
+        );
+        let writer = Self::new(
+            ctx.client.clone(),
+            managed.store(),
+            unmanaged.store(),
+            field_manager,
+        );
+        let builder = builder
+            .watches(&managed, owner_of)
+            .watches(&unmanaged, owner_of);
+        (builder, writer)
+    }
+
     /// Deployments written under `field_manager`, found through the shared caches of the
     /// `managed` Deployments and the `unmanaged` rest.
     pub fn new(
@@ -275,7 +336,7 @@ impl OwnedDeployments {
         events: &Events,
     ) -> Result<Ensured, Error> {
         let missing = |field| Error::MissingField {
-            kind: K::KIND,
+            kind: K::kind(&()),
             field,
         };
         let name = owner.name_any();
@@ -299,7 +360,7 @@ impl OwnedDeployments {
             match self.create(&namespace, desired).await? {
                 Created::Done(created) => {
                     self.remember(key, desired_hash, &created);
-                    announce(events, &regarding, &existing, owner);
+                    announce(events, &regarding, &existing, desired);
                     return Ok(Ensured::Pending {
                         recheck: UNSEEN_FOR,
                     });
@@ -364,7 +425,7 @@ impl OwnedDeployments {
             self.saw(&key, &current);
             return Ok(Ensured::Ready(current));
         }
-        announce(events, &regarding, &Existing::Owned(current), owner);
+        announce(events, &regarding, &Existing::Owned(current), desired);
         Ok(Ensured::Pending {
             recheck: UNSEEN_FOR,
         })
@@ -446,33 +507,30 @@ fn hash_of(desired: &Deployment) -> Result<u64, Error> {
     Ok(hasher.finish())
 }
 
-/// Passes `result` through, first queueing a `ReconcileFailed` Warning Event on `owner` when
-/// it is an error, so a user sees failures with `kubectl describe` as well as in the logs.
-pub fn report_failure<K, T>(
-    owner: &K,
-    events: &Events,
-    result: Result<T, Error>,
-) -> Result<T, Error>
-where
-    K: Resource<DynamicType = ()>,
-{
-    if let Err(e) = &result {
-        let note = format!("Reconciling failed, will retry: {e}");
-        events.warning(&owner.object_ref(&()), "ReconcileFailed", "Reconcile", note);
-    }
-    result
-}
-
 /// Events for what applying changed: a new Deployment, a new replica count, a new (or restored)
 /// image.
-fn announce<K: DeploymentOwner>(
+fn announce(
     events: &Events,
     regarding: &k8s_openapi::api::core::v1::ObjectReference,
     existing: &Existing,
-    owner: &K,
+    desired: &Deployment,
 ) {
-    let name = owner.name_any();
-    let (replicas, image) = (owner.desired_replicas(), owner.desired_image());
+    let name = desired.name_any();
+    let replicas = desired.spec.replicas.unwrap_or(1);
+    let images = |d: &Deployment| -> Vec<(String, Option<String>)> {
+        let pod = d.spec.template.spec.as_ref();
+        pod.map(|p| &p.containers)
+            .into_iter()
+            .flatten()
+            .map(|c| (c.name.clone(), c.image.clone()))
+            .collect()
+    };
+    let wanted = images(desired);
+    let image = wanted
+        .iter()
+        .filter_map(|(_, image)| image.as_deref())
+        .collect::<Vec<_>>()
+        .join(", ");
     match existing {
         Existing::Missing => {
             let note = format!("Created Deployment {name} with {replicas} replicas of {image}");
@@ -484,14 +542,8 @@ fn announce<K: DeploymentOwner>(
                 let note = format!("Scaled Deployment {name} from {had} to {replicas} replicas");
                 events.normal(regarding, "Scaled", "ScaleDeployment", note);
             }
-            let had_image = current
-                .spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|p| p.containers.iter().find(|c| c.name == K::CONTAINER))
-                .and_then(|c| c.image.as_deref());
-            if had_image != Some(image) {
+            let running = images(current);
+            if wanted.iter().any(|w| !running.contains(w)) {
                 let note = format!("Set the image of Deployment {name} to {image}");
                 events.normal(regarding, "Updated", "UpdateDeployment", note);
             }

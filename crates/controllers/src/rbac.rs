@@ -43,3 +43,83 @@ pub const EVENTS: [PolicyRule; 2] = [
         verbs: &["create", "patch"],
     },
 ];
+
+/// The rules of a controller of the custom resource `plural` in API `group`: manage it, write its
+/// status and finalizers, and record Events (every controller's [`crate::builder::Builder`]
+/// has a recorder); then the `extra` rules for what else it watches or owns.
+///
+/// ```ignore
+/// static RULES: &[PolicyRule] = &controller_rules!("cache.example.com", "memcacheds", DEPLOYMENTS);
+/// ```
+#[macro_export]
+macro_rules! controller_rules {
+    ($group:literal, $plural:literal $(, $extra:expr)* $(,)?) => {
+        [
+            $crate::rbac::PolicyRule {
+                api_groups: &[$group],
+                resources: &[$plural],
+                verbs: $crate::rbac::MANAGE,
+            },
+            $crate::rbac::PolicyRule {
+                api_groups: &[$group],
+                resources: &[concat!($plural, "/status")],
+                verbs: $crate::rbac::STATUS,
+            },
+            $crate::rbac::PolicyRule {
+                api_groups: &[$group],
+                resources: &[concat!($plural, "/finalizers")],
+                verbs: &["update"],
+            },
+            $crate::rbac::EVENTS[0],
+            $crate::rbac::EVENTS[1],
+            $($extra),*
+        ]
+    };
+}
+
+/// Pods read through a shared cache.
+pub const PODS_READ: PolicyRule = PolicyRule {
+    api_groups: &[""],
+    resources: &["pods"],
+    verbs: &["get", "list", "watch"],
+};
+
+/// Whether `rules` allow `verb` on `resource` (`memcacheds/status` for a subresource) in the API
+/// `group` (`""` for the core group).
+pub fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        r.api_groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb)
+    })
+}
+
+/// Asserts that `rules` cover what every controller of a custom resource that owns a Deployment
+/// does: manage the resource (`plural` in `group`), its status and finalizers, its Deployments,
+/// and Events, all without wildcards.
+#[cfg(test)]
+pub(crate) fn assert_deployment_owner_rules(rules: &[PolicyRule], group: &str, plural: &str) {
+    for verb in MANAGE {
+        assert!(allows(rules, group, plural, verb), "{plural} {verb}");
+        assert!(
+            allows(rules, "apps", "deployments", verb),
+            "deployments {verb}"
+        );
+    }
+    for verb in STATUS {
+        let status = format!("{plural}/status");
+        assert!(allows(rules, group, &status, verb), "{status} {verb}");
+    }
+    let finalizers = format!("{plural}/finalizers");
+    assert!(allows(rules, group, &finalizers, "update"), "{finalizers}");
+    for group in ["", "events.k8s.io"] {
+        for verb in ["create", "patch"] {
+            assert!(
+                allows(rules, group, "events", verb),
+                "events {verb} in {group:?}"
+            );
+        }
+    }
+    let words = rules
+        .iter()
+        .flat_map(|r| r.api_groups.iter().chain(r.resources).chain(r.verbs));
+    assert!(words.clone().all(|w| !w.contains('*')), "no wildcards");
+}

@@ -5,6 +5,9 @@ use apis::condition::{AVAILABLE, DEGRADED, PROGRESSING};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::owned::DeploymentOwner;
 
 /// Condition reason when a Deployment of the custom resource's name exists and something else
 /// controls it.
@@ -194,6 +197,52 @@ impl Rollout {
             ),
         };
         [available, progressing, degraded]
+    }
+}
+
+/// What every owner of one Deployment reports in its status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reported {
+    /// Pods of the Deployment.
+    pub replicas: i32,
+    /// Ready pods.
+    pub ready: i32,
+    /// The owner's `metadata.generation` this report is about.
+    pub observed_generation: Option<i64>,
+    /// `Available`, `Progressing` and `Degraded`; those whose status holds keep their
+    /// transition time.
+    pub conditions: Vec<Condition>,
+}
+
+/// What `owner`, asking for `desired` replicas, reports given its Deployment (`None` when a
+/// foreign one blocks it), at `now`.
+pub fn report<K: DeploymentOwner>(
+    owner: &K,
+    desired: i32,
+    deployment: Option<&Deployment>,
+    now: &Time,
+) -> Reported {
+    let generation = owner.meta().generation;
+    let (replicas, ready, conditions) = match deployment {
+        Some(d) => {
+            let rollout = Rollout::of(desired, d);
+            (rollout.replicas, rollout.ready, rollout.conditions())
+        }
+        None => {
+            let namespace = owner.namespace().unwrap_or_default();
+            let kind = K::kind(&());
+            (
+                0,
+                0,
+                not_owned_conditions(&namespace, &owner.name_any(), &kind),
+            )
+        }
+    };
+    Reported {
+        replicas,
+        ready,
+        observed_generation: generation,
+        conditions: merge_conditions(owner.current_conditions(), conditions, generation, now),
     }
 }
 

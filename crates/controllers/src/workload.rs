@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::object::HasStatus;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -113,7 +114,7 @@ pub fn controller_of<'a>(
 /// [`Error::MissingField`] when `owner` has no name or uid (it was not read from the API server).
 pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Result<OwnerReference, Error> {
     let mut reference = owner.controller_owner_ref(&()).ok_or(Error::MissingField {
-        kind: "owner",
+        kind: K::kind(&()),
         field: "metadata.uid",
     })?;
     reference.block_owner_deletion = Some(true);
@@ -160,19 +161,24 @@ pub async fn apply_deployment(
         .await?)
 }
 
-/// A custom resource with a status subresource.
+/// A namespaced custom resource with a status subresource: every `#[derive(CustomResource)]`
+/// type with `#[kube(status = ...)]` (through kube's [`HasStatus`]).
 pub trait WithStatus:
     Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + HasStatus<Status: Clone + PartialEq + Serialize>
     + Clone
     + DeserializeOwned
     + std::fmt::Debug
 {
-    /// Its status.
-    type Status: Clone + PartialEq + Serialize;
-    /// The status as read.
-    fn status(&self) -> Option<&Self::Status>;
-    /// Replaces the status.
-    fn set_status(&mut self, status: Self::Status);
+}
+
+impl<K> WithStatus for K where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + HasStatus<Status: Clone + PartialEq + Serialize>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+{
 }
 
 /// Writes the status of one kind of custom resource, once per change.
@@ -269,7 +275,7 @@ impl<K: WithStatus> StatusWriter<K> {
         match written.last.get(&key) {
             Some(last) if last.before.as_deref() == obj.resource_version().as_deref() => {
                 let mut newer = obj.clone();
-                newer.set_status(last.status.clone());
+                *newer.status_mut() = Some(last.status.clone());
                 Cow::Owned(newer)
             }
             Some(_) => {
@@ -347,7 +353,7 @@ where
     S: Serialize,
 {
     let namespace = obj.namespace().ok_or(Error::MissingField {
-        kind: "object",
+        kind: K::kind(&()),
         field: "metadata.namespace",
     })?;
     let patch = serde_json::json!({ "status": status });
@@ -394,6 +400,45 @@ fn runtime_default_seccomp() -> SeccompProfile {
         type_: "RuntimeDefault".to_owned(),
         localhost_profile: None,
     }
+}
+
+/// Checks that a desired Deployment is controlled by its owner (of `kind`, with `uid`), that
+/// its selector selects its own pods, and that the shared pod watch sees them (for tests of
+/// each controller's desired Deployment).
+#[cfg(test)]
+pub fn assert_owned_workload(deployment: &Deployment, kind: &str, uid: &str) {
+    let owners = deployment
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default();
+    let owner = owners.first().expect("an owner reference");
+    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), (kind, uid));
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    let spec = &deployment.spec;
+    let selector = spec.selector.match_labels.clone().unwrap_or_default();
+    let template_labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    assert!(
+        selector
+            .iter()
+            .all(|(k, v)| template_labels.get(k) == Some(v)),
+        "the selector selects the pods"
+    );
+    assert_eq!(
+        template_labels
+            .get(crate::labels::MANAGED_BY)
+            .map(String::as_str),
+        Some(crate::labels::MANAGER),
+        "the shared pod watch sees the pods"
+    );
 }
 
 /// Checks a pod template against the `restricted` Pod Security Standard's container rules (for

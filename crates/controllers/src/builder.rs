@@ -1,0 +1,206 @@
+//! What a controller declares, in the spirit of controller-runtime's builder: the custom
+//! resource it is `for`, the children it [`owns`](Builder::owns), other caches it
+//! [`watches`](Builder::watches) with a mapping to its resources, and one reconcile function.
+//! Everything else is the same for every controller and happens in [`Builder::run`]: waiting
+//! for the shared caches to fill, the custom resources' own watch and cache, the driver (metrics,
+//! backoff, concurrency, shutdown), the Event recorder, and a `ReconcileFailed` Warning Event on
+//! the object whenever a reconcile fails.
+//!
+//! ```ignore
+//! Builder::<Memcached>::new(NAME, &ctx)
+//!     .owns(&ctx.watches.deployments())
+//!     .watches(&ctx.watches.pods(), for_pod)
+//!     .run(|tools| Context { .. }, reconcile)
+//!     .await
+//! ```
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::driver::{Driver, Outcome};
+use crate::events::{EVENTS_FLUSH, Events};
+use crate::watches::Shared;
+use crate::{Error, RunContext, workload};
+
+/// Maps an object of a watched cache to the custom resource it concerns, given the cache of
+/// those custom resources; `None` when it concerns none.
+pub type MapFn<K, C> = fn(&Store<K>, &C) -> Option<ObjectRef<K>>;
+
+/// A controller for the custom resources of type `K`, being declared.
+pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
+    name: &'static str,
+    ctx: RunContext,
+    store: Store<K>,
+    writer: Writer<K>,
+    /// Waits for each watched cache's first list: `Ok(false)` when shutdown came first.
+    caches: Vec<BoxFuture<'static, Result<bool, Error>>>,
+    triggers: Vec<BoxStream<'static, ObjectRef<K>>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Builder<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("watches", &self.triggers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a controller's context is built from when it starts.
+#[derive(Clone)]
+pub struct Tools<K: Resource<DynamicType = ()> + 'static> {
+    /// Client with the manager's identity.
+    pub client: kube::Client,
+    /// The controller's Event recorder.
+    pub events: Events,
+    /// The cache of the custom resources.
+    pub store: Store<K>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Debug for Tools<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tools").finish_non_exhaustive()
+    }
+}
+
+/// The driver's context: the controller's own, and the recorder for failure Events.
+struct Scoped<C> {
+    context: Arc<C>,
+    events: Events,
+}
+
+impl<K> Builder<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// The controller called `name` (its metrics label, configuration key and log field), for
+    /// the custom resources of type `K`, run with what `ctx` provides.
+    pub fn new(name: &'static str, ctx: &RunContext) -> Self {
+        let writer = Writer::default();
+        Self {
+            name,
+            ctx: ctx.clone(),
+            store: writer.as_reader(),
+            writer,
+            caches: Vec::new(),
+            triggers: Vec::new(),
+        }
+    }
+
+    /// The cache of the custom resources (filled once the controller runs).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// What the controller runs with: the client, the shared watches, the options.
+    pub fn context(&self) -> &RunContext {
+        &self.ctx
+    }
+
+    /// Reconciles the custom resource that `map` names for every change `cache` broadcasts.
+    #[must_use]
+    pub fn watches<C>(mut self, cache: &Shared<C>, map: MapFn<K, C>) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let (ready, shutdown) = (cache.clone(), self.ctx.shutdown.clone());
+        self.caches
+            .push(async move { ready.ready(&shutdown).await }.boxed());
+        let store = self.store.clone();
+        let triggers = cache
+            .subscribe()
+            .filter_map(move |obj| std::future::ready(map(&store, &obj)));
+        self.triggers.push(triggers.boxed());
+        self
+    }
+
+    /// Reconciles the custom resource that controls each changed child in `children`: the
+    /// owner reference marked `controller` that names a `K`.
+    #[must_use]
+    pub fn owns<C>(self, children: &Shared<C>) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        self.watches(children, controller_of::<K, C>)
+    }
+
+    /// Runs the controller until shutdown: waits for every watched cache, builds the context
+    /// with `context`, and reconciles with `reconcile`. A failed reconcile is retried with
+    /// backoff and reported as a `ReconcileFailed` Warning Event on the object.
+    ///
+    /// # Errors
+    /// When a watched cache cannot be filled ([`Error::WatchRefused`], [`Error::WatchStopped`]).
+    pub async fn run<C, F, Fut>(
+        self,
+        context: impl FnOnce(Tools<K>) -> C,
+        reconcile: F,
+    ) -> Result<(), Error>
+    where
+        C: Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<C>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
+    {
+        for ready in self.caches {
+            if !ready.await? {
+                return Ok(());
+            }
+        }
+        let client = self.ctx.client.clone();
+        let driver = Driver::<K>::new(self.name, &self.ctx);
+        let resources = driver.watch_resources(Api::all(client.clone()), self.writer);
+        let controller = self.triggers.into_iter().fold(
+            Controller::for_stream(resources, self.store.clone()),
+            |controller, triggers| controller.reconcile_on(driver.track(triggers)),
+        );
+        let (events, publisher) =
+            Events::start(client.clone(), self.name, &self.ctx.options.instance);
+        let scoped = Arc::new(Scoped {
+            context: Arc::new(context(Tools {
+                client,
+                events: events.clone(),
+                store: self.store,
+            })),
+            events,
+        });
+        let reconcile_reporting = move |obj: Arc<K>, scoped: Arc<Scoped<C>>| {
+            let reconcile = reconcile.clone();
+            async move {
+                let result = reconcile(obj.clone(), scoped.context.clone()).await;
+                if let Err(e) = &result {
+                    let note = format!("Reconciling failed, will retry: {e}");
+                    scoped.events.warning(
+                        &obj.object_ref(&()),
+                        "ReconcileFailed",
+                        "Reconcile",
+                        note,
+                    );
+                }
+                result
+            }
+        };
+        let result = driver.run(controller, reconcile_reporting, scoped).await;
+        publisher.finish(EVENTS_FLUSH).await;
+        result
+    }
+}
+
+/// The `K` that controls `child`, by its controller owner reference.
+pub fn controller_of<K, C>(_: &Store<K>, child: &C) -> Option<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+    C: Resource,
+{
+    let owner = workload::controller_of(child, &K::api_version(&()), &K::kind(&()))?;
+    Some(ObjectRef::new(&owner.name).within(&child.namespace()?))
+}
