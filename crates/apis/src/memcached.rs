@@ -73,6 +73,11 @@ pub struct MemcachedStatus {
     #[serde(default)]
     pub ready_replicas: i32,
 
+    /// The Service in front of the memcached pods (same name, port `memcached`), once it
+    /// exists; clients connect to `<service>.<namespace>.svc:11211`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+
     /// The `metadata.generation` this status describes; when it lags behind, the controller has
     /// not yet acted on the latest spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,8 +1,9 @@
 //! The shared driver: runs a kube [`Controller`] for a custom resource with the same metrics,
 //! backoff, tracing, concurrency bound and graceful shutdown for every controller.
 //!
-//! A controller module builds its `Controller` (what triggers it) and writes a reconcile
-//! function returning [`Outcome`]; [`Driver::run`] does the rest:
+//! The [`crate::builder::Builder`] builds the `Controller` from what a controller declares, and
+//! the controller writes a reconcile function returning [`Outcome`]; [`Driver::run`] does the
+//! rest:
 //!
 //! - each reconcile runs in a `reconcile` span with `controller`, `namespace` and `name`;
 //! - `controller_runtime_reconcile_total{controller,result}`, `..._errors_total`,

@@ -5,13 +5,15 @@
 //! configuration switches off), and `cargo xtask manifests` renders the ClusterRole from the same
 //! list, so the permissions in a user's cluster can never drift from what the code does.
 //!
-//! [`run`] runs the enabled controllers together: one watch and cache per resource type shared
-//! by all of them ([`watches`]), and one driver ([`driver`]) that gives every controller the same
-//! metrics, per-object backoff, tracing span, concurrency bound and graceful shutdown. A
-//! controller module ([`memcached`], [`myapp`]) only says what triggers it and how to reconcile.
+//! [`run`] runs the enabled controllers together: one watch and cache per resource type and
+//! selector shared by all of them ([`watches`]), and one driver ([`driver`]) that gives every
+//! controller the same metrics, per-object backoff, tracing span, concurrency bound and graceful
+//! shutdown. A controller module ([`memcached`], [`myapp`]) declares with the [`builder`] what it
+//! is for, owns and watches, and how to reconcile; nothing else.
 
 pub mod backoff;
 pub mod builder;
+pub mod children;
 pub mod driver;
 pub mod error;
 pub mod events;

@@ -28,19 +28,22 @@ use std::sync::Arc;
 
 use apis::{Memcached, MemcachedStatus};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Container, ContainerPort};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 
 use crate::builder::Builder;
+use crate::children::{Child, OwnedChildren};
 use crate::driver::Outcome;
 use crate::index::Index;
 use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
 use crate::rbac;
 use crate::status;
-use crate::watches::PodMeta;
-use crate::workload::StatusWrite;
+use crate::watches::{self, PodMeta};
+use crate::workload::{self, StatusWrite};
 use crate::{Error, PolicyRule, Registration, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -71,27 +74,49 @@ pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
 /// The Memcached controller, as registered in [`crate::all`].
 pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::pin(run(ctx)));
 
-static RULES: [PolicyRule; 7] = crate::controller_rules!(
+static RULES: [PolicyRule; 9] = crate::controller_rules!(
     "cache.example.com",
     "memcacheds",
     rbac::DEPLOYMENTS,
-    rbac::PODS_READ
+    rbac::PODS_READ,
+    SERVICES,
+    POD_DISRUPTION_BUDGETS
 );
 
-/// What every reconcile of this controller uses: what every Deployment owner uses, and the
-/// pods by `Memcached`.
+/// The Service in front of each `Memcached`'s pods, owned and applied.
+const SERVICES: PolicyRule = PolicyRule {
+    api_groups: &[""],
+    resources: &["services"],
+    verbs: rbac::MANAGE,
+};
+
+/// The PodDisruptionBudget of each `Memcached` of more than one pod, owned and applied.
+const POD_DISRUPTION_BUDGETS: PolicyRule = PolicyRule {
+    api_groups: &["policy"],
+    resources: &["poddisruptionbudgets"],
+    verbs: rbac::MANAGE,
+};
+
+/// What every reconcile of this controller uses: what every Deployment owner uses, the pods by
+/// `Memcached`, and the writers of its Services and PodDisruptionBudgets.
 struct Context {
     owner: OwnerTools<Memcached>,
     pods: Index<PodMeta>,
+    services: OwnedChildren<Service>,
+    budgets: OwnedChildren<PodDisruptionBudget>,
 }
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
     let pods = ctx.watches.pods();
-    let (builder, deployments) =
-        OwnedDeployments::declare(Builder::<Memcached>::new(NAME, &ctx), FIELD_MANAGER);
+    let builder = Builder::<Memcached>::new(NAME, &ctx);
+    let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
+    let (builder, services) = OwnedChildren::declare(builder, watches::managed(), FIELD_MANAGER);
+    let (builder, budgets) = OwnedChildren::declare(builder, watches::managed(), FIELD_MANAGER);
     let context = |tools| Context {
         owner: OwnerTools::new(tools, deployments),
         pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),
+        services,
+        budgets,
     };
     builder
         .watches(&pods, for_pod)
@@ -210,17 +235,65 @@ pub fn pod_names<'a>(
     names
 }
 
+/// The Service a `Memcached` asks for: its own name, port `memcached` (11211) to its pods.
+///
+/// # Errors
+/// [`Error::MissingField`] when `mc` lacks a namespace or uid (it was not read from the server).
+pub fn desired_service(mc: &Memcached) -> Result<Service, Error> {
+    let name = mc.name_any();
+    Ok(Service {
+        metadata: workload::child_metadata(mc, object_labels(&name))?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![ServicePort {
+                name: Some(PORT_NAME.to_owned()),
+                port: PORT,
+                target_port: Some(IntOrString::String(PORT_NAME.to_owned())),
+                protocol: Some("TCP".to_owned()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+/// The PodDisruptionBudget of a `Memcached` of more than one pod: a voluntary disruption (a
+/// node drain) takes at most one memcached pod, and so at most its share of the cache, at a
+/// time.
+///
+/// # Errors
+/// [`Error::MissingField`] when `mc` lacks a namespace or uid (it was not read from the server).
+pub fn desired_budget(mc: &Memcached) -> Result<PodDisruptionBudget, Error> {
+    let name = mc.name_any();
+    Ok(PodDisruptionBudget {
+        metadata: workload::child_metadata(mc, object_labels(&name))?,
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                match_expressions: None,
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
+}
+
 /// The status a `Memcached` should report, given its Deployment (`None` when it is blocked by a
-/// foreign one) and its pods. Conditions whose status holds keep their transition time.
+/// foreign one), its pods and its Service (`None` while it has none of its own). Conditions
+/// whose status holds keep their transition time.
 pub fn desired_status(
     mc: &Memcached,
     deployment: Option<&Deployment>,
     nodes: Vec<String>,
+    service: Option<String>,
     now: &Time,
 ) -> MemcachedStatus {
     let reported = status::report(mc, mc.spec.size, deployment, now);
     MemcachedStatus {
         nodes,
+        service,
         ready_replicas: reported.ready,
         observed_generation: reported.observed_generation,
         conditions: reported.conditions,
@@ -235,6 +308,26 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
         // recreate what it deletes.
         return Ok(Outcome::Done);
     }
+    let (namespace, name) = (mc.namespace().unwrap_or_default(), mc.name_any());
+    let regarding = mc.object_ref(&());
+    let desired = desired_service(mc)?;
+    let service = match ctx
+        .services
+        .ensure(&desired, &regarding, &owner.events)
+        .await?
+    {
+        Child::Current => Some(name.clone()),
+        Child::Foreign => None,
+        Child::NamespaceTerminating => return Ok(Outcome::Done),
+    };
+    if mc.spec.size > 1 {
+        let desired = desired_budget(mc)?;
+        ctx.budgets
+            .ensure(&desired, &regarding, &owner.events)
+            .await?;
+    } else if ctx.budgets.remove(&namespace, &name).await? {
+        tracing::debug!("deleted the PodDisruptionBudget of a single pod");
+    }
     let desired = desired_deployment(mc)?;
     let ensured = owner
         .deployments
@@ -245,11 +338,10 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
         ControlFlow::Break(outcome) => return Ok(outcome),
     };
 
-    let namespace = mc.namespace().unwrap_or_default();
-    let name = mc.name_any();
     let pods = pods.get(&pods_key(&namespace, &name));
     let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
-    let status = desired_status(mc, deployment.as_deref(), nodes, &crate::status::now());
+    let now = crate::status::now();
+    let status = desired_status(mc, deployment.as_deref(), nodes, service, &now);
     let progress = status::progress(mc.spec.size, deployment.as_deref(), mc.current_conditions());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
     let written = owner.status.write(mc, status, progress).await?;
@@ -480,8 +572,15 @@ mod tests {
     fn status_reports_nodes_readiness_and_generation() {
         let mc = memcached("mc", 3);
         let nodes = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
-        let status = desired_status(&mc, Some(&ready_deployment(3)), nodes.clone(), &time(10));
+        let status = desired_status(
+            &mc,
+            Some(&ready_deployment(3)),
+            nodes.clone(),
+            Some("mc".into()),
+            &time(10),
+        );
         assert_eq!(status.nodes, nodes);
+        assert_eq!(status.service.as_deref(), Some("mc"));
         assert_eq!(status.ready_replicas, 3);
         assert_eq!(status.observed_generation, Some(2));
         let available = status
@@ -495,15 +594,33 @@ mod tests {
     #[test]
     fn status_is_unchanged_when_nothing_changed() {
         let mut mc = memcached("mc", 3);
-        let first = desired_status(&mc, Some(&ready_deployment(3)), vec!["a".into()], &time(10));
+        let first = desired_status(
+            &mc,
+            Some(&ready_deployment(3)),
+            vec!["a".into()],
+            None,
+            &time(10),
+        );
         mc.status = Some(first.clone());
-        let again = desired_status(&mc, Some(&ready_deployment(3)), vec!["a".into()], &time(20));
+        let again = desired_status(
+            &mc,
+            Some(&ready_deployment(3)),
+            vec!["a".into()],
+            None,
+            &time(20),
+        );
         assert_eq!(
             mc.status.as_ref(),
             Some(&again),
             "no write when nothing changed"
         );
-        let moved = desired_status(&mc, Some(&ready_deployment(3)), vec!["b".into()], &time(30));
+        let moved = desired_status(
+            &mc,
+            Some(&ready_deployment(3)),
+            vec!["b".into()],
+            None,
+            &time(30),
+        );
         assert_ne!(
             mc.status.as_ref(),
             Some(&moved),
@@ -519,7 +636,7 @@ mod tests {
 
     #[test]
     fn status_reports_a_foreign_deployment_as_degraded() {
-        let status = desired_status(&memcached("mc", 3), None, Vec::new(), &time(10));
+        let status = desired_status(&memcached("mc", 3), None, Vec::new(), None, &time(10));
         let degraded = status
             .conditions
             .iter()
@@ -531,11 +648,61 @@ mod tests {
     }
 
     #[test]
+    fn the_service_and_the_budget_select_the_pods_and_are_owned() {
+        let mc = memcached("mc", 3);
+        let service = desired_service(&mc).expect("desired service");
+        assert_eq!(service.metadata.name.as_deref(), Some("mc"));
+        let spec = service.spec.expect("service spec");
+        assert_eq!(spec.selector, Some(selector_labels("mc")));
+        let port = &spec.ports.expect("ports")[0];
+        assert_eq!(
+            (port.port, port.name.as_deref()),
+            (11211, Some("memcached"))
+        );
+        assert_eq!(
+            port.target_port,
+            Some(IntOrString::String("memcached".into()))
+        );
+        assert!(spec.type_.is_none(), "a ClusterIP Service by default");
+
+        let budget = desired_budget(&mc).expect("desired budget");
+        let spec = budget.spec.expect("budget spec");
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(
+            spec.selector.and_then(|s| s.match_labels),
+            Some(selector_labels("mc"))
+        );
+        for metadata in [&service.metadata, &budget.metadata] {
+            let owner = &metadata.owner_references.as_ref().expect("owner")[0];
+            assert_eq!(
+                (owner.kind.as_str(), owner.controller),
+                ("Memcached", Some(true))
+            );
+            assert_eq!(
+                metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels::MANAGED_BY)),
+                Some(&labels::MANAGER.to_owned()),
+                "the shared watch of managed children sees it"
+            );
+        }
+    }
+
+    #[test]
     fn rbac_rules_cover_what_the_controller_does() {
         let rules = CONTROLLER.rbac_rules;
         rbac::assert_deployment_owner_rules(rules, "cache.example.com", "memcacheds");
         for verb in ["get", "list", "watch"] {
             assert!(rbac::allows(rules, "", "pods", verb), "pods {verb}");
+        }
+        for verb in rbac::MANAGE {
+            assert!(rbac::allows(rules, "", "services", verb), "services {verb}");
+            let budgets = "poddisruptionbudgets";
+            assert!(
+                rbac::allows(rules, "policy", budgets, verb),
+                "{budgets} {verb}"
+            );
         }
     }
 }

@@ -3,7 +3,6 @@
 //! that say what changed.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::Error;
 use crate::builder::{Builder, Tools};
+use crate::children::hash_of;
 use crate::driver::Outcome;
 use crate::events::Events;
 use crate::status::{REASON_NOT_OWNED, reports};
@@ -56,22 +56,12 @@ pub fn desired_deployment<K: DeploymentOwner>(
     container: Container,
     run_as_user: i64,
 ) -> Result<Deployment, Error> {
-    let namespace = owner.namespace().ok_or(Error::MissingField {
-        kind: K::kind(&()),
-        field: "metadata.namespace",
-    })?;
     let container = Container {
         security_context: Some(workload::restricted_container_security(run_as_user)),
         ..container
     };
     Ok(Deployment {
-        metadata: ObjectMeta {
-            name: Some(owner.name_any()),
-            namespace: Some(namespace),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![workload::owner_reference(owner)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: workload::child_metadata(owner, labels.clone())?,
         spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
@@ -407,17 +397,21 @@ impl OwnedDeployments {
             }
         }
 
-        let applied =
-            match workload::apply_deployment(&self.client, &namespace, self.field_manager, desired)
-                .await
-            {
-                Ok(applied) => applied,
-                Err(e) if e.is_namespace_terminating() => {
-                    tracing::debug!("namespace is being deleted; nothing to do");
-                    return Ok(Ensured::NamespaceTerminating);
-                }
-                Err(e) => return Err(e),
-            };
+        let applied = match workload::apply_owned(
+            &self.client,
+            &namespace,
+            self.field_manager,
+            desired,
+        )
+        .await
+        {
+            Ok(applied) => applied,
+            Err(e) if e.is_namespace_terminating() => {
+                tracing::debug!("namespace is being deleted; nothing to do");
+                return Ok(Ensured::NamespaceTerminating);
+            }
+            Err(e) => return Err(e),
+        };
         let unchanged = applied.metadata.resource_version == current.metadata.resource_version;
         self.remember(key.clone(), desired_hash, &applied);
         if unchanged {
@@ -433,9 +427,7 @@ impl OwnedDeployments {
 
     /// Creates the Deployment the caches do not know.
     async fn create(&self, namespace: &str, desired: &Deployment) -> Result<Created, Error> {
-        match workload::create_deployment(&self.client, namespace, self.field_manager, desired)
-            .await
-        {
+        match workload::create_owned(&self.client, namespace, self.field_manager, desired).await {
             Ok(created) => Ok(Created::Done(Box::new(created))),
             Err(e) if e.is_namespace_terminating() => {
                 tracing::debug!("namespace is being deleted; nothing to do");
@@ -496,16 +488,6 @@ impl OwnedDeployments {
 
 /// Entries of [`OwnedDeployments`]'s memory beyond twice the cache before it is pruned.
 const PRUNE_SLACK: usize = 1024;
-
-fn hash_of(desired: &Deployment) -> Result<u64, Error> {
-    let text = serde_json::to_string(desired).map_err(|source| Error::Serialize {
-        kind: "Deployment",
-        source,
-    })?;
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    Ok(hasher.finish())
-}
 
 /// Events for what applying changed: a new Deployment, a new replica count, a new (or restored)
 /// image.

@@ -119,6 +119,12 @@ fn new_version<K: Resource>(old: Option<&K>, new: &K) -> bool {
     old.is_none_or(|old| old.meta().resource_version != new.meta().resource_version)
 }
 
+/// The objects of type `K` these controllers manage, in every namespace, without what no
+/// controller reads of their metadata: the watch of a kind of child a controller owns.
+pub fn managed<K: Resource>() -> WatchSpec<K> {
+    WatchSpec::labelled(labels::managed_selector()).keeping(|obj| strip_metadata(obj.meta_mut()))
+}
+
 /// The managed Deployments of every namespace, without what no controller reads.
 pub fn managed_deployments() -> WatchSpec<Deployment> {
     WatchSpec::labelled(labels::managed_selector()).keeping(strip_deployment)

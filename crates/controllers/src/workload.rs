@@ -2,7 +2,7 @@
 //! somebody else's, creating and applying it, pod security, and writing status.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::object::HasStatus;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -107,6 +107,29 @@ pub fn controller_of<'a>(
         .find(|o| o.controller == Some(true) && o.kind == kind && o.api_version == api_version)
 }
 
+/// The metadata of an object `owner` controls: the owner's name and namespace, `labels`, and a
+/// controller owner reference.
+///
+/// # Errors
+/// [`Error::MissingField`] when `owner` lacks a namespace or uid (it was not read from the API
+/// server).
+pub fn child_metadata<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    labels: BTreeMap<String, String>,
+) -> Result<ObjectMeta, Error> {
+    let namespace = owner.namespace().ok_or(Error::MissingField {
+        kind: K::kind(&()),
+        field: "metadata.namespace",
+    })?;
+    Ok(ObjectMeta {
+        name: Some(owner.name_any()),
+        namespace: Some(namespace),
+        labels: Some(labels),
+        owner_references: Some(vec![owner_reference(owner)?]),
+        ..ObjectMeta::default()
+    })
+}
+
 /// A controller owner reference to `owner` that blocks its foreground deletion until the owned
 /// object is gone.
 ///
@@ -121,43 +144,57 @@ pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Result<Owner
     Ok(reference)
 }
 
-/// Creates `deployment` (recording `field_manager` as the writer of its fields). Unlike an apply,
-/// a create fails when the name is taken, so a Deployment that the caches had not seen yet is
-/// never taken over.
+/// Creates `object` (recording `field_manager` as the writer of its fields). Unlike an apply, a
+/// create fails when the name is taken, so an object that the caches had not seen yet is never
+/// taken over.
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses ([`Error::is_already_exists`] when the name is
 /// taken).
-pub async fn create_deployment(
+pub async fn create_owned<C>(
     client: &kube::Client,
     namespace: &str,
     field_manager: &str,
-    deployment: &Deployment,
-) -> Result<Deployment, Error> {
+    object: &C,
+) -> Result<C, Error>
+where
+    C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
     let params = PostParams {
         field_manager: Some(field_manager.to_owned()),
         ..PostParams::default()
     };
-    Ok(Api::<Deployment>::namespaced(client.clone(), namespace)
-        .create(&params, deployment)
+    Ok(Api::<C>::namespaced(client.clone(), namespace)
+        .create(&params, object)
         .await?)
 }
 
-/// Server-side applies `deployment` under `field_manager`, forcing conflicts (the controller is
-/// the authority on every field it sets; a hand edit of one of them is undone).
+/// Server-side applies `object` under `field_manager`, forcing conflicts (the controller is the
+/// authority on every field it sets; a hand edit of one of them is undone).
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses.
-pub async fn apply_deployment(
+pub async fn apply_owned<C>(
     client: &kube::Client,
     namespace: &str,
     field_manager: &str,
-    deployment: &Deployment,
-) -> Result<Deployment, Error> {
-    let name = deployment.name_any();
+    object: &C,
+) -> Result<C, Error>
+where
+    C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let name = object.name_any();
     let params = PatchParams::apply(field_manager).force();
-    Ok(Api::<Deployment>::namespaced(client.clone(), namespace)
-        .patch(&name, &params, &Patch::Apply(deployment))
+    Ok(Api::<C>::namespaced(client.clone(), namespace)
+        .patch(&name, &params, &Patch::Apply(object))
         .await?)
 }
 

@@ -13,8 +13,10 @@ use anyhow::{Context as _, Result, ensure};
 use apis::condition::{AVAILABLE, DEGRADED};
 use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testkit::PodSecurity;
@@ -180,6 +182,87 @@ async fn drift_is_undone_and_nodes_follow_pods() -> Result<()> {
             "{after:?} replaced {victim}"
         );
         ensure!(before != after);
+        Ok(())
+    }
+    .await;
+    env.finish(result)
+}
+
+/// The target port of the Service's `memcached` port, if it has one.
+fn memcached_target(service: &Service) -> Option<IntOrString> {
+    let ports = service.spec.as_ref()?.ports.as_ref()?;
+    let port = ports.iter().find(|p| p.port == 11211)?;
+    port.target_port.clone()
+}
+
+#[tokio::test]
+async fn the_service_and_the_budget_are_kept_as_the_memcached_asks() -> Result<()> {
+    let env = Env::start("mc-svc", None, "memcached").await?;
+    let result = async {
+        create(&env, "svc", 2).await?;
+        converged(&env, "svc", 2).await?;
+        let (memcacheds, services) = (env.api::<Memcached>(), env.api::<Service>());
+        let budgets = env.api::<PodDisruptionBudget>();
+        testkit::wait_for("status.service to name the Service", TIMEOUT, || async {
+            let mc = memcacheds.get("svc").await.map_err(|e| e.to_string())?;
+            match mc.status.and_then(|s| s.service) {
+                Some(name) if name == "svc" => Ok(()),
+                other => Err(format!("status.service is {other:?}")),
+            }
+        })
+        .await?;
+        let service = services.get("svc").await?;
+        let named = Some(IntOrString::String("memcached".into()));
+        ensure!(memcached_target(&service) == named, "{service:?}");
+        let budget = budgets.get("svc").await?;
+        let max_unavailable = budget.spec.and_then(|s| s.max_unavailable);
+        ensure!(
+            max_unavailable == Some(IntOrString::Int(1)),
+            "{max_unavailable:?}"
+        );
+
+        // Someone points the Service elsewhere: it is put back.
+        let edit = json!({"spec": {"ports": [{"port": 11211, "targetPort": 8080}]}});
+        services
+            .patch("svc", &PatchParams::default(), &Patch::Strategic(&edit))
+            .await?;
+        testkit::wait_for(
+            "the Service's target port to be restored",
+            TIMEOUT,
+            || async {
+                let service = services.get("svc").await.map_err(|e| e.to_string())?;
+                let target = memcached_target(&service);
+                (target == named).then_some(()).ok_or(format!("{target:?}"))
+            },
+        )
+        .await?;
+
+        // Someone deletes the Service: it is made again.
+        let old_uid = services.get("svc").await?.metadata.uid;
+        services.delete("svc", &DeleteParams::default()).await?;
+        testkit::wait_for("the Service to be recreated", TIMEOUT, || async {
+            let service = services.get_opt("svc").await.map_err(|e| e.to_string())?;
+            let uid = service.and_then(|s| s.metadata.uid);
+            (uid.is_some() && uid != old_uid)
+                .then_some(())
+                .ok_or(format!("uid {uid:?}"))
+        })
+        .await?;
+
+        // One pod needs no disruption budget; two or more get one again.
+        for (size, wanted) in [(1, false), (3, true)] {
+            let patch = json!({"spec": {"size": size}});
+            memcacheds
+                .patch("svc", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            testkit::wait_for("the budget to follow the size", TIMEOUT, || async {
+                let budget = budgets.get_opt("svc").await.map_err(|e| e.to_string())?;
+                (budget.is_some() == wanted)
+                    .then_some(())
+                    .ok_or(format!("size {size}: budget exists is {}", !wanted))
+            })
+            .await?;
+        }
         Ok(())
     }
     .await;

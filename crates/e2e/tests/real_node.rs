@@ -1,19 +1,17 @@
 //! Real containers on the local cluster's real node: the Memcached controller's pods run a
 //! real memcached (the image `cargo xtask image memcached --load` builds from the
-//! distribution's package), which answers the memcached protocol on every pod and through a
-//! ClusterIP Service that kube-proxy programs.
+//! distribution's package), which answers the memcached protocol on every pod and through the
+//! controller's ClusterIP Service, which kube-proxy programs.
 
 mod workloads;
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use apis::{Memcached, MemcachedSpec};
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::PostParams;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use workloads::{Env, TIMEOUT};
 
@@ -102,31 +100,16 @@ async fn memcached_round_trips(env: &Env) -> Result<()> {
             .with_context(|| format!("memcached protocol on pod {pod_name} ({ip}:11211)"))?;
     }
 
-    // A ClusterIP Service over the pods: kube-proxy's rules carry the connection to one of them.
-    let service = Service {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(ServiceSpec {
-            selector: Some(BTreeMap::from([(
-                "memcached_cr".to_owned(),
-                name.to_owned(),
-            )])),
-            ports: Some(vec![ServicePort {
-                name: Some("memcached".into()),
-                port: 11211,
-                target_port: Some(IntOrString::String("memcached".into())),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    };
-    let service = env
-        .api::<Service>()
-        .create(&PostParams::default(), &service)
-        .await?;
+    // The controller's ClusterIP Service over the pods, named in the status: kube-proxy's rules
+    // carry the connection to one of them.
+    let service_name = env
+        .api::<Memcached>()
+        .get(name)
+        .await?
+        .status
+        .and_then(|s| s.service)
+        .context("the status names no Service")?;
+    let service = env.api::<Service>().get(&service_name).await?;
     let cluster_ip: IpAddr = service
         .spec
         .and_then(|s| s.cluster_ip)

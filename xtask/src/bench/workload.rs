@@ -431,6 +431,7 @@ mod tests {
         mc.status = Some(apis::MemcachedStatus {
             nodes: (0..nodes).map(|i| format!("m-{i}")).collect(),
             ready_replicas: ready,
+            service: None,
             observed_generation: Some(observed),
             conditions: vec![Condition {
                 type_: "Available".into(),
