@@ -1,5 +1,6 @@
 //! The Memcached controller: for every `Memcached`, a Deployment of `spec.size` memcached pods,
-//! and a status that lists them.
+//! a Service in front of them, a PodDisruptionBudget when there is more than one, and a status
+//! that lists them.
 //!
 //! # Watches
 //! - `Memcached` objects (its own watch): new ones, spec changes and deletions; a change of
@@ -9,9 +10,14 @@
 //!   and takes the name as soon as that Deployment is gone);
 //! - Pod metadata, from the shared cache, mapped to their `Memcached` by the `memcached_cr`
 //!   label, so `status.nodes` follows pods as they come and go; the cache indexes them by that
-//!   label, so a reconcile reads only its own pods.
+//!   label, so a reconcile reads only its own pods;
+//! - managed Services and PodDisruptionBudgets, mapped to the `Memcached` that controls them.
 //!
 //! # Reconcile
+//! 0. The Service (same name, port `memcached`) is created when missing and applied again when
+//!    edited; it is named in `status.service`. The PodDisruptionBudget (`maxUnavailable: 1`)
+//!    follows the same rules while `size` > 1 and is deleted otherwise. One of that name owned
+//!    by somebody else is left alone, with a `NotOwned` Warning Event.
 //! 1. A Deployment of the same name that this `Memcached` does not control is left untouched:
 //!    the status says `Degraded` (`DeploymentNotOwned`), a Warning Event says why, and the check
 //!    repeats every [`owned::FOREIGN_RECHECK`] (or on any change to the `Memcached`).
