@@ -66,7 +66,8 @@ struct Written {
     desired_hash: u64,
     resource_version: Option<String>,
     at: Instant,
-    /// The cache has shown the write since (so its absence now means it was deleted).
+    /// The cache has shown the write since, or the write was an apply to an object the cache
+    /// showed: its absence now means it was deleted.
     seen: bool,
 }
 
@@ -142,7 +143,10 @@ where
         };
         match written {
             Ok(written) => {
-                self.remember(key, desired_hash, written.resource_version());
+                // An apply was to an object the cache showed: should the cache lose it, it was
+                // deleted, not still on its way.
+                let seen = cached.is_some();
+                self.remember(key, desired_hash, written.resource_version(), seen);
                 Ok(Child::Current)
             }
             Err(e) if e.is_namespace_terminating() => Ok(Child::NamespaceTerminating),
@@ -152,7 +156,7 @@ where
                 let applied =
                     workload::apply_owned(&self.client, &namespace, self.field_manager, desired)
                         .await?;
-                self.remember(key, desired_hash, applied.resource_version());
+                self.remember(key, desired_hash, applied.resource_version(), true);
                 Ok(Child::Current)
             }
             Err(e) if e.is_already_exists() => {
@@ -219,7 +223,13 @@ where
         }
     }
 
-    fn remember(&self, key: ObjectRef<C>, desired_hash: u64, resource_version: Option<String>) {
+    fn remember(
+        &self,
+        key: ObjectRef<C>,
+        desired_hash: u64,
+        resource_version: Option<String>,
+        seen: bool,
+    ) {
         let mut written = lock(&self.written);
         written.insert(
             key,
@@ -227,7 +237,7 @@ where
                 desired_hash,
                 resource_version,
                 at: Instant::now(),
-                seen: false,
+                seen,
             },
         );
         // Owners deleted with their children leave entries nobody asks for again.

@@ -76,6 +76,43 @@ pub fn label_value(name: &str) -> String {
     }
 }
 
+/// A DNS label (RFC 1035: at most 63 lower-case letters, digits and `-`, starting with a letter,
+/// ending with a letter or digit) that stands for the object name `name`, as Service names must
+/// be: `name` itself when it is one, otherwise a prefix of it, a `-` and a hash of the whole name
+/// (the same FNV-1a as [`label_value`], stable between releases).
+pub fn dns_label(name: &str) -> String {
+    let is_label = name.len() <= MAX_LABEL_VALUE
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if is_label {
+        return name.to_owned();
+    }
+    let hash = format!("{:016x}", fnv1a(name.as_bytes()));
+    let hash = &hash[..HASH_DIGITS];
+    let prefix: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(MAX_LABEL_VALUE - HASH_DIGITS - 1)
+        .collect();
+    let prefix = prefix
+        .trim_start_matches(|c: char| !c.is_ascii_lowercase())
+        .trim_end_matches('-');
+    if prefix.is_empty() {
+        format!("x-{hash}")
+    } else {
+        format!("{prefix}-{hash}")
+    }
+}
+
 /// Whether `value` is a valid label value: empty, or at most 63 characters of `[A-Za-z0-9-_.]`
 /// beginning and ending with an alphanumeric character.
 pub fn is_valid_label_value(value: &str) -> bool {
@@ -103,6 +140,29 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dns_labels_stand_for_any_object_name() {
+        assert_eq!(dns_label("memcached-sample"), "memcached-sample");
+        let long = format!("m{}", "x".repeat(99));
+        for name in [long.as_str(), "cache.example", "1st-cache", "9.9"] {
+            let label = dns_label(name);
+            assert!(label.len() <= MAX_LABEL_VALUE, "{label}");
+            assert!(
+                label.starts_with(|c: char| c.is_ascii_lowercase()),
+                "{label}"
+            );
+            assert!(
+                label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{label}"
+            );
+            assert_eq!(label, dns_label(name), "stable");
+        }
+        assert_ne!(dns_label("a.b"), dns_label("a-b.c"));
+        assert_ne!(dns_label("cache.one"), dns_label("cache-one"));
+    }
 
     #[test]
     fn short_names_are_kept() {

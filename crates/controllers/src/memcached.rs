@@ -241,14 +241,23 @@ pub fn pod_names<'a>(
     names
 }
 
-/// The Service a `Memcached` asks for: its own name, port `memcached` (11211) to its pods.
+/// The name of a `Memcached`'s Service: its own, unless that is no DNS label (Service names
+/// must be), then a [`labels::dns_label`] for it.
+pub fn service_name(memcached_name: &str) -> String {
+    labels::dns_label(memcached_name)
+}
+
+/// The Service a `Memcached` asks for: named by [`service_name`], port `memcached` (11211) to
+/// its pods.
 ///
 /// # Errors
 /// [`Error::MissingField`] when `mc` lacks a namespace or uid (it was not read from the server).
 pub fn desired_service(mc: &Memcached) -> Result<Service, Error> {
     let name = mc.name_any();
+    let mut metadata = workload::child_metadata(mc, object_labels(&name))?;
+    metadata.name = Some(service_name(&name));
     Ok(Service {
-        metadata: workload::child_metadata(mc, object_labels(&name))?,
+        metadata,
         spec: Some(ServiceSpec {
             selector: Some(selector_labels(&name)),
             ports: Some(vec![ServicePort {
@@ -322,7 +331,7 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
         .ensure(&desired, &regarding, &owner.events)
         .await?
     {
-        Child::Current => Some(name.clone()),
+        Child::Current => Some(service_name(&name)),
         Child::Foreign => None,
         Child::NamespaceTerminating => return Ok(Outcome::Done),
     };
