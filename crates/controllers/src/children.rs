@@ -188,14 +188,25 @@ where
         Ok(existing.is_some_and(|obj| workload::is_controlled_by(&obj, uid)))
     }
 
-    /// Deletes the child `namespace/name` if the cache has it; returns whether it did.
+    /// Deletes the child `namespace/name` if the cache has it and the owner with `owner_uid`
+    /// controls it; returns whether it did.
     ///
     /// # Errors
     /// [`Error::Kube`] when the API server refuses (a child already gone is no error).
-    pub async fn remove(&self, namespace: &str, name: &str) -> Result<bool, Error> {
+    pub async fn remove(
+        &self,
+        namespace: &str,
+        name: &str,
+        owner_uid: &str,
+    ) -> Result<bool, Error> {
         let key = ObjectRef::new(name).within(namespace);
         lock(&self.written).remove(&key);
-        if self.cache.get(&key).is_none() {
+        // Only a child this owner controls: one of that name made by another owner stays.
+        let controlled = self
+            .cache
+            .get(&key)
+            .is_some_and(|child| workload::is_controlled_by(child.as_ref(), owner_uid));
+        if !controlled {
             return Ok(false);
         }
         let api = Api::<C>::namespaced(self.client.clone(), namespace);

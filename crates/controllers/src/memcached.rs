@@ -340,7 +340,11 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
         ctx.budgets
             .ensure(&desired, &regarding, &owner.events)
             .await?;
-    } else if ctx.budgets.remove(&namespace, &name).await? {
+    } else if ctx
+        .budgets
+        .remove(&namespace, &name, &mc.uid().unwrap_or_default())
+        .await?
+    {
         tracing::debug!("deleted the PodDisruptionBudget of a single pod");
     }
     let desired = desired_deployment(mc)?;
