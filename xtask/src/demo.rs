@@ -284,15 +284,20 @@ fn local_process(
     files: &DemoFiles,
 ) -> anyhow::Result<()> {
     step("Installing the CRDs and the manager's RBAC from deploy/");
-    for dir in ["crds", "manager/namespace.yaml", "rbac"] {
-        let path = deploy.join(dir);
+    // Directories are kustomizations (`-k`); the namespace is a single file (`-f`).
+    for (how, path) in [
+        ("-k", "crds"),
+        ("-f", "manager/namespace.yaml"),
+        ("-k", "rbac"),
+    ] {
+        let path = deploy.join(path);
         print!(
             "{}",
             kubectl.run(&[
                 "apply",
                 "--server-side",
                 "--field-manager=demo",
-                "-f",
+                how,
                 path_str(&path)?
             ])?
         );

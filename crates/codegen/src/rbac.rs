@@ -1,5 +1,6 @@
 //! RBAC: the ServiceAccount, a ClusterRole that is exactly the union of what the registered
-//! controllers declare, the leader-election Role in the manager's namespace, and the bindings.
+//! controllers declare, the leader-election Role in the manager's namespace, and the bindings;
+//! and for a namespaced install (`deploy/namespaced/`), the same rules as a Role.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -42,6 +43,14 @@ pub(crate) fn render(
                 "rbac/leader_election_role_binding.yaml",
                 &leader_election_role_binding(),
             ),
+        ),
+        (
+            "namespaced/role.yaml",
+            doc("namespaced/role.yaml", &namespaced_role(controllers)?),
+        ),
+        (
+            "namespaced/role_binding.yaml",
+            doc("namespaced/role_binding.yaml", &namespaced_role_binding()),
         ),
     ];
     files
@@ -86,6 +95,31 @@ pub fn cluster_role(controllers: &[Box<dyn ManagedController>]) -> Result<Cluste
         rules: Some(union_of_rules(controllers)?),
         ..ClusterRole::default()
     })
+}
+
+/// The manager's Role for a namespaced install: the rules of [`cluster_role`], granted only in
+/// the namespace the overlay installs it in (the manager's own, unless the user copies it into
+/// more namespaces and names them with `--namespace`).
+///
+/// # Errors
+/// As [`cluster_role`].
+pub fn namespaced_role(controllers: &[Box<dyn ManagedController>]) -> Result<Role, Error> {
+    Ok(Role {
+        metadata: meta(MANAGER_NAME, Some(NAMESPACE)),
+        rules: Some(union_of_rules(controllers)?),
+    })
+}
+
+fn namespaced_role_binding() -> RoleBinding {
+    RoleBinding {
+        metadata: meta(MANAGER_NAME, Some(NAMESPACE)),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: MANAGER_NAME.to_owned(),
+        },
+        subjects: Some(manager_subject()),
+    }
 }
 
 /// Merges the rules of `controllers`: every (group, resource, verb) any controller declares, and

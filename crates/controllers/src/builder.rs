@@ -21,7 +21,6 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -30,6 +29,7 @@ use serde::de::DeserializeOwned;
 
 use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
+use crate::scope::ScopedApi;
 use crate::watches::Shared;
 use crate::{Error, RunContext, workload};
 
@@ -147,6 +147,7 @@ where
         reconcile: F,
     ) -> Result<(), Error>
     where
+        K::Scope: ScopedApi,
         C: Send + Sync + 'static,
         F: Fn(Arc<K>, Arc<C>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
@@ -158,7 +159,7 @@ where
         }
         let client = self.ctx.client.clone();
         let driver = Driver::<K>::new(self.name, &self.ctx);
-        let resources = driver.watch_resources(Api::all(client.clone()), self.writer);
+        let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
         let controller = self.triggers.into_iter().fold(
             Controller::for_stream(resources, self.store.clone()),
             |controller, triggers| controller.reconcile_on(driver.track(triggers)),
@@ -189,7 +190,12 @@ where
                 result
             }
         };
-        let result = driver.run(controller, reconcile_reporting, scoped).await;
+        let refused = driver.refused();
+        let result = tokio::select! {
+            result = driver.run(controller, reconcile_reporting, scoped) => result,
+            // Refused before its first list, nothing has been reconciled yet.
+            refusal = refused => Err(refusal),
+        };
         publisher.finish(EVENTS_FLUSH).await;
         result
     }

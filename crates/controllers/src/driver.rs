@@ -41,6 +41,8 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::metrics::result;
+use crate::scope::{self, Namespaces, ScopedApi};
+use crate::watches::{Refusal, refusal_reason};
 use crate::{Error, Metrics, RunContext};
 
 /// How long a successful reconcile waits before it runs again without any watch event: a
@@ -67,6 +69,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     queue: Arc<Queue<K>>,
     /// The cache of the custom resources, once [`Driver::watch_resources`] made it.
     cache: std::sync::OnceLock<kube::runtime::reflector::Store<K>>,
+    /// Set when the API server refuses the custom resources' watch before its first list.
+    refusal: Arc<Refusal>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Debug for Driver<K> {
@@ -101,6 +105,7 @@ where
             shutdown: ctx.shutdown.clone(),
             queue,
             cache: std::sync::OnceLock::new(),
+            refusal: Arc::default(),
         }
     }
 
@@ -110,16 +115,21 @@ where
     /// instead of reaching the controller, which would pause every trigger.
     pub fn watch_resources(
         &self,
-        api: kube::Api<K>,
+        client: &kube::Client,
+        namespaces: &Namespaces,
         mut writer: kube::runtime::reflector::store::Writer<K>,
-    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+    where
+        K::Scope: ScopedApi,
+    {
         use kube::runtime::WatchStreamExt;
         let queue = self.queue.clone();
         let name = self.name;
+        let refusal = self.refusal.clone();
         let cached = writer.as_reader();
         let _ = self.cache.set(cached.clone());
-        kube::runtime::watcher(api, watcher::Config::default())
-            .backoff(crate::backoff::watch_backoff())
+        let mut listed = false;
+        scope::watch(client, namespaces, &watcher::Config::default(), cached.clone())
             // Managed fields and `kubectl apply`'s copy of the object are never read, and
             // would be most of what the cache holds.
             .modify(|obj: &mut K| {
@@ -132,6 +142,7 @@ where
             .filter_map(move |event| {
                 let trigger = match event {
                     Ok(event) => {
+                        listed |= matches!(event, watcher::Event::InitDone);
                         // Compared with the cached object before the cache takes the new one.
                         let asks = match &event {
                             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
@@ -151,12 +162,34 @@ where
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(controller = name, error = %e, "watch failed; retrying with backoff");
+                        match refusal_reason(&e).filter(|_| !listed) {
+                            Some(reason) => {
+                                tracing::error!(controller = name, %reason, "watch refused");
+                                refusal.refuse(reason);
+                            }
+                            None => {
+                                tracing::warn!(controller = name, error = %e, "watch failed; retrying with backoff");
+                            }
+                        }
                         None
                     }
                 };
                 std::future::ready(trigger)
             })
+    }
+
+    /// Fires with the reason when the API server refuses the watch of the custom resources
+    /// before its first list (RBAC, an uninstalled CRD): the controller can never work then.
+    pub fn refused(&self) -> impl Future<Output = Error> + Send + 'static {
+        let refusal = self.refusal.clone();
+        async move {
+            refusal.refused().await;
+            Error::WatchRefused {
+                resource: K::plural(&()).into_owned(),
+                selector: String::new(),
+                reason: refusal.reason(),
+            }
+        }
     }
 
     /// Counts the requests of a trigger stream (mapped from a shared watch) into the queue.

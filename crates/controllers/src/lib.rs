@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod myapp;
 pub mod owned;
 pub mod rbac;
+pub mod scope;
 pub mod status;
 pub mod watches;
 pub mod workload;
@@ -31,6 +32,7 @@ pub mod workload;
 pub use error::Error;
 pub use metrics::Metrics;
 pub use rbac::PolicyRule;
+pub use scope::Namespaces;
 pub use watches::SharedWatches;
 
 use std::sync::Arc;
@@ -49,6 +51,8 @@ pub struct RunOptions {
     /// How long an object must go without a new trigger before it is reconciled: a burst of
     /// changes to one object (its Deployment's status, then its pods) becomes one reconcile.
     pub debounce: std::time::Duration,
+    /// The namespaces every watch covers (`--namespace`); none named means all.
+    pub namespaces: Namespaces,
 }
 
 impl RunOptions {
@@ -58,12 +62,13 @@ impl RunOptions {
 
 impl Default for RunOptions {
     /// One reconcile at a time per controller (controller-runtime's default), no instance name,
-    /// the default debounce.
+    /// the default debounce, every namespace.
     fn default() -> Self {
         Self {
             max_concurrent_reconciles: 1,
             instance: String::new(),
             debounce: Self::DEFAULT_DEBOUNCE,
+            namespaces: Namespaces::all(),
         }
     }
 }
@@ -110,7 +115,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let stop = shutdown.child_token();
-    let watches = SharedWatches::new(client.clone(), stop.child_token());
+    let watches = SharedWatches::new(
+        client.clone(),
+        options.namespaces.clone(),
+        stop.child_token(),
+    );
     let ctx = RunContext {
         client,
         options,

@@ -43,7 +43,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -54,6 +54,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::index::{Index, KeyFn};
+use crate::scope::{self, Namespaces, ScopedApi};
 use crate::{Error, labels};
 
 /// Changes buffered per subscriber before it counts as lagging (and gets a full resync).
@@ -171,6 +172,7 @@ type WatchKey = (TypeId, String);
 
 struct Inner {
     client: kube::Client,
+    namespaces: Namespaces,
     stop: CancellationToken,
     /// Each a `Shared<K>` of the key's type.
     watches: Mutex<HashMap<WatchKey, Box<dyn Any + Send + Sync>>>,
@@ -192,11 +194,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl SharedWatches {
-    /// Watches through `client`, until `stop` is cancelled or [`SharedWatches::stop`] is called.
-    pub fn new(client: kube::Client, stop: CancellationToken) -> Self {
+    /// Watches `namespaces` through `client`, until `stop` is cancelled or
+    /// [`SharedWatches::stop`] is called.
+    pub fn new(client: kube::Client, namespaces: Namespaces, stop: CancellationToken) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
+                namespaces,
                 stop,
                 watches: Mutex::default(),
                 tasks: Mutex::default(),
@@ -209,6 +213,7 @@ impl SharedWatches {
     pub fn watch<K>(&self, spec: WatchSpec<K>) -> Shared<K>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::Scope: ScopedApi,
     {
         let key = (TypeId::of::<K>(), spec.selector.clone());
         let mut watches = lock(&self.inner.watches);
@@ -241,6 +246,7 @@ impl SharedWatches {
     fn start<K>(&self, spec: WatchSpec<K>) -> Shared<K>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::Scope: ScopedApi,
     {
         let resource: Arc<str> = K::plural(&()).into();
         let writer = Writer::<K>::default();
@@ -252,10 +258,13 @@ impl SharedWatches {
         if !spec.selector.is_empty() {
             config = config.labels(&spec.selector);
         }
-        let api = Api::<K>::all(self.inner.client.clone());
-        let events = kube::runtime::watcher(api, config)
-            .backoff(crate::backoff::watch_backoff())
-            .modify(spec.strip);
+        let events = scope::watch(
+            &self.inner.client,
+            &self.inner.namespaces,
+            &config,
+            store.clone(),
+        )
+        .modify(spec.strip);
         let shared = Shared {
             resource,
             selector: spec.selector.into(),
@@ -289,18 +298,23 @@ impl SharedWatches {
 
 /// Why the API server refused a watch before its first list, once it has.
 #[derive(Default)]
-struct Refusal {
+pub(crate) struct Refusal {
     refused: CancellationToken,
     reason: Mutex<String>,
 }
 
 impl Refusal {
-    fn refuse(&self, reason: String) {
+    /// Fires when the watch is refused.
+    pub(crate) async fn refused(&self) {
+        self.refused.cancelled().await;
+    }
+
+    pub(crate) fn refuse(&self, reason: String) {
         *lock(&self.reason) = reason;
         self.refused.cancel();
     }
 
-    fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         lock(&self.reason).clone()
     }
 }
@@ -309,13 +323,15 @@ impl Refusal {
 /// server calls the request malformed (400, a bad selector), unauthorized (403) or for a type
 /// it does not serve (404). Anything else (it is unreachable, restarting, overloaded) is worth
 /// retrying.
-fn refusal_reason(error: &watcher::Error) -> Option<String> {
+pub(crate) fn refusal_reason(error: &watcher::Error) -> Option<String> {
     let watcher::Error::InitialListFailed(kube::Error::Api(status)) = error else {
         return None;
     };
     let why = match status.code {
         400 => "the API server calls the request malformed",
-        403 => "the manager's RBAC does not allow listing it (see the generated ClusterRole)",
+        403 => {
+            "the manager's RBAC does not allow listing it (see the generated ClusterRole, or the Roles of a namespaced install)"
+        }
         404 => "the API server does not serve this type (is its CRD or API group installed?)",
         _ => return None,
     };
@@ -738,7 +754,7 @@ mod tests {
         let queries = server.queries.clone();
         let client = kube::Client::new(server, "default");
         (
-            SharedWatches::new(client, CancellationToken::new()),
+            SharedWatches::new(client, Namespaces::all(), CancellationToken::new()),
             queries,
         )
     }

@@ -113,7 +113,7 @@ async fn deploy_manifests_are_accepted_by_a_server_side_dry_run() -> Result<()> 
     // The CRDs on their own, before anything is installed.
     let crds = cluster
         .kubectl()
-        .args(["apply", "--dry-run=server", "-f"])
+        .args(["apply", "--dry-run=server", "-k"])
         .arg(deploy.join("crds"))
         .output()
         .context("running kubectl")?;
@@ -127,13 +127,25 @@ async fn deploy_manifests_are_accepted_by_a_server_side_dry_run() -> Result<()> 
     // namespace would fail for reasons that have nothing to do with them: install those first,
     // exactly as `kubectl apply -k` would have a moment earlier.
     install_crds(&cluster).await?;
-    let rendered = cluster.kubectl().arg("kustomize").arg(&deploy).output()?;
+    let namespaced = deploy.join("namespaced");
+    for dir in [&deploy, &namespaced] {
+        let kinds = dry_run_kustomization(&cluster, dir).await?;
+        println!("{}: {kinds:?}", dir.display());
+    }
+    Ok(())
+}
+
+/// Renders the kustomization in `dir`, installs its Namespaces, and checks that the API server
+/// accepts every object of it in a server-side dry run; returns the kinds rendered.
+async fn dry_run_kustomization(cluster: &testkit::TestCluster, dir: &Path) -> Result<Vec<String>> {
+    let rendered = cluster.kubectl().arg("kustomize").arg(dir).output()?;
     ensure!(
         rendered.status.success(),
-        "kustomize failed: {}",
+        "kustomize {} failed: {}",
+        dir.display(),
         output_text(&rendered)
     );
-    let objects = testkit::parse_yaml(&String::from_utf8_lossy(&rendered.stdout), &deploy)?;
+    let objects = testkit::parse_yaml(&String::from_utf8_lossy(&rendered.stdout), dir)?;
     ensure!(!objects.is_empty(), "kustomize rendered nothing");
     let namespaces: Vec<DynamicObject> = objects
         .iter()
@@ -145,12 +157,13 @@ async fn deploy_manifests_are_accepted_by_a_server_side_dry_run() -> Result<()> 
     let out = cluster
         .kubectl()
         .args(["apply", "--dry-run=server", "-k"])
-        .arg(&deploy)
+        .arg(dir)
         .output()
         .context("running kubectl")?;
     ensure!(
         out.status.success(),
-        "`kubectl apply --dry-run=server -k deploy/` failed: {}",
+        "`kubectl apply --dry-run=server -k {}` failed: {}",
+        dir.display(),
         output_text(&out)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -162,6 +175,39 @@ async fn deploy_manifests_are_accepted_by_a_server_side_dry_run() -> Result<()> 
         accepted,
         objects.len(),
         "every rendered object is accepted:\n{stdout}"
+    );
+    Ok(objects
+        .iter()
+        .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))
+        .collect())
+}
+
+#[tokio::test]
+async fn the_namespaced_overlay_grants_a_role_and_watches_its_own_namespace() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let dir = testkit::deploy_dir().join("namespaced");
+    let rendered = cluster.kubectl().arg("kustomize").arg(&dir).output()?;
+    ensure!(rendered.status.success(), "{}", output_text(&rendered));
+    let objects = testkit::parse_yaml(&String::from_utf8_lossy(&rendered.stdout), &dir)?;
+    let kind = |o: &DynamicObject| o.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+    let kinds: Vec<String> = objects.iter().map(kind).collect();
+    ensure!(
+        !kinds.iter().any(|k| k.starts_with("Cluster")),
+        "no cluster-wide RBAC: {kinds:?}"
+    );
+    let manager_role = objects
+        .iter()
+        .find(|o| kind(o) == "Role" && o.metadata.name.as_deref() == Some("operator-manager"));
+    ensure!(manager_role.is_some(), "the manager's Role: {kinds:?}");
+    let deployment = objects
+        .iter()
+        .find(|o| kind(o) == "Deployment")
+        .context("the manager's Deployment")?;
+    let args = &deployment.data["spec"]["template"]["spec"]["containers"][0]["args"];
+    ensure!(
+        args.as_array()
+            .is_some_and(|a| a.iter().any(|a| a == "--namespace=$(POD_NAMESPACE)")),
+        "the manager watches its own namespace: {args}"
     );
     Ok(())
 }

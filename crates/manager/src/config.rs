@@ -17,6 +17,7 @@
 //! | `max_concurrent_reconciles`  | `MANAGER_MAX_CONCURRENT_RECONCILES`  | `--max-concurrent-reconciles`   | `4`                          |
 //! | `shutdown_timeout`           | `MANAGER_SHUTDOWN_TIMEOUT`           | `--shutdown-timeout`            | `30s`                        |
 //! | `reconcile_debounce`         | `MANAGER_RECONCILE_DEBOUNCE`         | `--reconcile-debounce`          | `250ms`                      |
+//! | `namespace`                  | `MANAGER_NAMESPACE`                  | `--namespace` (repeatable)      | every namespace              |
 //!
 //! The file is named by `--config PATH` (or `MANAGER_CONFIG`) and read as YAML (`.yaml`, `.yml`)
 //! or TOML (`.toml`) by its extension; its top level is a map of the keys above.
@@ -37,6 +38,10 @@
 //!   costs one reconcile and one status write instead of one each; `0s` reconciles at once.
 //! - `controllers` is a comma-separated list (or, in a file, a list): a name enables that
 //!   controller, `-name` disables it, `*` means every controller. `*,-myapp` runs all but MyApp.
+//! - `namespace` restricts every watch and cache to the namespaces named: a comma-separated
+//!   list (or, in a file, a list), and the flag may be repeated. With it, the manager needs
+//!   only Roles in those namespaces (`deploy/namespaced/`), not the ClusterRole. Empty means
+//!   every namespace.
 //!
 //! # Errors
 //! Any bad value stops start-up with a message that names the key and where its value came
@@ -76,6 +81,7 @@ pub const KEYS: &[&str] = &[
     "max_concurrent_reconciles",
     "shutdown_timeout",
     "reconcile_debounce",
+    "namespace",
 ];
 
 /// The manager's effective configuration. See the module documentation for every key.
@@ -119,6 +125,8 @@ pub struct Config {
     /// How long an object must go without a new trigger before it is reconciled.
     #[serde(with = "duration::serde")]
     pub reconcile_debounce: Duration,
+    /// The namespaces watched; empty for every namespace.
+    pub namespace: NamespaceList,
 }
 
 impl Default for Config {
@@ -143,6 +151,7 @@ impl Default for Config {
             max_concurrent_reconciles: 4,
             shutdown_timeout: Duration::from_secs(30),
             reconcile_debounce: controllers::RunOptions::DEFAULT_DEBOUNCE,
+            namespace: NamespaceList::default(),
         }
     }
 }
@@ -201,11 +210,14 @@ pub struct Flags {
     /// How long an object must go without a new trigger before it is reconciled, e.g. `250ms`
     #[arg(long, value_name = "DURATION")]
     pub reconcile_debounce: Option<String>,
+    /// Watch only these namespaces (comma-separated, or the flag repeated); default: all
+    #[arg(long, value_name = "LIST", action = clap::ArgAction::Append)]
+    pub namespace: Vec<String>,
 }
 
 impl Flags {
     /// The flags that were given, as configuration keys and raw values.
-    fn values(&self) -> Vec<(&'static str, &str)> {
+    fn values(&self) -> Vec<(&'static str, String)> {
         let all = [
             ("metrics_bind_address", &self.metrics_bind_address),
             ("health_probe_bind_address", &self.health_probe_bind_address),
@@ -221,8 +233,10 @@ impl Flags {
             ("shutdown_timeout", &self.shutdown_timeout),
             ("reconcile_debounce", &self.reconcile_debounce),
         ];
+        let namespace = (!self.namespace.is_empty()).then(|| self.namespace.join(","));
         all.into_iter()
-            .filter_map(|(key, value)| value.as_deref().map(|v| (key, v)))
+            .filter_map(|(key, value)| value.clone().map(|v| (key, v)))
+            .chain(namespace.map(|list| ("namespace", list)))
             .collect()
     }
 }
@@ -397,6 +411,52 @@ impl fmt::Display for ControllerSelection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.join(","))
     }
+}
+
+/// The namespaces the manager watches (`namespace`); empty for every namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NamespaceList(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for NamespaceList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            List(Vec<String>),
+        }
+        let entries = match Raw::deserialize(deserializer) {
+            Ok(Raw::Text(text)) => text.split(',').map(str::to_owned).collect(),
+            Ok(Raw::List(list)) => list,
+            Err(_) => {
+                return Err(de::Error::custom(
+                    "expected a comma-separated list of namespace names",
+                ));
+            }
+        };
+        let names: Vec<String> = entries
+            .into_iter()
+            .map(|e| e.trim().to_owned())
+            .filter(|e| !e.is_empty())
+            .collect();
+        if let Some(bad) = names.iter().find(|n| !is_dns_label(n)) {
+            return Err(de::Error::custom(format!(
+                "{bad:?} is not a namespace name: lower-case letters, digits and '-', \
+                 starting and ending with a letter or digit, at most 63 characters"
+            )));
+        }
+        Ok(Self(names))
+    }
+}
+
+/// Whether `name` is a valid namespace name (an RFC 1123 DNS label).
+fn is_dns_label(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| alnum(c) || c == '-')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
 }
 
 fn lenient_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
@@ -592,7 +652,7 @@ pub fn load(
     let flag_dict = flags
         .values()
         .into_iter()
-        .map(|(key, value)| (key.to_owned(), parse_scalar(value)))
+        .map(|(key, value)| (key.to_owned(), parse_scalar(&value)))
         .collect();
     layers.push(LayerProvider {
         layer: Layer::Flag,
@@ -1011,6 +1071,48 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.controllers.resolve(KNOWN).unwrap(), KNOWN);
+    }
+
+    #[test]
+    fn namespaces_from_repeated_or_comma_separated_flags_env_and_file() {
+        let names = |config: Config| config.namespace.0;
+        let config = load(
+            &flags(&["--namespace", "team-a", "--namespace=team-b, team-c"]),
+            env(&[("MANAGER_NAMESPACE", "ignored")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(names(config), ["team-a", "team-b", "team-c"]);
+        let config = load(
+            &Flags::default(),
+            env(&[("MANAGER_NAMESPACE", "one")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(names(config), ["one"]);
+        let file = TempFile::new("ns.yaml", "namespace: [a, b]\n");
+        let path = file.0.to_string_lossy().into_owned();
+        let config = load(&flags(&["--config", &path]), env(&[]), KNOWN).unwrap();
+        assert_eq!(names(config), ["a", "b"]);
+        let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
+        assert!(names(config).is_empty(), "every namespace by default");
+    }
+
+    #[test]
+    fn a_bad_namespace_name_is_named_with_its_flag() {
+        let p = one_problem(load(
+            &flags(&["--namespace", "team-a,Team_B"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("namespace", "flag --namespace")
+        );
+        assert!(
+            p.message.contains("\"Team_B\" is not a namespace name"),
+            "{p}"
+        );
     }
 
     #[test]

@@ -111,6 +111,7 @@ async fn run_connected(
         max_concurrent_reconciles: config.max_concurrent_reconciles,
         instance: identity.clone(),
         debounce: config.reconcile_debounce,
+        namespaces: controllers::Namespaces::only(config.namespace.0.iter().cloned()),
     };
     let mut runner = Runner {
         client: client.clone(),
@@ -388,6 +389,7 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         max_concurrent_reconciles = config.max_concurrent_reconciles,
         shutdown_timeout = %show(config.shutdown_timeout),
         reconcile_debounce = %show(config.reconcile_debounce),
+        namespace = %controllers::Namespaces::only(config.namespace.0.iter().cloned()),
         version = env!("CARGO_PKG_VERSION"),
         "effective configuration"
     );

@@ -56,21 +56,30 @@ impl Env {
         controllers: &str,
     ) -> Result<Self> {
         let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
+        let controllers = format!("--controllers={controllers}");
+        Self::with_manager(cluster, ns, &identity.path, &[&controllers]).await
+    }
+
+    /// The manager, with the identity of `kubeconfig` and `args` besides its test settings,
+    /// for the objects of `ns`.
+    pub async fn with_manager(
+        cluster: TestCluster,
+        ns: TestNamespace,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+    ) -> Result<Self> {
         wait_for_crds(&cluster).await?;
         let metrics_port = testkit::free_port()?;
         let metrics = format!("--metrics-bind-address=127.0.0.1:{metrics_port}");
-        let controllers = format!("--controllers={controllers}");
-        let manager = testkit::spawn_manager(
-            &identity.path,
-            &[
-                &metrics,
-                "--health-probe-bind-address=0",
-                "--leader-elect=false",
-                &controllers,
-            ],
-            &[("RUST_LOG", "info,controllers=debug")],
-        )
-        .await?;
+        let mut all = vec![
+            metrics.as_str(),
+            "--health-probe-bind-address=0",
+            "--leader-elect=false",
+        ];
+        all.extend_from_slice(args);
+        let manager =
+            testkit::spawn_manager(kubeconfig, &all, &[("RUST_LOG", "info,controllers=debug")])
+                .await?;
         Ok(Self {
             cluster,
             ns,
@@ -232,7 +241,7 @@ pub fn tail(text: &str, lines: usize) -> String {
 }
 
 /// Waits until the API server serves the CRDs (they may have just been installed).
-async fn wait_for_crds(cluster: &TestCluster) -> Result<()> {
+pub async fn wait_for_crds(cluster: &TestCluster) -> Result<()> {
     let memcacheds: Api<apis::Memcached> = Api::all(cluster.client.clone());
     let myapps: Api<apis::MyApp> = Api::all(cluster.client.clone());
     testkit::wait_for("the CRDs to be served", TIMEOUT, || async {
