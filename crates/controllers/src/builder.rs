@@ -31,7 +31,7 @@ use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::scope::ScopedApi;
 use crate::watches::Shared;
-use crate::{Error, RunContext, workload};
+use crate::{Error, RunContext, rbac, workload};
 
 /// Maps an object of a watched cache to the custom resource it concerns, given the cache of
 /// those custom resources; `None` when it concerns none.
@@ -46,6 +46,8 @@ pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// Waits for each watched cache's first list: `Ok(false)` when shutdown came first.
     caches: Vec<BoxFuture<'static, Result<bool, Error>>>,
     triggers: Vec<BoxStream<'static, ObjectRef<K>>>,
+    /// What the declarations need that the controller's RBAC rules do not allow.
+    missing_rbac: Vec<String>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Builder<K> {
@@ -88,14 +90,26 @@ where
     /// the custom resources of type `K`, run with what `ctx` provides.
     pub fn new(name: &'static str, ctx: &RunContext) -> Self {
         let writer = Writer::default();
-        Self {
+        let mut builder = Self {
             name,
             ctx: ctx.clone(),
             store: writer.as_reader(),
             writer,
             caches: Vec::new(),
             triggers: Vec::new(),
-        }
+            missing_rbac: Vec::new(),
+        };
+        builder.require::<K>("", rbac::READ);
+        builder.require::<K>("/status", &["patch"]);
+        builder
+    }
+
+    /// Notes the `verbs` on `C`'s resource (with `subresource`) that the rules do not allow.
+    fn require<C: Resource<DynamicType = ()>>(&mut self, subresource: &str, verbs: &[&str]) {
+        let resource = format!("{}{subresource}", C::plural(&()));
+        let group = C::group(&());
+        self.missing_rbac
+            .extend(rbac::missing(self.ctx.rules, &group, &resource, verbs));
     }
 
     /// The cache of the custom resources (filled once the controller runs).
@@ -114,6 +128,7 @@ where
     where
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
+        self.require::<C>("", rbac::READ);
         let (ready, shutdown) = (cache.clone(), self.ctx.shutdown.clone());
         self.caches
             .push(async move { ready.ready(&shutdown).await }.boxed());
@@ -128,10 +143,11 @@ where
     /// Reconciles the custom resource that controls each changed child in `children`: the
     /// owner reference marked `controller` that names a `K`.
     #[must_use]
-    pub fn owns<C>(self, children: &Shared<C>) -> Self
+    pub fn owns<C>(mut self, children: &Shared<C>) -> Self
     where
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
+        self.require::<C>("", rbac::MANAGE);
         self.watches(children, controller_of::<K, C>)
     }
 
@@ -140,7 +156,8 @@ where
     /// backoff and reported as a `ReconcileFailed` Warning Event on the object.
     ///
     /// # Errors
-    /// When a watched cache cannot be filled ([`Error::WatchRefused`], [`Error::WatchStopped`]).
+    /// [`Error::RbacMissing`] when the controller's rules do not cover what it declared; when
+    /// a watched cache cannot be filled ([`Error::WatchRefused`], [`Error::WatchStopped`]).
     pub async fn run<C, F, Fut>(
         self,
         context: impl FnOnce(Tools<K>) -> C,
@@ -152,6 +169,12 @@ where
         F: Fn(Arc<K>, Arc<C>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
     {
+        if !self.missing_rbac.is_empty() {
+            let mut missing = self.missing_rbac;
+            missing.sort();
+            missing.dedup();
+            return Err(Error::RbacMissing { missing });
+        }
         for ready in self.caches {
             if !ready.await? {
                 return Ok(());
@@ -209,4 +232,74 @@ where
 {
     let owner = workload::controller_of(child, &K::api_version(&()), &K::kind(&()))?;
     Some(ObjectRef::new(&owner.name).within(&child.namespace()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::ApiServer;
+    use crate::{Metrics, Namespaces, PolicyRule, RunOptions, SharedWatches};
+    use apis::Memcached;
+    use tokio_util::sync::CancellationToken;
+
+    /// Rules for a Memcached controller that owns and watches nothing.
+    static ONLY_ITS_OWN: [PolicyRule; 5] =
+        crate::controller_rules!("cache.example.com", "memcacheds");
+
+    fn context(server: &ApiServer, rules: &'static [PolicyRule]) -> RunContext {
+        let client = server.client();
+        RunContext {
+            watches: SharedWatches::new(
+                client.clone(),
+                Namespaces::all(),
+                CancellationToken::new(),
+            ),
+            client,
+            options: RunOptions::default(),
+            metrics: Arc::new(Metrics::new().expect("metrics")),
+            shutdown: CancellationToken::new(),
+            rules,
+        }
+    }
+
+    fn declared(ctx: &RunContext) -> Builder<Memcached> {
+        Builder::<Memcached>::new("memcached", ctx)
+            .owns(&ctx.watches.deployments())
+            .watches(&ctx.watches.pods(), |_, _| None)
+    }
+
+    #[tokio::test]
+    async fn a_controller_whose_rules_miss_what_it_declares_does_not_start() {
+        let server = ApiServer::failing(500, "unavailable");
+        let ctx = context(&server, &ONLY_ITS_OWN);
+        let error = declared(&ctx)
+            .run(|_| (), |_, _: Arc<()>| async { Ok(Outcome::Done) })
+            .await
+            .expect_err("refused");
+        let message = error.to_string();
+        assert!(matches!(error, Error::RbacMissing { .. }), "{message}");
+        for expected in [
+            "create apps/deployments",
+            "delete apps/deployments",
+            "list pods",
+            "watch pods",
+            "rbac::owns::<K>()",
+        ] {
+            assert!(message.contains(expected), "{expected:?} in {message}");
+        }
+        assert!(!message.contains("memcacheds"), "{message}");
+        assert!(
+            !message.contains("create pods"),
+            "pods are only read: {message}"
+        );
+        ctx.watches.stop().await;
+    }
+
+    #[tokio::test]
+    async fn the_registered_rules_cover_what_memcached_declares() {
+        let server = ApiServer::failing(500, "unavailable");
+        let ctx = context(&server, crate::memcached::CONTROLLER.rbac_rules);
+        assert_eq!(declared(&ctx).missing_rbac, Vec::<String>::new());
+        ctx.watches.stop().await;
+    }
 }

@@ -62,6 +62,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// A controller watches, owns or reconciles what its own RBAC rules do not allow: in a
+    /// user's cluster it would fail with 403s, so it does not start.
+    #[error(
+        "its RBAC rules do not allow {}; add them to its rules (rbac::owns::<K>() for an owned kind, rbac::reads::<K>() for a watched one)",
+        missing.join(", ")
+    )]
+    RbacMissing {
+        /// What is missing, as `verb group/resource`.
+        missing: Vec<String>,
+    },
+
     /// A controller stopped with an error; names which.
     #[error("controller {controller} failed")]
     Controller {
@@ -112,6 +123,7 @@ impl Error {
             Error::Changed { .. } => "changed",
             Error::WatchStopped { .. } => "watch_stopped",
             Error::WatchRefused { .. } => "watch_refused",
+            Error::RbacMissing { .. } => "rbac_missing",
             Error::Serialize { .. } => "serialize",
             Error::Controller { source, .. } => source.metric_label(),
         }

@@ -361,60 +361,25 @@ fn truncate(mut text: String, max: usize) -> String {
 mod tests {
     use super::*;
 
-    use std::sync::atomic::AtomicUsize;
-    use std::task::{Context, Poll};
-
-    use futures::future::BoxFuture;
-    use kube::client::Body;
     use tokio::time::Instant;
 
-    /// An API server that answers every request with an Event after `delay` (never, if
-    /// `None`), counting requests.
-    #[derive(Clone)]
-    struct SlowServer {
-        delay: Option<Duration>,
-        requests: Arc<AtomicUsize>,
+    use crate::fake::{self, ApiServer};
+
+    /// What the fake API server answers to every write of an Event.
+    fn an_event() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": "e", "namespace": "default"},
+            "eventTime": "2026-01-01T00:00:00.000000Z"
+        })
     }
 
-    impl tower::Service<http::Request<Body>> for SlowServer {
-        type Response = http::Response<Body>;
-        type Error = std::convert::Infallible;
-        type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: http::Request<Body>) -> Self::Future {
-            self.requests.fetch_add(1, Ordering::SeqCst);
-            let delay = self.delay;
-            Box::pin(async move {
-                match delay {
-                    Some(delay) => tokio::time::sleep(delay).await,
-                    None => std::future::pending().await,
-                }
-                let event = serde_json::json!({
-                    "apiVersion": "events.k8s.io/v1",
-                    "kind": "Event",
-                    "metadata": {"name": "e", "namespace": "default"},
-                    "eventTime": "2026-01-01T00:00:00.000000Z"
-                });
-                Ok(http::Response::new(Body::from(
-                    event.to_string().into_bytes(),
-                )))
-            })
-        }
-    }
-
-    fn start(delay: Option<Duration>) -> (Events, Publisher, Arc<AtomicUsize>) {
-        let requests = Arc::new(AtomicUsize::new(0));
-        let server = SlowServer {
-            delay,
-            requests: requests.clone(),
-        };
-        let client = kube::Client::new(server, "default");
-        let (events, publisher) = Events::start(client, "memcached", "pod-1");
-        (events, publisher, requests)
+    /// Events through an API server that answers after `delay` (never, if `None`).
+    fn start(delay: Option<Duration>) -> (Events, Publisher, ApiServer) {
+        let server = ApiServer::echoing(an_event()).delayed(delay);
+        let (events, publisher) = Events::start(server.client(), "memcached", "pod-1");
+        (events, publisher, server)
     }
 
     fn regarding() -> ObjectReference {
@@ -443,7 +408,7 @@ mod tests {
         drop(events);
         let flushing = Instant::now();
         publisher.finish(Duration::from_secs(20)).await;
-        assert_eq!(requests.load(Ordering::SeqCst), 8, "every event was sent");
+        assert_eq!(requests.requests().len(), 8, "every event was sent");
         // Four at a time: two rounds of 300 ms, not eight.
         assert!(
             flushing.elapsed() < Duration::from_millis(8 * 300),
@@ -470,62 +435,21 @@ mod tests {
         publisher.finish(Duration::from_millis(100)).await;
     }
 
-    /// An API server that records each request's method, path and body, and answers PATCH
-    /// with 404 when `patch_finds_nothing`.
-    #[derive(Clone, Default)]
-    struct Recording {
-        patch_finds_nothing: bool,
-        requests: Arc<Mutex<Vec<(String, String, serde_json::Value)>>>,
+    /// An API server that answers every write with an Event, or PATCH with 404 when
+    /// `patch_finds_nothing`.
+    fn recording(patch_finds_nothing: bool) -> ApiServer {
+        ApiServer::answering(move |request| {
+            if request.method == "PATCH" && patch_finds_nothing {
+                fake::failure(404, "NotFound", "not found")
+            } else {
+                (200, an_event())
+            }
+        })
     }
 
-    impl tower::Service<http::Request<Body>> for Recording {
-        type Response = http::Response<Body>;
-        type Error = std::convert::Infallible;
-        type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-            let this = self.clone();
-            Box::pin(async move {
-                let method = request.method().to_string();
-                let path = request.uri().path().to_owned();
-                let body = request
-                    .into_body()
-                    .collect_bytes()
-                    .await
-                    .unwrap_or_default();
-                let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-                this.requests
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push((method.clone(), path, body));
-                let (status, answer) = if method == "PATCH" && this.patch_finds_nothing {
-                    let status = serde_json::json!({
-                        "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "reason": "NotFound", "code": 404, "message": "not found"
-                    });
-                    (404, status)
-                } else {
-                    let event = serde_json::json!({
-                        "apiVersion": "events.k8s.io/v1", "kind": "Event",
-                        "metadata": {"name": "e", "namespace": "default"},
-                        "eventTime": "2026-01-01T00:00:00.000000Z"
-                    });
-                    (200, event)
-                };
-                let mut response = http::Response::new(Body::from(answer.to_string().into_bytes()));
-                *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or_default();
-                Ok(response)
-            })
-        }
-    }
-
-    fn recorder(server: &Recording) -> Recorder {
+    fn recorder(server: &ApiServer) -> Recorder {
         Recorder {
-            client: kube::Client::new(server.clone(), "default"),
+            client: server.client(),
             controller: reporting_controller("memcached"),
             instance: "pod-1".into(),
             sent: Mutex::new(Sent {
@@ -547,7 +471,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_repeated_event_counts_up_the_series_of_the_first() {
-        let server = Recording::default();
+        let server = recording(false);
         let recorder = recorder(&server);
         for note in ["first", "again", "and again"] {
             recorder.publish(&scaled(note)).await.expect("published");
@@ -556,10 +480,10 @@ mod tests {
         other.regarding.uid = Some("u2".into());
         recorder.publish(&other).await.expect("published");
 
-        let requests = server.requests.lock().expect("lock").clone();
-        let methods: Vec<&str> = requests.iter().map(|(m, _, _)| m.as_str()).collect();
+        let requests = server.requests();
+        let methods: Vec<&str> = requests.iter().map(|r| r.method.as_str()).collect();
         assert_eq!(methods, ["POST", "PATCH", "PATCH", "POST"]);
-        let (_, path, created) = &requests[0];
+        let (path, created) = (&requests[0].path, &requests[0].body);
         assert_eq!(path, "/apis/events.k8s.io/v1/namespaces/default/events");
         assert_eq!(created["note"], "first");
         assert_eq!(created["type"], "Normal");
@@ -567,9 +491,10 @@ mod tests {
         assert_eq!(created["reportingInstance"], "pod-1");
         let name = created["metadata"]["name"].as_str().expect("named");
         assert!(name.starts_with("m."), "{name}");
-        for (i, (_, path, patch)) in requests[1..3].iter().enumerate() {
+        for (i, request) in requests[1..3].iter().enumerate() {
+            let patch = &request.body;
             assert_eq!(
-                path,
+                &request.path,
                 &format!("/apis/events.k8s.io/v1/namespaces/default/events/{name}")
             );
             assert_eq!(patch["series"]["count"], i + 2);
@@ -579,17 +504,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_repeat_of_a_deleted_event_is_created_again() {
-        let server = Recording {
-            patch_finds_nothing: true,
-            ..Recording::default()
-        };
+        let server = recording(true);
         let recorder = recorder(&server);
         recorder.publish(&scaled("first")).await.expect("published");
         recorder.publish(&scaled("again")).await.expect("published");
-        let requests = server.requests.lock().expect("lock").clone();
-        let methods: Vec<&str> = requests.iter().map(|(m, _, _)| m.as_str()).collect();
+        let requests = server.requests();
+        let methods: Vec<&str> = requests.iter().map(|r| r.method.as_str()).collect();
         assert_eq!(methods, ["POST", "PATCH", "POST"]);
-        assert_eq!(requests[2].2["note"], "again");
+        assert_eq!(requests[2].body["note"], "again");
     }
 
     #[test]

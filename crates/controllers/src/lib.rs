@@ -17,6 +17,8 @@ pub mod children;
 pub mod driver;
 pub mod error;
 pub mod events;
+#[cfg(test)]
+mod fake;
 pub mod index;
 pub mod labels;
 pub mod memcached;
@@ -88,6 +90,8 @@ pub struct RunContext {
     pub shutdown: CancellationToken,
     /// The watches shared by every controller of the run.
     pub watches: SharedWatches,
+    /// The RBAC rules of the controller being run ([`ManagedController::rbac_rules`]).
+    pub rules: &'static [PolicyRule],
 }
 
 impl std::fmt::Debug for RunContext {
@@ -126,9 +130,14 @@ pub async fn run(
         metrics,
         shutdown: stop.clone(),
         watches: watches.clone(),
+        rules: &[],
     };
     let runs = controllers.iter().map(|c| {
-        let (name, run, stop) = (c.name(), c.run(ctx.clone()), stop.clone());
+        let ctx = RunContext {
+            rules: c.rbac_rules(),
+            ..ctx.clone()
+        };
+        let (name, run, stop) = (c.name(), c.run(ctx), stop.clone());
         async move {
             let result = run.await.map_err(|source| Error::Controller {
                 controller: name,

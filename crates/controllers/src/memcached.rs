@@ -90,18 +90,10 @@ static RULES: [PolicyRule; 9] = crate::controller_rules!(
 );
 
 /// The Service in front of each `Memcached`'s pods, owned and applied.
-const SERVICES: PolicyRule = PolicyRule {
-    api_groups: &[""],
-    resources: &["services"],
-    verbs: rbac::MANAGE,
-};
+const SERVICES: PolicyRule = rbac::owns::<Service>();
 
 /// The PodDisruptionBudget of each `Memcached` of more than one pod, owned and applied.
-const POD_DISRUPTION_BUDGETS: PolicyRule = PolicyRule {
-    api_groups: &["policy"],
-    resources: &["poddisruptionbudgets"],
-    verbs: rbac::MANAGE,
-};
+const POD_DISRUPTION_BUDGETS: PolicyRule = rbac::owns::<PodDisruptionBudget>();
 
 /// What every reconcile of this controller uses: what every Deployment owner uses, the pods by
 /// `Memcached`, and the writers of its Services and PodDisruptionBudgets.

@@ -1,4 +1,13 @@
 //! RBAC rules as controllers declare them.
+//!
+//! A controller's rules come from the same types it watches and owns: [`owns`] and [`reads`]
+//! take a rule's group and resource from the Kubernetes type itself, and the
+//! [`crate::builder::Builder`] refuses to start a controller whose declared watches, owned
+//! kinds or custom resource its rules do not cover ([`crate::Error::RbacMissing`]), naming
+//! what to add. The generated ClusterRole is the union of the rules, so it cannot drift from
+//! what the code watches and writes.
+
+use std::marker::PhantomData;
 
 /// One rule of a ClusterRole, declared statically next to the controller that needs it.
 ///
@@ -22,12 +31,38 @@ pub const MANAGE: &[&str] = &[
 /// The verbs on a status subresource.
 pub const STATUS: &[&str] = &["get", "update", "patch"];
 
+/// The verbs on a kind a controller only reads, through a shared cache.
+pub const READ: &[&str] = &["get", "list", "watch"];
+
+/// The group and resource of a Kubernetes type, as the slices a [`PolicyRule`] holds.
+struct Kind<K>(PhantomData<K>);
+
+impl<K: k8s_openapi::Resource> Kind<K> {
+    const GROUPS: &'static [&'static str] = &[K::GROUP];
+    const RESOURCES: &'static [&'static str] = &[K::URL_PATH_SEGMENT];
+}
+
+/// The rule for a kind of child a controller owns: watched through a shared cache, created,
+/// applied, deleted.
+pub const fn owns<K: k8s_openapi::Resource>() -> PolicyRule {
+    PolicyRule {
+        api_groups: Kind::<K>::GROUPS,
+        resources: Kind::<K>::RESOURCES,
+        verbs: MANAGE,
+    }
+}
+
+/// The rule for a kind a controller only reads through a shared cache.
+pub const fn reads<K: k8s_openapi::Resource>() -> PolicyRule {
+    PolicyRule {
+        api_groups: Kind::<K>::GROUPS,
+        resources: Kind::<K>::RESOURCES,
+        verbs: READ,
+    }
+}
+
 /// Owned Deployments: watched through the shared cache, applied, deleted.
-pub const DEPLOYMENTS: PolicyRule = PolicyRule {
-    api_groups: &["apps"],
-    resources: &["deployments"],
-    verbs: MANAGE,
-};
+pub const DEPLOYMENTS: PolicyRule = owns::<k8s_openapi::api::apps::v1::Deployment>();
 
 /// Events through `events.k8s.io/v1` (what kube's `Recorder` uses) and the core group (what
 /// `kubectl describe` and older tooling read and write).
@@ -78,11 +113,7 @@ macro_rules! controller_rules {
 }
 
 /// Pods read through a shared cache.
-pub const PODS_READ: PolicyRule = PolicyRule {
-    api_groups: &[""],
-    resources: &["pods"],
-    verbs: &["get", "list", "watch"],
-};
+pub const PODS_READ: PolicyRule = reads::<k8s_openapi::api::core::v1::Pod>();
 
 /// Whether `rules` allow `verb` on `resource` (`memcacheds/status` for a subresource) in the API
 /// `group` (`""` for the core group).
@@ -90,6 +121,19 @@ pub fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> 
     rules.iter().any(|r| {
         r.api_groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb)
     })
+}
+
+/// What of `verbs` on `resource` in `group` the `rules` do not allow, as `verb group/resource`
+/// (`verb resource` for the core group).
+pub fn missing(rules: &[PolicyRule], group: &str, resource: &str, verbs: &[&str]) -> Vec<String> {
+    verbs
+        .iter()
+        .filter(|verb| !allows(rules, group, resource, verb))
+        .map(|verb| match group {
+            "" => format!("{verb} {resource}"),
+            _ => format!("{verb} {group}/{resource}"),
+        })
+        .collect()
 }
 
 /// Asserts that `rules` cover what every controller of a custom resource that owns a Deployment

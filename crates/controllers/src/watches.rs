@@ -600,6 +600,7 @@ fn strip_deployment(deployment: &mut Deployment) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake::ApiServer;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
 
@@ -711,52 +712,19 @@ mod tests {
         assert_eq!(next.as_deref(), Some("x3"), "then the channel continues");
     }
 
-    /// An API server that answers every request with a failure of `code`, and remembers the
-    /// query of each.
-    #[derive(Clone)]
-    struct Failing {
-        code: u16,
-        queries: Arc<Mutex<Vec<String>>>,
-    }
-
-    impl tower::Service<http::Request<kube::client::Body>> for Failing {
-        type Response = http::Response<kube::client::Body>;
-        type Error = std::convert::Infallible;
-        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-        fn poll_ready(
-            &mut self,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
-            let query = request.uri().query().unwrap_or_default().to_owned();
-            lock(&self.queries).push(query);
-            let status = serde_json::json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "reason": "BadRequest", "code": self.code,
-                "message": "unable to parse requirement: found '!', expected: identifier"
-            });
-            let mut response =
-                http::Response::new(kube::client::Body::from(status.to_string().into_bytes()));
-            *response.status_mut() = http::StatusCode::from_u16(self.code).unwrap_or_default();
-            std::future::ready(Ok(response))
-        }
-    }
-
-    fn watches_answering(code: u16) -> (SharedWatches, Arc<Mutex<Vec<String>>>) {
-        let server = Failing {
+    /// Shared watches through an API server that fails every request with `code`.
+    fn watches_answering(code: u16) -> (SharedWatches, ApiServer) {
+        let server = ApiServer::failing(
             code,
-            queries: Arc::default(),
-        };
-        let queries = server.queries.clone();
-        let client = kube::Client::new(server, "default");
-        (
-            SharedWatches::new(client, Namespaces::all(), CancellationToken::new()),
-            queries,
-        )
+            "unable to parse requirement: found '!', expected: identifier",
+        );
+        let watches =
+            SharedWatches::new(server.client(), Namespaces::all(), CancellationToken::new());
+        (watches, server)
+    }
+
+    fn queries(server: &ApiServer) -> Vec<String> {
+        server.requests().into_iter().map(|r| r.query).collect()
     }
 
     #[tokio::test]
@@ -781,7 +749,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_watch_fails_ready_with_the_selector_and_the_reason() {
-        let (watches, queries) = watches_answering(400);
+        let (watches, server) = watches_answering(400);
         let shared = watches.watch(WatchSpec::<ConfigMap>::labelled("team!!=blue"));
         let error = tokio::time::timeout(
             std::time::Duration::from_secs(10),
@@ -801,21 +769,21 @@ mod tests {
             assert!(message.contains(expected), "{expected:?} in {message}");
         }
         assert!(
-            lock(&queries)
+            queries(&server)
                 .iter()
                 .any(|q| q.contains("labelSelector=team%21%21%3Dblue")),
             "the selector was sent: {:?}",
-            lock(&queries)
+            queries(&server)
         );
         watches.stop().await;
     }
 
     #[tokio::test]
     async fn a_server_error_is_retried_not_refused() {
-        let (watches, queries) = watches_answering(500);
+        let (watches, server) = watches_answering(500);
         let shared = watches.watch(WatchSpec::<ConfigMap>::all());
         let retried = async {
-            while lock(&queries).len() < 2 {
+            while server.requests().len() < 2 {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         };

@@ -539,34 +539,6 @@ mod tests {
         }
     }
 
-    /// An API server that answers every request with `object`, counting requests.
-    #[derive(Clone)]
-    struct Echo {
-        object: serde_json::Value,
-        requests: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    impl tower::Service<http::Request<kube::client::Body>> for Echo {
-        type Response = http::Response<kube::client::Body>;
-        type Error = std::convert::Infallible;
-        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-        fn poll_ready(
-            &mut self,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: http::Request<kube::client::Body>) -> Self::Future {
-            self.requests
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            std::future::ready(Ok(http::Response::new(kube::client::Body::from(
-                self.object.to_string().into_bytes(),
-            ))))
-        }
-    }
-
     fn memcached(resource_version: &str, size: i32) -> apis::Memcached {
         let mut mc = apis::Memcached::new(
             "m",
@@ -582,17 +554,11 @@ mod tests {
 
     /// A status writer whose API server answers every write with a Memcached at
     /// resourceVersion 2, and the count of its requests.
-    fn echo_writer() -> (
-        StatusWriter<apis::Memcached>,
-        Arc<std::sync::atomic::AtomicUsize>,
-    ) {
-        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let server = Echo {
-            object: serde_json::to_value(memcached("2", 1)).expect("serializable"),
-            requests: requests.clone(),
-        };
-        let writer = StatusWriter::new(kube::Client::new(server, "default"));
-        (writer, requests)
+    fn echo_writer() -> (StatusWriter<apis::Memcached>, crate::fake::ApiServer) {
+        let server = crate::fake::ApiServer::echoing(
+            serde_json::to_value(memcached("2", 1)).expect("serializable"),
+        );
+        (StatusWriter::new(server.client()), server)
     }
 
     fn status(ready: i32) -> apis::MemcachedStatus {
@@ -604,8 +570,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_status_write_counts_until_the_cache_shows_it() {
-        let (writer, requests) = echo_writer();
-        let sent = || requests.load(std::sync::atomic::Ordering::SeqCst);
+        let (writer, server) = echo_writer();
+        let sent = || server.requests().len();
 
         let cached = memcached("1", 1);
         assert!(
@@ -647,8 +613,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_status_in_motion_waits_for_the_next_or_for_the_hold() {
-        let (writer, requests) = echo_writer();
-        let sent = || requests.load(std::sync::atomic::Ordering::SeqCst);
+        let (writer, server) = echo_writer();
+        let sent = || server.requests().len();
         let cached = memcached("1", 1);
 
         let held = writer
