@@ -344,29 +344,36 @@ pub struct ControllerSelection(pub Vec<String>);
 
 impl<'de> Deserialize<'de> for ControllerSelection {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            List(Vec<String>),
-        }
-        let entries = match Raw::deserialize(deserializer) {
-            Ok(Raw::Text(text)) => text.split(',').map(str::to_owned).collect(),
-            Ok(Raw::List(list)) => list,
-            Err(_) => {
-                return Err(de::Error::custom(
-                    "expected a comma-separated list of controller names",
-                ));
-            }
-        };
-        Ok(Self(
-            entries
-                .into_iter()
-                .map(|e| e.trim().to_owned())
-                .filter(|e| !e.is_empty())
-                .collect(),
-        ))
+        list_of_names(deserializer, "controller names").map(Self)
     }
+}
+
+/// A comma-separated list (from a flag or the environment) or a list (in a file) of `what`,
+/// trimmed, without empty entries.
+fn list_of_names<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    what: &str,
+) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Text(String),
+        List(Vec<String>),
+    }
+    let entries = match Raw::deserialize(deserializer) {
+        Ok(Raw::Text(text)) => text.split(',').map(str::to_owned).collect(),
+        Ok(Raw::List(list)) => list,
+        Err(_) => {
+            return Err(de::Error::custom(format!(
+                "expected a comma-separated list of {what}"
+            )));
+        }
+    };
+    Ok(entries
+        .into_iter()
+        .map(|e| e.trim().to_owned())
+        .filter(|e| !e.is_empty())
+        .collect())
 }
 
 impl ControllerSelection {
@@ -419,26 +426,7 @@ pub struct NamespaceList(pub Vec<String>);
 
 impl<'de> Deserialize<'de> for NamespaceList {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            List(Vec<String>),
-        }
-        let entries = match Raw::deserialize(deserializer) {
-            Ok(Raw::Text(text)) => text.split(',').map(str::to_owned).collect(),
-            Ok(Raw::List(list)) => list,
-            Err(_) => {
-                return Err(de::Error::custom(
-                    "expected a comma-separated list of namespace names",
-                ));
-            }
-        };
-        let names: Vec<String> = entries
-            .into_iter()
-            .map(|e| e.trim().to_owned())
-            .filter(|e| !e.is_empty())
-            .collect();
+        let names = list_of_names(deserializer, "namespace names")?;
         if let Some(bad) = names.iter().find(|n| !is_dns_label(n)) {
             return Err(de::Error::custom(format!(
                 "{bad:?} is not a namespace name: lower-case letters, digits and '-', \
