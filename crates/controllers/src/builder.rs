@@ -31,7 +31,7 @@ use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::scope::ScopedApi;
 use crate::watches::Shared;
-use crate::{Error, RunContext, rbac, workload};
+use crate::{Error, RunContext, children, rbac};
 
 /// Maps an object of a watched cache to the custom resource it concerns, given the cache of
 /// those custom resources; `None` when it concerns none.
@@ -230,7 +230,7 @@ where
     K: Resource<DynamicType = ()>,
     C: Resource,
 {
-    let owner = workload::controller_of(child, &K::api_version(&()), &K::kind(&()))?;
+    let owner = children::controller_of(child, &K::api_version(&()), &K::kind(&()))?;
     Some(ObjectRef::new(&owner.name).within(&child.namespace()?))
 }
 

@@ -1,6 +1,8 @@
-//! Children a custom resource owns beside its Deployment (a Service, a PodDisruptionBudget):
-//! created when missing, server-side applied again when somebody else changed them, deleted
-//! when no longer wanted, and never taken over from somebody else.
+//! What a custom resource owns: who controls an object (its controller owner reference), the
+//! metadata, create and apply of an owned object, and the children beside its Deployment (a
+//! Service, a PodDisruptionBudget) in [`OwnedChildren`]: created when missing, server-side
+//! applied again when somebody else changed them, deleted when no longer wanted, and never
+//! taken over from somebody else.
 //!
 //! The shared cache of the child type (managed objects only) says what exists. Like
 //! [`crate::owned::OwnedDeployments`], this remembers what it last wrote to each child and the
@@ -8,13 +10,14 @@
 //! desired object is the same, nothing is written. Any other version (a hand edit) or none at
 //! all (a deletion) makes it write again, which puts back every field the controller sets.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -25,11 +28,134 @@ use crate::Error;
 use crate::builder::Builder;
 use crate::events::Events;
 use crate::watches::WatchSpec;
-use crate::workload;
 
 /// How long a create of ours may go unseen by the cache before it counts as lost and is made
 /// again.
 const UNSEEN_FOR: Duration = Duration::from_secs(30);
+
+/// A kind of object a custom resource can own and write: namespaced, sent and read as JSON.
+pub trait ChildObject:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+{
+}
+
+impl<C> ChildObject for C where
+    C: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+{
+}
+
+/// Whether `owner_uid` is `obj`'s controller.
+pub fn is_controlled_by(obj: &impl Resource, owner_uid: &str) -> bool {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid)
+}
+
+/// The controller of `obj` when it is of kind `kind` in `api_version`.
+pub fn controller_of<'a>(
+    obj: &'a impl Resource,
+    api_version: &str,
+    kind: &str,
+) -> Option<&'a OwnerReference> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == kind && o.api_version == api_version)
+}
+
+/// The metadata of an object `owner` controls: the owner's name and namespace, `labels`, and a
+/// controller owner reference.
+///
+/// # Errors
+/// [`Error::MissingField`] when `owner` lacks a namespace or uid (it was not read from the API
+/// server).
+pub fn child_metadata<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    labels: BTreeMap<String, String>,
+) -> Result<ObjectMeta, Error> {
+    let namespace = owner.namespace().ok_or(Error::MissingField {
+        kind: K::kind(&()),
+        field: "metadata.namespace",
+    })?;
+    Ok(ObjectMeta {
+        name: Some(owner.name_any()),
+        namespace: Some(namespace),
+        labels: Some(labels),
+        owner_references: Some(vec![owner_reference(owner)?]),
+        ..ObjectMeta::default()
+    })
+}
+
+/// A controller owner reference to `owner` that blocks its foreground deletion until the owned
+/// object is gone.
+///
+/// # Errors
+/// [`Error::MissingField`] when `owner` has no name or uid (it was not read from the API server).
+pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Result<OwnerReference, Error> {
+    let mut reference = owner.controller_owner_ref(&()).ok_or(Error::MissingField {
+        kind: K::kind(&()),
+        field: "metadata.uid",
+    })?;
+    reference.block_owner_deletion = Some(true);
+    Ok(reference)
+}
+
+/// Creates `object` (recording `field_manager` as the writer of its fields). Unlike an apply, a
+/// create fails when the name is taken, so an object that the caches had not seen yet is never
+/// taken over.
+///
+/// # Errors
+/// [`Error::Kube`] when the API server refuses ([`Error::is_already_exists`] when the name is
+/// taken).
+pub async fn create_owned<C>(
+    client: &kube::Client,
+    namespace: &str,
+    field_manager: &str,
+    object: &C,
+) -> Result<C, Error>
+where
+    C: ChildObject,
+{
+    let params = PostParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PostParams::default()
+    };
+    Ok(Api::<C>::namespaced(client.clone(), namespace)
+        .create(&params, object)
+        .await?)
+}
+
+/// Server-side applies `object` under `field_manager`, forcing conflicts (the controller is the
+/// authority on every field it sets; a hand edit of one of them is undone).
+///
+/// # Errors
+/// [`Error::Kube`] when the API server refuses.
+pub async fn apply_owned<C>(
+    client: &kube::Client,
+    namespace: &str,
+    field_manager: &str,
+    object: &C,
+) -> Result<C, Error>
+where
+    C: ChildObject,
+{
+    let name = object.name_any();
+    let params = PatchParams::apply(field_manager).force();
+    Ok(Api::<C>::namespaced(client.clone(), namespace)
+        .patch(&name, &params, &Patch::Apply(object))
+        .await?)
+}
 
 /// What [`OwnedChildren::ensure`] came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,14 +199,7 @@ struct Written {
 
 impl<C> OwnedChildren<C>
 where
-    C: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    C: ChildObject + Send + Sync + 'static,
 {
     /// Declares that the custom resources of `builder` own children of type `C`, watched as
     /// `spec` says (it must select only objects these controllers label as managed): a change
@@ -131,10 +250,9 @@ where
         let kind = C::kind(&());
         let name = desired.name_any();
         let written = if cached.is_some() {
-            workload::apply_owned(&self.client, &namespace, self.field_manager, desired).await
+            apply_owned(&self.client, &namespace, self.field_manager, desired).await
         } else {
-            let created =
-                workload::create_owned(&self.client, &namespace, self.field_manager, desired).await;
+            let created = create_owned(&self.client, &namespace, self.field_manager, desired).await;
             if created.is_ok() {
                 let note = format!("Created {kind} {name}");
                 events.normal(regarding, "Created", "Create", note);
@@ -154,8 +272,7 @@ where
                 // Ours after all, made by another process (a manager before a restart, another
                 // replica) and not in this cache yet: bring it up to date.
                 let applied =
-                    workload::apply_owned(&self.client, &namespace, self.field_manager, desired)
-                        .await?;
+                    apply_owned(&self.client, &namespace, self.field_manager, desired).await?;
                 self.remember(key, desired_hash, applied.resource_version(), true);
                 Ok(Child::Current)
             }
@@ -185,7 +302,7 @@ where
         };
         let api = Api::<C>::namespaced(self.client.clone(), &namespace);
         let existing = api.get_opt(&desired.name_any()).await?;
-        Ok(existing.is_some_and(|obj| workload::is_controlled_by(&obj, uid)))
+        Ok(existing.is_some_and(|obj| is_controlled_by(&obj, uid)))
     }
 
     /// Deletes the child `namespace/name` if the cache has it and the owner with `owner_uid`
@@ -205,7 +322,7 @@ where
         let controlled = self
             .cache
             .get(&key)
-            .is_some_and(|child| workload::is_controlled_by(child.as_ref(), owner_uid));
+            .is_some_and(|child| is_controlled_by(child.as_ref(), owner_uid));
         if !controlled {
             return Ok(false);
         }
@@ -272,4 +389,52 @@ pub(crate) fn hash_of<C: Resource + Serialize>(desired: &C) -> Result<u64, Error
     let mut hasher = DefaultHasher::new();
     text.hash(&mut hasher);
     Ok(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::ObjectMeta;
+
+    fn owned_by(uid: &str, controller: bool) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "cache.example.com/v1alpha1".into(),
+                    kind: "Memcached".into(),
+                    name: "m".into(),
+                    uid: uid.into(),
+                    controller: Some(controller),
+                    block_owner_deletion: None,
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..Deployment::default()
+        }
+    }
+
+    #[test]
+    fn control_is_by_uid_and_controller_flag() {
+        assert!(is_controlled_by(&owned_by("u1", true), "u1"));
+        assert!(
+            !is_controlled_by(&owned_by("u1", true), "u2"),
+            "a namesake from an older object"
+        );
+        assert!(
+            !is_controlled_by(&owned_by("u1", false), "u1"),
+            "an owner that is not the controller"
+        );
+        assert!(!is_controlled_by(&Deployment::default(), "u1"));
+        assert!(
+            controller_of(
+                &owned_by("u1", true),
+                "cache.example.com/v1alpha1",
+                "Memcached"
+            )
+            .is_some()
+        );
+        assert!(controller_of(&owned_by("u1", true), "myscheme.example.com/v1", "MyApp").is_none());
+    }
 }

@@ -25,11 +25,12 @@ pub mod memcached;
 pub mod metrics;
 pub mod myapp;
 pub mod owned;
+pub mod pod_security;
 pub mod rbac;
 pub mod scope;
 pub mod status;
+pub mod status_writer;
 pub mod watches;
-pub mod workload;
 
 pub use error::Error;
 pub use metrics::Metrics;

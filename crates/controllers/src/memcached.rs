@@ -26,7 +26,7 @@
 //!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
 //! 3. The status (`nodes`, `readyReplicas`, `observedGeneration`, conditions) is computed from
 //!    the Deployment and the cached pods, and written only when it changed; a state the rollout
-//!    passes through waits up to [`crate::workload::PROGRESS_HOLD`] for the next.
+//!    passes through waits up to [`crate::status_writer::PROGRESS_HOLD`] for the next.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -42,14 +42,15 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::builder::Builder;
+use crate::children;
 use crate::children::{Child, OwnedChildren};
 use crate::driver::Outcome;
 use crate::index::Index;
 use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
 use crate::rbac;
 use crate::status;
+use crate::status_writer::StatusWrite;
 use crate::watches::{self, PodMeta};
-use crate::workload::{self, StatusWrite};
 use crate::{Error, PolicyRule, Registration, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
@@ -246,7 +247,7 @@ pub fn service_name(memcached_name: &str) -> String {
 /// [`Error::MissingField`] when `mc` lacks a namespace or uid (it was not read from the server).
 pub fn desired_service(mc: &Memcached) -> Result<Service, Error> {
     let name = mc.name_any();
-    let mut metadata = workload::child_metadata(mc, object_labels(&name))?;
+    let mut metadata = children::child_metadata(mc, object_labels(&name))?;
     metadata.name = Some(service_name(&name));
     Ok(Service {
         metadata,
@@ -274,7 +275,7 @@ pub fn desired_service(mc: &Memcached) -> Result<Service, Error> {
 pub fn desired_budget(mc: &Memcached) -> Result<PodDisruptionBudget, Error> {
     let name = mc.name_any();
     Ok(PodDisruptionBudget {
-        metadata: workload::child_metadata(mc, object_labels(&name))?,
+        metadata: children::child_metadata(mc, object_labels(&name))?,
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {
@@ -407,7 +408,7 @@ mod tests {
         let d = desired_deployment(&memcached("memcached-sample", 3)).expect("desired deployment");
         assert_eq!(d.metadata.name.as_deref(), Some("memcached-sample"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
-        crate::workload::assert_owned_workload(&d, "Memcached", "uid-1");
+        crate::owned::assert_owned_workload(&d, "Memcached", "uid-1");
 
         let labels = d.metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels["app"], "memcached");
@@ -439,7 +440,7 @@ mod tests {
             c.security_context.as_ref().and_then(|s| s.run_as_user),
             Some(11211)
         );
-        crate::workload::assert_restricted(&d);
+        crate::pod_security::assert_restricted(&d);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! a hand edit of a field this controller sets (the image, the replica count, the security
 //! context) is undone at once. Status: `replicas`, `readyReplicas`, `observedGeneration` and the
 //! conditions, written only when changed (a state the rollout passes through waits up to
-//! [`crate::workload::PROGRESS_HOLD`] for the next).
+//! [`crate::status_writer::PROGRESS_HOLD`] for the next).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -156,8 +156,8 @@ mod tests {
         assert_eq!(pod.containers.len(), 1);
         assert_eq!(pod.containers[0].name, "app");
         assert_eq!(pod.containers[0].image.as_deref(), Some("nginx:1.29"));
-        crate::workload::assert_owned_workload(&d, "MyApp", "uid-2");
-        crate::workload::assert_restricted(&d);
+        crate::owned::assert_owned_workload(&d, "MyApp", "uid-2");
+        crate::pod_security::assert_restricted(&d);
     }
 
     #[test]

@@ -11,18 +11,82 @@ use apis::condition::Conditions;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
-use kube::api::ObjectMeta;
+use kube::api::{Api, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::Error;
 use crate::builder::{Builder, Tools};
 use crate::children::hash_of;
+use crate::children::{self as ownership, apply_owned, create_owned, is_controlled_by};
 use crate::driver::Outcome;
 use crate::events::Events;
+use crate::pod_security;
 use crate::status::{REASON_NOT_OWNED, reports};
+use crate::status_writer::{StatusWrite, StatusWriter, WithStatus};
 use crate::watches::DeploymentMeta;
-use crate::workload::{self, Existing, StatusWrite, StatusWriter, WithStatus};
+
+/// The Deployment a custom resource wants, as it stands.
+#[derive(Clone, Debug)]
+pub enum Existing {
+    /// No Deployment of that name: it will be created.
+    Missing,
+    /// The custom resource's own Deployment.
+    Owned(Arc<Deployment>),
+    /// The custom resource's own Deployment, stripped of the label the managed cache selects
+    /// (by hand): only its metadata is cached, so it must be read before it is put back.
+    OwnedUnlabelled,
+    /// A Deployment of that name that the custom resource does not control: never touched.
+    Foreign,
+}
+
+/// Finds the Deployment `namespace/name` in the shared caches, and whether `owner_uid` controls
+/// it. Between them, `managed` (full objects) and `unmanaged` (metadata) hold every Deployment.
+pub fn find_deployment(
+    managed: &Store<Deployment>,
+    unmanaged: &Store<DeploymentMeta>,
+    namespace: &str,
+    name: &str,
+    owner_uid: &str,
+) -> Existing {
+    if let Some(d) = managed.get(&ObjectRef::new(name).within(namespace)) {
+        return classify(d, owner_uid);
+    }
+    match unmanaged.get(&ObjectRef::new(name).within(namespace)) {
+        Some(d) if is_controlled_by(d.as_ref(), owner_uid) => Existing::OwnedUnlabelled,
+        Some(_) => Existing::Foreign,
+        None => Existing::Missing,
+    }
+}
+
+/// Asks the API server for `namespace/name`, for when the caches are behind it.
+///
+/// # Errors
+/// [`Error::Kube`] when the lookup fails.
+pub async fn get_deployment(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    owner_uid: &str,
+) -> Result<Existing, Error> {
+    Ok(
+        match Api::<Deployment>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await?
+        {
+            None => Existing::Missing,
+            Some(d) => classify(Arc::new(d), owner_uid),
+        },
+    )
+}
+
+fn classify(deployment: Arc<Deployment>, owner_uid: &str) -> Existing {
+    if is_controlled_by(deployment.as_ref(), owner_uid) {
+        Existing::Owned(deployment)
+    } else {
+        Existing::Foreign
+    }
+}
 
 /// How often an owner blocked by a foreign Deployment checks again, besides on every change to
 /// it or to that Deployment.
@@ -57,11 +121,11 @@ pub fn desired_deployment<K: DeploymentOwner>(
     run_as_user: i64,
 ) -> Result<Deployment, Error> {
     let container = Container {
-        security_context: Some(workload::restricted_container_security(run_as_user)),
+        security_context: Some(pod_security::restricted_container_security(run_as_user)),
         ..container
     };
     Ok(Deployment {
-        metadata: workload::child_metadata(owner, labels.clone())?,
+        metadata: ownership::child_metadata(owner, labels.clone())?,
         spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
@@ -74,7 +138,7 @@ pub fn desired_deployment<K: DeploymentOwner>(
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    security_context: Some(workload::restricted_pod_security(run_as_user)),
+                    security_context: Some(pod_security::restricted_pod_security(run_as_user)),
                     containers: vec![container],
                     ..PodSpec::default()
                 }),
@@ -228,7 +292,7 @@ where
     D: Resource,
 {
     let namespace = deployment.namespace()?;
-    if let Some(owner) = workload::controller_of(deployment, &K::api_version(&()), &K::kind(&())) {
+    if let Some(owner) = ownership::controller_of(deployment, &K::api_version(&()), &K::kind(&())) {
         return Some(ObjectRef::new(&owner.name).within(&namespace));
     }
     let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
@@ -336,10 +400,9 @@ impl OwnedDeployments {
         let key = ObjectRef::new(&name).within(&namespace);
         let desired_hash = hash_of(desired)?;
 
-        let mut existing =
-            workload::find_deployment(&self.managed, &self.unmanaged, &namespace, &name, &uid);
+        let mut existing = find_deployment(&self.managed, &self.unmanaged, &namespace, &name, &uid);
         if let Existing::OwnedUnlabelled = existing {
-            existing = workload::get_deployment(&self.client, &namespace, &name, &uid).await?;
+            existing = get_deployment(&self.client, &namespace, &name, &uid).await?;
         }
         if let Existing::Missing = existing {
             if self.last_written(&key).is_some_and(|w| w.ahead_of(None)) {
@@ -358,8 +421,7 @@ impl OwnedDeployments {
                 Created::NamespaceTerminating => return Ok(Ensured::NamespaceTerminating),
                 Created::NameTaken => {
                     // The caches had not seen it yet: ask the API server whose it is.
-                    existing =
-                        workload::get_deployment(&self.client, &namespace, &name, &uid).await?;
+                    existing = get_deployment(&self.client, &namespace, &name, &uid).await?;
                 }
             }
         }
@@ -397,13 +459,7 @@ impl OwnedDeployments {
             }
         }
 
-        let applied = match workload::apply_owned(
-            &self.client,
-            &namespace,
-            self.field_manager,
-            desired,
-        )
-        .await
+        let applied = match apply_owned(&self.client, &namespace, self.field_manager, desired).await
         {
             Ok(applied) => applied,
             Err(e) if e.is_namespace_terminating() => {
@@ -427,7 +483,7 @@ impl OwnedDeployments {
 
     /// Creates the Deployment the caches do not know.
     async fn create(&self, namespace: &str, desired: &Deployment) -> Result<Created, Error> {
-        match workload::create_owned(&self.client, namespace, self.field_manager, desired).await {
+        match create_owned(&self.client, namespace, self.field_manager, desired).await {
             Ok(created) => Ok(Created::Done(Box::new(created))),
             Err(e) if e.is_namespace_terminating() => {
                 tracing::debug!("namespace is being deleted; nothing to do");
@@ -532,6 +588,45 @@ fn announce(
         }
         Existing::OwnedUnlabelled | Existing::Foreign => {}
     }
+}
+
+/// Checks that a desired Deployment is controlled by its owner (of `kind`, with `uid`), that
+/// its selector selects its own pods, and that the shared pod watch sees them (for tests of
+/// each controller's desired Deployment).
+#[cfg(test)]
+pub fn assert_owned_workload(deployment: &Deployment, kind: &str, uid: &str) {
+    let owners = deployment
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default();
+    let owner = owners.first().expect("an owner reference");
+    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), (kind, uid));
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    let spec = &deployment.spec;
+    let selector = spec.selector.match_labels.clone().unwrap_or_default();
+    let template_labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    assert!(
+        selector
+            .iter()
+            .all(|(k, v)| template_labels.get(k) == Some(v)),
+        "the selector selects the pods"
+    );
+    assert_eq!(
+        template_labels
+            .get(crate::labels::MANAGED_BY)
+            .map(String::as_str),
+        Some(crate::labels::MANAGER),
+        "the shared pod watch sees the pods"
+    );
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub fn observed(deployment: &Deployment) -> bool {
 }
 
 /// Whether a status reports a state that lasts, or one a rollout is passing through (which
-/// [`crate::workload::StatusWriter`] may hold back for a moment, to report the next instead).
+/// [`crate::status_writer::StatusWriter`] may hold back for a moment, to report the next instead).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
     /// Complete, failed, or blocked: nothing changes until somebody acts.

@@ -1,19 +1,14 @@
-//! What the workload controllers share about their Deployments: finding one without touching
-//! somebody else's, creating and applying it, pod security, and writing status.
+//! Writing a custom resource's status once per change, and holding back the passing states of
+//! a rollout for a moment (see [`StatusWriter`]).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{
-    Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::object::HasStatus;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,182 +16,6 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::status::Progress;
-use crate::watches::DeploymentMeta;
-
-/// The Deployment a custom resource wants, as it stands.
-#[derive(Clone, Debug)]
-pub enum Existing {
-    /// No Deployment of that name: it will be created.
-    Missing,
-    /// The custom resource's own Deployment.
-    Owned(Arc<Deployment>),
-    /// The custom resource's own Deployment, stripped of the label the managed cache selects
-    /// (by hand): only its metadata is cached, so it must be read before it is put back.
-    OwnedUnlabelled,
-    /// A Deployment of that name that the custom resource does not control: never touched.
-    Foreign,
-}
-
-/// Finds the Deployment `namespace/name` in the shared caches, and whether `owner_uid` controls
-/// it. Between them, `managed` (full objects) and `unmanaged` (metadata) hold every Deployment.
-pub fn find_deployment(
-    managed: &Store<Deployment>,
-    unmanaged: &Store<DeploymentMeta>,
-    namespace: &str,
-    name: &str,
-    owner_uid: &str,
-) -> Existing {
-    if let Some(d) = managed.get(&ObjectRef::new(name).within(namespace)) {
-        return classify(d, owner_uid);
-    }
-    match unmanaged.get(&ObjectRef::new(name).within(namespace)) {
-        Some(d) if is_controlled_by(d.as_ref(), owner_uid) => Existing::OwnedUnlabelled,
-        Some(_) => Existing::Foreign,
-        None => Existing::Missing,
-    }
-}
-
-/// Asks the API server for `namespace/name`, for when the caches are behind it.
-///
-/// # Errors
-/// [`Error::Kube`] when the lookup fails.
-pub async fn get_deployment(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    owner_uid: &str,
-) -> Result<Existing, Error> {
-    Ok(
-        match Api::<Deployment>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await?
-        {
-            None => Existing::Missing,
-            Some(d) => classify(Arc::new(d), owner_uid),
-        },
-    )
-}
-
-fn classify(deployment: Arc<Deployment>, owner_uid: &str) -> Existing {
-    if is_controlled_by(deployment.as_ref(), owner_uid) {
-        Existing::Owned(deployment)
-    } else {
-        Existing::Foreign
-    }
-}
-
-/// Whether `owner_uid` is `obj`'s controller.
-pub fn is_controlled_by(obj: &impl Resource, owner_uid: &str) -> bool {
-    obj.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == owner_uid)
-}
-
-/// The controller of `obj` when it is of kind `kind` in `api_version`.
-pub fn controller_of<'a>(
-    obj: &'a impl Resource,
-    api_version: &str,
-    kind: &str,
-) -> Option<&'a OwnerReference> {
-    obj.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true) && o.kind == kind && o.api_version == api_version)
-}
-
-/// The metadata of an object `owner` controls: the owner's name and namespace, `labels`, and a
-/// controller owner reference.
-///
-/// # Errors
-/// [`Error::MissingField`] when `owner` lacks a namespace or uid (it was not read from the API
-/// server).
-pub fn child_metadata<K: Resource<DynamicType = ()>>(
-    owner: &K,
-    labels: BTreeMap<String, String>,
-) -> Result<ObjectMeta, Error> {
-    let namespace = owner.namespace().ok_or(Error::MissingField {
-        kind: K::kind(&()),
-        field: "metadata.namespace",
-    })?;
-    Ok(ObjectMeta {
-        name: Some(owner.name_any()),
-        namespace: Some(namespace),
-        labels: Some(labels),
-        owner_references: Some(vec![owner_reference(owner)?]),
-        ..ObjectMeta::default()
-    })
-}
-
-/// A controller owner reference to `owner` that blocks its foreground deletion until the owned
-/// object is gone.
-///
-/// # Errors
-/// [`Error::MissingField`] when `owner` has no name or uid (it was not read from the API server).
-pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Result<OwnerReference, Error> {
-    let mut reference = owner.controller_owner_ref(&()).ok_or(Error::MissingField {
-        kind: K::kind(&()),
-        field: "metadata.uid",
-    })?;
-    reference.block_owner_deletion = Some(true);
-    Ok(reference)
-}
-
-/// Creates `object` (recording `field_manager` as the writer of its fields). Unlike an apply, a
-/// create fails when the name is taken, so an object that the caches had not seen yet is never
-/// taken over.
-///
-/// # Errors
-/// [`Error::Kube`] when the API server refuses ([`Error::is_already_exists`] when the name is
-/// taken).
-pub async fn create_owned<C>(
-    client: &kube::Client,
-    namespace: &str,
-    field_manager: &str,
-    object: &C,
-) -> Result<C, Error>
-where
-    C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-{
-    let params = PostParams {
-        field_manager: Some(field_manager.to_owned()),
-        ..PostParams::default()
-    };
-    Ok(Api::<C>::namespaced(client.clone(), namespace)
-        .create(&params, object)
-        .await?)
-}
-
-/// Server-side applies `object` under `field_manager`, forcing conflicts (the controller is the
-/// authority on every field it sets; a hand edit of one of them is undone).
-///
-/// # Errors
-/// [`Error::Kube`] when the API server refuses.
-pub async fn apply_owned<C>(
-    client: &kube::Client,
-    namespace: &str,
-    field_manager: &str,
-    object: &C,
-) -> Result<C, Error>
-where
-    C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-{
-    let name = object.name_any();
-    let params = PatchParams::apply(field_manager).force();
-    Ok(Api::<C>::namespaced(client.clone(), namespace)
-        .patch(&name, &params, &Patch::Apply(object))
-        .await?)
-}
 
 /// A namespaced custom resource with a status subresource: every `#[derive(CustomResource)]`
 /// type with `#[kube(status = ...)]` (through kube's [`HasStatus`]).
@@ -404,140 +223,9 @@ where
     Ok(())
 }
 
-/// A pod security context meeting the `restricted` Pod Security Standard: non-root with a
-/// numeric user (an image's named user cannot be verified by the kubelet), seccomp
-/// `RuntimeDefault`.
-pub fn restricted_pod_security(user: i64) -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(user),
-        seccomp_profile: Some(runtime_default_seccomp()),
-        ..PodSecurityContext::default()
-    }
-}
-
-/// A container security context meeting the `restricted` Pod Security Standard: no privilege
-/// escalation, every capability dropped, non-root with a numeric user, seccomp `RuntimeDefault`.
-pub fn restricted_container_security(user: i64) -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_owned()]),
-            add: None,
-        }),
-        run_as_non_root: Some(true),
-        run_as_user: Some(user),
-        seccomp_profile: Some(runtime_default_seccomp()),
-        ..SecurityContext::default()
-    }
-}
-
-fn runtime_default_seccomp() -> SeccompProfile {
-    SeccompProfile {
-        type_: "RuntimeDefault".to_owned(),
-        localhost_profile: None,
-    }
-}
-
-/// Checks that a desired Deployment is controlled by its owner (of `kind`, with `uid`), that
-/// its selector selects its own pods, and that the shared pod watch sees them (for tests of
-/// each controller's desired Deployment).
-#[cfg(test)]
-pub fn assert_owned_workload(deployment: &Deployment, kind: &str, uid: &str) {
-    let owners = deployment
-        .metadata
-        .owner_references
-        .clone()
-        .unwrap_or_default();
-    let owner = owners.first().expect("an owner reference");
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), (kind, uid));
-    assert_eq!(
-        (owner.controller, owner.block_owner_deletion),
-        (Some(true), Some(true))
-    );
-    let spec = &deployment.spec;
-    let selector = spec.selector.match_labels.clone().unwrap_or_default();
-    let template_labels = spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    assert!(
-        selector
-            .iter()
-            .all(|(k, v)| template_labels.get(k) == Some(v)),
-        "the selector selects the pods"
-    );
-    assert_eq!(
-        template_labels
-            .get(crate::labels::MANAGED_BY)
-            .map(String::as_str),
-        Some(crate::labels::MANAGER),
-        "the shared pod watch sees the pods"
-    );
-}
-
-/// Checks a pod template against the `restricted` Pod Security Standard's container rules (for
-/// tests of each controller's desired Deployment).
-#[cfg(test)]
-pub fn assert_restricted(deployment: &Deployment) {
-    let pod = deployment
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .expect("a pod template");
-    let pod_ctx = pod
-        .security_context
-        .as_ref()
-        .expect("a pod security context");
-    assert_eq!(pod_ctx.run_as_non_root, Some(true));
-    assert!(pod_ctx.run_as_user.is_some_and(|u| u > 0));
-    assert_eq!(
-        pod_ctx.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
-        Some("RuntimeDefault")
-    );
-    for c in &pod.containers {
-        let ctx = c
-            .security_context
-            .as_ref()
-            .expect("a container security context");
-        assert_eq!(ctx.allow_privilege_escalation, Some(false), "{}", c.name);
-        assert_eq!(ctx.run_as_non_root, Some(true), "{}", c.name);
-        assert!(ctx.run_as_user.is_some_and(|u| u > 0), "{}", c.name);
-        let drop = ctx
-            .capabilities
-            .as_ref()
-            .and_then(|c| c.drop.clone())
-            .unwrap_or_default();
-        assert_eq!(drop, ["ALL"], "{}", c.name);
-        assert!(ctx.capabilities.as_ref().is_some_and(|c| c.add.is_none()));
-        assert_eq!(ctx.privileged, None);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::api::ObjectMeta;
-
-    fn owned_by(uid: &str, controller: bool) -> Deployment {
-        Deployment {
-            metadata: ObjectMeta {
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "cache.example.com/v1alpha1".into(),
-                    kind: "Memcached".into(),
-                    name: "m".into(),
-                    uid: uid.into(),
-                    controller: Some(controller),
-                    block_owner_deletion: None,
-                }]),
-                ..ObjectMeta::default()
-            },
-            ..Deployment::default()
-        }
-    }
 
     fn memcached(resource_version: &str, size: i32) -> apis::Memcached {
         let mut mc = apis::Memcached::new(
@@ -658,28 +346,5 @@ mod tests {
         let third = writer.write(&other, status(3), Progress::Moving).await;
         assert_eq!((third.expect("written"), sent()), (StatusWrite::Written, 2));
         assert!(writer.lock().held_since.is_empty());
-    }
-
-    #[test]
-    fn control_is_by_uid_and_controller_flag() {
-        assert!(is_controlled_by(&owned_by("u1", true), "u1"));
-        assert!(
-            !is_controlled_by(&owned_by("u1", true), "u2"),
-            "a namesake from an older object"
-        );
-        assert!(
-            !is_controlled_by(&owned_by("u1", false), "u1"),
-            "an owner that is not the controller"
-        );
-        assert!(!is_controlled_by(&Deployment::default(), "u1"));
-        assert!(
-            controller_of(
-                &owned_by("u1", true),
-                "cache.example.com/v1alpha1",
-                "Memcached"
-            )
-            .is_some()
-        );
-        assert!(controller_of(&owned_by("u1", true), "myscheme.example.com/v1", "MyApp").is_none());
     }
 }
