@@ -22,25 +22,26 @@
 //! second. Like controller-runtime's queue, an object is counted once however often it is
 //! triggered, and a requeue counts only once due.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use prometheus::{IntCounter, IntGauge};
+use prometheus::IntGauge;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::metrics::result;
+use crate::metrics::{QueueMetrics, result};
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::watches::{Refusal, refusal_reason};
 use crate::{Error, Metrics, RunContext};
@@ -93,10 +94,7 @@ where
     pub fn new(name: &'static str, ctx: &RunContext) -> Self {
         let concurrency = ctx.options.max_concurrent_reconciles.max(1);
         ctx.metrics.init_controller(name, concurrency);
-        let queue = Arc::new(Queue::new(
-            ctx.metrics.workqueue_depth.with_label_values(&[name]),
-            ctx.metrics.workqueue_adds_total.with_label_values(&[name]),
-        ));
+        let queue = Arc::new(Queue::new(ctx.metrics.queue(name)));
         Self {
             name,
             concurrency,
@@ -353,7 +351,7 @@ where
 {
     let controller = shared.name;
     let key = ObjectRef::from_obj(obj.as_ref());
-    shared.queue.start(&key);
+    let processing = shared.queue.start(&key);
     let span = tracing::info_span!(
         "reconcile",
         controller,
@@ -372,9 +370,19 @@ where
             .reconcile_time_seconds
             .with_label_values(&[controller])
             .start_timer();
-        reconcile(obj, shared.context.clone())
-            .instrument(span.clone())
-            .await
+        let running = std::panic::AssertUnwindSafe(reconcile(obj, shared.context.clone()));
+        let outcome = running.catch_unwind().instrument(span.clone()).await;
+        drop(processing);
+        outcome.unwrap_or_else(|panic| {
+            shared
+                .metrics
+                .reconcile_panics_total
+                .with_label_values(&[controller])
+                .inc();
+            Err(Error::Panicked {
+                message: panic_message(panic.as_ref()),
+            })
+        })
     };
     match outcome {
         Ok(outcome) => {
@@ -388,6 +396,9 @@ where
                 .reconcile_total
                 .with_label_values(&[controller, label])
                 .inc();
+            if label == result::REQUEUE_AFTER {
+                shared.queue.metrics.retries.inc();
+            }
             shared.queue.add_after(key, after);
             span.in_scope(|| tracing::debug!(result = label, requeue_after = ?after, "reconciled"));
             Ok(Action::requeue(after))
@@ -408,46 +419,57 @@ where
                 .reconcile_errors_by_kind
                 .with_label_values(&[controller, e.metric_label()])
                 .inc();
+            if e.is_terminal() {
+                shared
+                    .metrics
+                    .terminal_reconcile_errors_total
+                    .with_label_values(&[controller])
+                    .inc();
+            }
             span.in_scope(
-                || tracing::warn!(error = %e, kind = e.metric_label(), "reconcile failed"),
+                || tracing::warn!(error = %e, kind = e.metric_label(), terminal = e.is_terminal(), "reconcile failed"),
             );
             Err(e)
         }
     }
 }
 
-fn error_policy<K, C>(obj: Arc<K>, _error: &Error, shared: Arc<Shared<K, C>>) -> Action
+fn error_policy<K, C>(obj: Arc<K>, error: &Error, shared: Arc<Shared<K, C>>) -> Action
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     let key = ObjectRef::from_obj(obj.as_ref());
+    if error.is_terminal() {
+        // A retry would fail the same way: wait for the object to change.
+        shared.backoff.reset(&key);
+        return Action::await_change();
+    }
     let delay = shared.backoff.next_delay(key.clone());
-    shared
-        .metrics
-        .workqueue_retries_total
-        .with_label_values(&[shared.name])
-        .inc();
+    shared.queue.metrics.retries.inc();
     tracing::debug!(controller = shared.name, object = %key, retry_in = ?delay, "retrying with backoff");
     shared.queue.add_after(key, delay);
     Action::requeue(delay)
 }
 
-/// A shadow of the controller's queue, for `workqueue_depth` (see the module documentation).
+/// A shadow of the controller's queue, for the work-queue metrics (see the module
+/// documentation).
 struct Queue<K: Resource<DynamicType = ()> + 'static> {
     state: Mutex<QueueState<K>>,
-    depth: IntGauge,
-    adds: IntCounter,
+    metrics: QueueMetrics,
 }
 
 struct QueueState<K: Resource<DynamicType = ()> + 'static> {
-    /// Triggered and not yet started.
-    waiting: HashSet<ObjectRef<K>>,
+    /// Triggered and not yet started, with when each was first triggered.
+    waiting: HashMap<ObjectRef<K>, Instant>,
     /// Asked to run again at a later time, by that time (and a sequence number, for ties).
     delayed: BTreeMap<(Instant, u64), ObjectRef<K>>,
     /// Where each delayed object sits in `delayed`.
     delayed_at: HashMap<ObjectRef<K>, (Instant, u64)>,
-    /// Past their time and not waiting: queued like the waiting ones.
-    due: HashSet<ObjectRef<K>>,
+    /// Past their time and not waiting: queued like the waiting ones, since their time.
+    due: HashMap<ObjectRef<K>, Instant>,
+    /// Reconciling now, since when (each reconcile has a number: a key is reconciled once at a
+    /// time, but its guard may outlive the next start by a moment).
+    processing: HashMap<u64, Instant>,
     sequence: u64,
 }
 
@@ -464,10 +486,11 @@ impl<K: Resource<DynamicType = ()> + 'static> QueueState<K> {
             if entry.key().0 > now {
                 break;
             }
+            let at = entry.key().0;
             let key = entry.remove();
             self.delayed_at.remove(&key);
-            if !self.waiting.contains(&key) {
-                self.due.insert(key);
+            if !self.waiting.contains_key(&key) {
+                self.due.insert(key, at);
             }
         }
     }
@@ -481,18 +504,18 @@ impl<K: Resource<DynamicType = ()> + 'static> QueueState<K> {
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Queue<K> {
-    fn new(depth: IntGauge, adds: IntCounter) -> Self {
+    fn new(metrics: QueueMetrics) -> Self {
         let state = QueueState {
-            waiting: HashSet::new(),
+            waiting: HashMap::new(),
             delayed: BTreeMap::new(),
             delayed_at: HashMap::new(),
-            due: HashSet::new(),
+            due: HashMap::new(),
+            processing: HashMap::new(),
             sequence: 0,
         };
         Self {
             state: Mutex::new(state),
-            depth,
-            adds,
+            metrics,
         }
     }
 
@@ -503,16 +526,17 @@ impl<K: Resource<DynamicType = ()> + 'static> Queue<K> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = f(&mut state);
         state.advance(Instant::now());
-        self.depth
+        self.metrics
+            .depth
             .set(i64::try_from(state.depth()).unwrap_or(i64::MAX));
         out
     }
 
     fn add(&self, key: ObjectRef<K>) {
-        self.adds.inc();
+        self.metrics.adds.inc();
         self.with_state(|s| {
-            s.due.remove(&key);
-            s.waiting.insert(key);
+            let since = s.due.remove(&key).unwrap_or_else(Instant::now);
+            s.waiting.entry(key).or_insert(since);
         });
     }
 
@@ -530,19 +554,52 @@ impl<K: Resource<DynamicType = ()> + 'static> Queue<K> {
         });
     }
 
-    fn start(&self, key: &ObjectRef<K>) {
+    /// The reconcile of `key` starts: it leaves the queue (its time there is observed) and
+    /// counts as processing until the returned guard drops (its time is observed then).
+    fn start(self: &Arc<Self>, key: &ObjectRef<K>) -> Processing<K> {
+        let now = Instant::now();
+        let number = self.with_state(|s| {
+            let queued = [s.waiting.remove(key), s.due.remove(key)]
+                .into_iter()
+                .flatten()
+                .min();
+            s.undelay(key);
+            if let Some(since) = queued {
+                self.metrics
+                    .queue_duration
+                    .observe(now.saturating_duration_since(since).as_secs_f64());
+            }
+            s.sequence += 1;
+            s.processing.insert(s.sequence, now);
+            s.sequence
+        });
+        Processing {
+            queue: self.clone(),
+            number,
+            since: now,
+        }
+    }
+
+    fn forget(&self, key: &ObjectRef<K>) {
         self.with_state(|s| {
             s.waiting.remove(key);
             s.undelay(key);
         });
     }
 
-    fn forget(&self, key: &ObjectRef<K>) {
-        self.start(key);
-    }
-
+    /// Refreshes the depth, and the gauges of the reconciles in progress.
     fn refresh(&self) {
-        self.with_state(|_| ());
+        let now = Instant::now();
+        let running: Vec<Duration> = self.with_state(|s| {
+            s.processing
+                .values()
+                .map(|since| now.saturating_duration_since(*since))
+                .collect()
+        });
+        let total: Duration = running.iter().sum();
+        let longest = running.iter().max().copied().unwrap_or_default();
+        self.metrics.unfinished_work.set(total.as_secs_f64());
+        self.metrics.longest_running.set(longest.as_secs_f64());
     }
 
     fn clear(&self) {
@@ -552,12 +609,39 @@ impl<K: Resource<DynamicType = ()> + 'static> Queue<K> {
             s.delayed_at.clear();
             s.due.clear();
         });
+        self.refresh();
     }
 
     #[cfg(test)]
     fn depth(&self) -> i64 {
-        self.depth.get()
+        self.metrics.depth.get()
     }
+}
+
+/// A reconcile in progress, until dropped (however the reconcile ends).
+struct Processing<K: Resource<DynamicType = ()> + 'static> {
+    queue: Arc<Queue<K>>,
+    number: u64,
+    since: Instant,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Drop for Processing<K> {
+    fn drop(&mut self) {
+        self.queue
+            .metrics
+            .work_duration
+            .observe(self.since.elapsed().as_secs_f64());
+        self.queue.with_state(|s| s.processing.remove(&self.number));
+    }
+}
+
+/// What a panic carried, when it is text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 #[cfg(test)]
@@ -565,12 +649,9 @@ mod tests {
     use super::*;
     use apis::Memcached;
 
-    fn queue() -> Queue<Memcached> {
-        let depth = IntGauge::new("depth", "test").expect("valid gauge");
-        Queue::new(
-            depth,
-            IntCounter::new("adds", "test").expect("valid counter"),
-        )
+    fn queue() -> Arc<Queue<Memcached>> {
+        let metrics = Metrics::new().expect("valid metrics");
+        Arc::new(Queue::new(metrics.queue("test")))
     }
 
     fn key(name: &str) -> ObjectRef<Memcached> {
@@ -626,8 +707,8 @@ mod tests {
             2,
             "an object is queued once however often it is triggered"
         );
-        assert_eq!(q.adds.get(), 3);
-        q.start(&key("a"));
+        assert_eq!(q.metrics.adds.get(), 3);
+        drop(q.start(&key("a")));
         assert_eq!(q.depth(), 1);
         q.add_after(key("a"), Duration::from_secs(3600));
         assert_eq!(q.depth(), 1, "a requeue counts only once due");
@@ -636,7 +717,7 @@ mod tests {
         q.add(key("d"));
         assert_eq!(q.depth(), 2, "due and triggered is still one item");
         q.forget(&key("d"));
-        q.start(&key("b"));
+        drop(q.start(&key("b")));
         assert_eq!(q.depth(), 0);
         q.add(key("c"));
         q.clear();
@@ -654,8 +735,115 @@ mod tests {
         q.add_after(key("a"), Duration::from_secs(3600));
         assert_eq!(q.depth(), 0, "a new time replaces the old one");
         q.add(key("b"));
-        q.start(&key("b"));
+        drop(q.start(&key("b")));
         q.refresh();
         assert_eq!(q.depth(), 0, "a started object leaves no requeue behind");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_in_the_queue_and_at_work_is_observed() {
+        let q = queue();
+        q.add(key("a"));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        q.add(key("a"));
+        let a = q.start(&key("a"));
+        let waited = &q.metrics.queue_duration;
+        assert_eq!(waited.get_sample_count(), 1);
+        assert!(
+            (waited.get_sample_sum() - 2.0).abs() < 0.01,
+            "from the first trigger: {}",
+            waited.get_sample_sum()
+        );
+        tokio::time::advance(Duration::from_secs(3)).await;
+        q.add(key("b"));
+        let b = q.start(&key("b"));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        q.refresh();
+        assert!((q.metrics.unfinished_work.get() - 5.0).abs() < 0.01);
+        assert!((q.metrics.longest_running.get() - 4.0).abs() < 0.01);
+        drop(a);
+        let worked = &q.metrics.work_duration;
+        assert_eq!(worked.get_sample_count(), 1);
+        assert!((worked.get_sample_sum() - 4.0).abs() < 0.01);
+        q.refresh();
+        assert!((q.metrics.longest_running.get() - 1.0).abs() < 0.01);
+        drop(b);
+        q.refresh();
+        assert_eq!(q.metrics.unfinished_work.get(), 0.0);
+        assert_eq!(q.metrics.longest_running.get(), 0.0);
+    }
+
+    fn shared(metrics: &Arc<Metrics>) -> Arc<Shared<Memcached, ()>> {
+        Arc::new(Shared {
+            name: "test",
+            context: Arc::new(()),
+            metrics: metrics.clone(),
+            backoff: Arc::default(),
+            queue: Arc::new(Queue::new(metrics.queue("test"))),
+        })
+    }
+
+    fn memcached(name: &str) -> Arc<Memcached> {
+        let mut mc = Memcached::new(
+            name,
+            apis::MemcachedSpec {
+                size: 1,
+                image: "memcached".into(),
+            },
+        );
+        mc.metadata.namespace = Some("ns".into());
+        Arc::new(mc)
+    }
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_counted_as_a_panic_and_an_error() {
+        let metrics = Arc::new(Metrics::new().expect("valid metrics"));
+        let shared = shared(&metrics);
+        let panicking = |_: Arc<Memcached>, _: Arc<()>| async {
+            if "boom".len() == 4 {
+                panic!("boom");
+            }
+            Ok(Outcome::Done)
+        };
+        let result = reconcile_instrumented(panicking, memcached("a"), shared.clone()).await;
+        assert!(
+            matches!(&result, Err(Error::Panicked { message }) if message == "boom"),
+            "{result:?}"
+        );
+        let count =
+            |vec: &prometheus::IntCounterVec, labels: &[&str]| vec.with_label_values(labels).get();
+        assert_eq!(count(&metrics.reconcile_panics_total, &["test"]), 1);
+        assert_eq!(count(&metrics.reconcile_errors_total, &["test"]), 1);
+        assert_eq!(count(&metrics.reconcile_total, &["test", "error"]), 1);
+        assert_eq!(shared.queue.metrics.work_duration.get_sample_count(), 1);
+        assert_eq!(metrics.active_workers.with_label_values(&["test"]).get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_terminal_error_is_counted_and_waits_for_a_change() {
+        let metrics = Arc::new(Metrics::new().expect("valid metrics"));
+        let shared = shared(&metrics);
+        let missing = |_: Arc<Memcached>, _: Arc<()>| async {
+            Err::<Outcome, _>(Error::MissingField {
+                kind: "Memcached".into(),
+                field: "metadata.uid",
+            })
+        };
+        let obj = memcached("a");
+        let error = reconcile_instrumented(missing, obj.clone(), shared.clone())
+            .await
+            .expect_err("failed");
+        assert_eq!(
+            metrics
+                .terminal_reconcile_errors_total
+                .with_label_values(&["test"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            error_policy(obj, &error, shared.clone()),
+            Action::await_change()
+        );
+        assert_eq!(shared.queue.metrics.retries.get(), 0, "not retried");
     }
 }

@@ -73,6 +73,13 @@ pub enum Error {
         missing: Vec<String>,
     },
 
+    /// The reconcile panicked; it counts as an error and is retried.
+    #[error("the reconcile panicked: {message}")]
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
+
     /// A controller stopped with an error; names which.
     #[error("controller {controller} failed")]
     Controller {
@@ -112,6 +119,17 @@ impl Error {
         matches!(self, Error::Kube(kube::Error::Api(status)) if status.code == 404)
     }
 
+    /// Whether retrying cannot help: the same object fails the same way until it changes
+    /// (controller-runtime's terminal errors). Such a failure is counted in
+    /// `controller_runtime_terminal_reconcile_errors_total` and not retried.
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Error::MissingField { .. } | Error::Serialize { .. } => true,
+            Error::Controller { source, .. } => source.is_terminal(),
+            _ => false,
+        }
+    }
+
     /// A short, bounded label for the error-kind breakdown of the reconcile error counter.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -124,6 +142,7 @@ impl Error {
             Error::WatchStopped { .. } => "watch_stopped",
             Error::WatchRefused { .. } => "watch_refused",
             Error::RbacMissing { .. } => "rbac_missing",
+            Error::Panicked { .. } => "panic",
             Error::Serialize { .. } => "serialize",
             Error::Controller { source, .. } => source.metric_label(),
         }

@@ -5,7 +5,10 @@
 //! written for Kubebuilder operators work unchanged. They are recorded by the shared driver for
 //! every controller, never by hand in a reconcile.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
 
 /// The `result` label values of `controller_runtime_reconcile_total`, as in controller-runtime.
 pub mod result {
@@ -35,13 +38,31 @@ pub struct Metrics {
     pub active_workers: IntGaugeVec,
     /// `controller_runtime_max_concurrent_reconciles{controller}`.
     pub max_concurrent_reconciles: IntGaugeVec,
-    /// `workqueue_depth{name}`: objects waiting for a reconcile (see the driver for how it is
-    /// derived).
+    /// `controller_runtime_reconcile_panics_total{controller}`: reconciles that panicked (each
+    /// also counts as an error and is retried).
+    pub reconcile_panics_total: IntCounterVec,
+    /// `controller_runtime_terminal_reconcile_errors_total{controller}`: failures that a retry
+    /// cannot fix ([`crate::Error::is_terminal`]); the object waits for its next change.
+    pub terminal_reconcile_errors_total: IntCounterVec,
+    /// `workqueue_depth{name,controller,priority}`: objects waiting for a reconcile (see the
+    /// driver for how it is derived); `priority` is always empty (no priority queue).
     pub workqueue_depth: IntGaugeVec,
-    /// `workqueue_adds_total{name}`: reconcile requests from watch events.
+    /// `workqueue_adds_total{name,controller}`: reconcile requests from watch events.
     pub workqueue_adds_total: IntCounterVec,
-    /// `workqueue_retries_total{name}`: failed reconciles scheduled for a retry.
+    /// `workqueue_retries_total{name,controller}`: objects queued again after a delay (a retry
+    /// with backoff or a requested requeue).
     pub workqueue_retries_total: IntCounterVec,
+    /// `workqueue_queue_duration_seconds{name,controller}`: from entering the queue to the start
+    /// of its reconcile.
+    pub workqueue_queue_duration_seconds: HistogramVec,
+    /// `workqueue_work_duration_seconds{name,controller}`: how long each reconcile took.
+    pub workqueue_work_duration_seconds: HistogramVec,
+    /// `workqueue_unfinished_work_seconds{name,controller}`: the time the running reconciles
+    /// have taken so far, together.
+    pub workqueue_unfinished_work_seconds: GaugeVec,
+    /// `workqueue_longest_running_processor_seconds{name,controller}`: how long the oldest
+    /// running reconcile has been running.
+    pub workqueue_longest_running_processor_seconds: GaugeVec,
     /// `operator_manager_reconcile_errors_total{controller,kind}`: failures by
     /// [`crate::Error::metric_label`], a finer breakdown than controller-runtime's counter.
     pub reconcile_errors_by_kind: IntCounterVec,
@@ -59,9 +80,17 @@ impl Metrics {
         registry.register(Box::new(metrics.reconcile_time_seconds.clone()))?;
         registry.register(Box::new(metrics.active_workers.clone()))?;
         registry.register(Box::new(metrics.max_concurrent_reconciles.clone()))?;
+        registry.register(Box::new(metrics.reconcile_panics_total.clone()))?;
+        registry.register(Box::new(metrics.terminal_reconcile_errors_total.clone()))?;
         registry.register(Box::new(metrics.workqueue_depth.clone()))?;
         registry.register(Box::new(metrics.workqueue_adds_total.clone()))?;
         registry.register(Box::new(metrics.workqueue_retries_total.clone()))?;
+        registry.register(Box::new(metrics.workqueue_queue_duration_seconds.clone()))?;
+        registry.register(Box::new(metrics.workqueue_work_duration_seconds.clone()))?;
+        registry.register(Box::new(metrics.workqueue_unfinished_work_seconds.clone()))?;
+        registry.register(Box::new(
+            metrics.workqueue_longest_running_processor_seconds.clone(),
+        ))?;
         registry.register(Box::new(metrics.reconcile_errors_by_kind.clone()))?;
         Ok(metrics)
     }
@@ -119,23 +148,70 @@ impl Metrics {
                 ),
                 &["controller"],
             )?,
+            reconcile_panics_total: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_reconcile_panics_total",
+                    "Total number of reconciliation panics per controller",
+                ),
+                &["controller"],
+            )?,
+            terminal_reconcile_errors_total: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_terminal_reconcile_errors_total",
+                    "Total number of terminal reconciliation errors per controller",
+                ),
+                &["controller"],
+            )?,
             workqueue_depth: IntGaugeVec::new(
-                Opts::new("workqueue_depth", "Current depth of workqueue"),
-                &["name"],
+                Opts::new(
+                    "workqueue_depth",
+                    "Current depth of workqueue by workqueue and priority",
+                ),
+                &["name", "controller", "priority"],
             )?,
             workqueue_adds_total: IntCounterVec::new(
                 Opts::new(
                     "workqueue_adds_total",
                     "Total number of adds handled by workqueue",
                 ),
-                &["name"],
+                &QUEUE_LABELS,
             )?,
             workqueue_retries_total: IntCounterVec::new(
                 Opts::new(
                     "workqueue_retries_total",
-                    "Total number of retries handled by workqueue",
+                    "Total number of items added to the workqueue with a non-zero delay (rate-limited requeues, explicit RequeueAfter or AddAfter calls)",
                 ),
-                &["name"],
+                &QUEUE_LABELS,
+            )?,
+            workqueue_queue_duration_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "workqueue_queue_duration_seconds",
+                    "How long in seconds an item stays in workqueue before being requested",
+                )
+                .buckets(queue_buckets()?),
+                &QUEUE_LABELS,
+            )?,
+            workqueue_work_duration_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "workqueue_work_duration_seconds",
+                    "How long in seconds processing an item from workqueue takes.",
+                )
+                .buckets(queue_buckets()?),
+                &QUEUE_LABELS,
+            )?,
+            workqueue_unfinished_work_seconds: GaugeVec::new(
+                Opts::new(
+                    "workqueue_unfinished_work_seconds",
+                    "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+                ),
+                &QUEUE_LABELS,
+            )?,
+            workqueue_longest_running_processor_seconds: GaugeVec::new(
+                Opts::new(
+                    "workqueue_longest_running_processor_seconds",
+                    "How many seconds has the longest running processor for workqueue been running.",
+                ),
+                &QUEUE_LABELS,
             )?,
             reconcile_errors_by_kind: IntCounterVec::new(
                 Opts::new(
@@ -160,11 +236,67 @@ impl Metrics {
         self.max_concurrent_reconciles
             .with_label_values(&[controller])
             .set(i64::from(max_concurrent_reconciles));
-        self.workqueue_depth.with_label_values(&[controller]).set(0);
-        self.workqueue_adds_total.with_label_values(&[controller]);
-        self.workqueue_retries_total
+        self.reconcile_panics_total.with_label_values(&[controller]);
+        self.terminal_reconcile_errors_total
             .with_label_values(&[controller]);
+        let queue = self.queue(controller);
+        queue.depth.set(0);
+        self.workqueue_retries_total
+            .with_label_values(&[controller, controller]);
     }
+
+    /// The work-queue series of `controller` (its queue is named after it, as in
+    /// controller-runtime).
+    pub fn queue(&self, controller: &str) -> QueueMetrics {
+        let labels = [controller, controller];
+        QueueMetrics {
+            depth: self
+                .workqueue_depth
+                .with_label_values(&[controller, controller, ""]),
+            adds: self.workqueue_adds_total.with_label_values(&labels),
+            retries: self.workqueue_retries_total.with_label_values(&labels),
+            queue_duration: self
+                .workqueue_queue_duration_seconds
+                .with_label_values(&labels),
+            work_duration: self
+                .workqueue_work_duration_seconds
+                .with_label_values(&labels),
+            unfinished_work: self
+                .workqueue_unfinished_work_seconds
+                .with_label_values(&labels),
+            longest_running: self
+                .workqueue_longest_running_processor_seconds
+                .with_label_values(&labels),
+        }
+    }
+}
+
+/// The labels of controller-runtime's work-queue series: the queue's name and its controller
+/// (the same value).
+const QUEUE_LABELS: [&str; 2] = ["name", "controller"];
+
+/// client-go's work-queue buckets: 10 ns to 1000 s, ten times apart.
+fn queue_buckets() -> Result<Vec<f64>, prometheus::Error> {
+    prometheus::exponential_buckets(10e-9, 10.0, 12)
+}
+
+/// One controller's work-queue series.
+#[derive(Clone, Debug)]
+pub struct QueueMetrics {
+    /// `workqueue_depth`.
+    pub depth: IntGauge,
+    /// `workqueue_adds_total`.
+    pub adds: IntCounter,
+    /// `workqueue_retries_total`.
+    pub retries: IntCounter,
+    /// `workqueue_queue_duration_seconds`.
+    pub queue_duration: Histogram,
+    /// `workqueue_work_duration_seconds`.
+    pub work_duration: Histogram,
+    /// `workqueue_unfinished_work_seconds`.
+    pub unfinished_work: Gauge,
+    /// `workqueue_longest_running_processor_seconds`.
+    pub longest_running: Gauge,
 }
 
 #[cfg(test)]

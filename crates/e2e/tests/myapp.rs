@@ -144,8 +144,24 @@ async fn both_controllers_run_in_one_manager() -> Result<()> {
                 &format!("controller_runtime_max_concurrent_reconciles{{controller=\"{controller}\"}}"),
             );
             ensure!(workers.is_some_and(|n| n >= 1.0), "{controller} concurrency: {workers:?}");
-            let depth = workloads::sample(&metrics, &format!("workqueue_depth{{name=\"{controller}\"}}"));
+            let queue = format!("{{controller=\"{controller}\",name=\"{controller}\"");
+            let depth = workloads::sample(
+                &metrics,
+                &format!("workqueue_depth{queue},priority=\"\"}}"),
+            );
             ensure!(depth.is_some(), "workqueue_depth for {controller}");
+            for series in ["workqueue_queue_duration_seconds_count", "workqueue_work_duration_seconds_count"] {
+                let observed = workloads::sample(&metrics, &format!("{series}{queue}}}"));
+                ensure!(
+                    observed.is_some_and(|n| n > 0.0),
+                    "{series} for {controller}: {observed:?}"
+                );
+            }
+            let requests = metrics
+                .lines()
+                .filter(|l| l.starts_with("rest_client_requests_total{code=\"200\",host=\"127.0.0.1:"))
+                .count();
+            ensure!(requests > 0, "rest_client_requests_total of the manager's requests");
         }
         ensure!(metrics.contains("controller_runtime_reconcile_time_seconds_bucket{controller=\"myapp\""));
         Ok(())

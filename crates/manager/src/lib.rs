@@ -11,6 +11,7 @@
 //! - [`telemetry`]: logs and the metrics registry.
 //! - [`manager`]: the start-up and shutdown order.
 
+pub mod client_metrics;
 pub mod config;
 pub mod duration;
 pub mod error;

@@ -19,6 +19,7 @@ use controllers::{ManagedController, RunOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::client_metrics::RequestMetrics;
 use crate::config::Config;
 use crate::fence::WriteFence;
 use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
@@ -57,7 +58,7 @@ pub async fn run(
     let servers = Servers::start(
         config.metrics_bind_address.socket_addr(),
         config.health_probe_bind_address.socket_addr(),
-        registry,
+        registry.clone(),
         health.clone(),
     )
     .await?;
@@ -72,6 +73,7 @@ pub async fn run(
 
     let result = run_connected(
         &config,
+        &registry,
         controllers,
         metrics,
         fence.clone(),
@@ -96,6 +98,7 @@ pub async fn run(
 
 async fn run_connected(
     config: &Config,
+    registry: &prometheus::Registry,
     controllers: Vec<Box<dyn ManagedController>>,
     metrics: Arc<controllers::Metrics>,
     fence: Option<WriteFence>,
@@ -103,7 +106,8 @@ async fn run_connected(
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
     let identity = leader::default_identity();
-    let Some((client, client_config)) = connect(&identity, shutdown).await? else {
+    let Some((client, client_config, requests)) = connect(&identity, registry, shutdown).await?
+    else {
         return Ok(());
     };
     health.set_ready(!shutdown.is_cancelled());
@@ -126,6 +130,7 @@ async fn run_connected(
     };
     runner.client = kube::client::ClientBuilder::try_from(client_config)
         .map_err(Error::Client)?
+        .with_layer(&requests)
         .with_layer(&fence)
         .build();
     let namespace = config
@@ -168,21 +173,27 @@ pub fn user_agent(identity: &str) -> String {
 /// else the client and its configuration (for the controllers' own client).
 async fn connect(
     identity: &str,
+    registry: &prometheus::Registry,
     shutdown: &CancellationToken,
-) -> Result<Option<(kube::Client, kube::Config)>, Error> {
+) -> Result<Option<(kube::Client, kube::Config, RequestMetrics)>, Error> {
     let mut config = kube::Config::infer()
         .await
         .map_err(|e| Error::Client(kube::Error::InferConfig(e)))?;
     let agent = http::HeaderValue::try_from(user_agent(identity))
         .map_err(|e| Error::Client(kube::Error::HttpError(e.into())))?;
     config.headers.push((http::header::USER_AGENT, agent));
-    let client = kube::Client::try_from(config.clone()).map_err(Error::Client)?;
+    let requests =
+        RequestMetrics::register(registry, &RequestMetrics::host_of(&config.cluster_url))?;
+    let client = kube::client::ClientBuilder::try_from(config.clone())
+        .map_err(Error::Client)?
+        .with_layer(&requests)
+        .build();
     let mut delay = Duration::from_millis(250);
     loop {
         match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
             Ok(Ok(info)) => {
                 tracing::info!(version = %info.git_version, namespace = %client.default_namespace(), "connected to the API server");
-                return Ok(Some((client, config)));
+                return Ok(Some((client, config, requests)));
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "the API server is not reachable yet; retrying")
