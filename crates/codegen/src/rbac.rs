@@ -45,6 +45,21 @@ pub(crate) fn render(
             ),
         ),
         (
+            "rbac/metrics_auth_role.yaml",
+            doc("rbac/metrics_auth_role.yaml", &metrics_auth_role()),
+        ),
+        (
+            "rbac/metrics_auth_role_binding.yaml",
+            doc(
+                "rbac/metrics_auth_role_binding.yaml",
+                &metrics_auth_role_binding(),
+            ),
+        ),
+        (
+            "rbac/metrics_reader_role.yaml",
+            doc("rbac/metrics_reader_role.yaml", &metrics_reader_role()),
+        ),
+        (
             "namespaced/role.yaml",
             doc("namespaced/role.yaml", &namespaced_role(controllers)?),
         ),
@@ -194,6 +209,56 @@ fn cluster_role_binding() -> ClusterRoleBinding {
             name: MANAGER_NAME.to_owned(),
         },
         subjects: Some(manager_subject()),
+    }
+}
+
+/// Name of the ClusterRole that lets the manager check the tokens of its metrics scrapers.
+pub const METRICS_AUTH_ROLE: &str = "operator-manager-metrics-auth";
+/// Name of the ClusterRole a scraper needs to read the manager's secure `/metrics`.
+pub const METRICS_READER_ROLE: &str = "operator-manager-metrics-reader";
+
+/// What `--metrics-secure` asks of the API server for each scraper: a TokenReview and a
+/// SubjectAccessReview (both cluster-wide APIs, so a ClusterRole even for a namespaced install).
+fn metrics_auth_role() -> ClusterRole {
+    let create = |group: &str, resource: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.to_owned()]),
+        verbs: vec!["create".to_owned()],
+        ..PolicyRule::default()
+    };
+    ClusterRole {
+        metadata: meta(METRICS_AUTH_ROLE, None),
+        rules: Some(vec![
+            create("authentication.k8s.io", "tokenreviews"),
+            create("authorization.k8s.io", "subjectaccessreviews"),
+        ]),
+        ..ClusterRole::default()
+    }
+}
+
+fn metrics_auth_role_binding() -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(METRICS_AUTH_ROLE, None),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: METRICS_AUTH_ROLE.to_owned(),
+        },
+        subjects: Some(manager_subject()),
+    }
+}
+
+/// For scrapers (Prometheus's ServiceAccount): `get` on the non-resource URL `/metrics`. Bind
+/// it to whoever scrapes; nothing is bound by default.
+fn metrics_reader_role() -> ClusterRole {
+    ClusterRole {
+        metadata: meta(METRICS_READER_ROLE, None),
+        rules: Some(vec![PolicyRule {
+            non_resource_urls: Some(vec!["/metrics".to_owned()]),
+            verbs: vec!["get".to_owned()],
+            ..PolicyRule::default()
+        }]),
+        ..ClusterRole::default()
     }
 }
 

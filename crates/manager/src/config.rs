@@ -5,6 +5,8 @@
 //! | key (file)                   | environment                          | flag                            | default                      |
 //! |------------------------------|--------------------------------------|---------------------------------|------------------------------|
 //! | `metrics_bind_address`       | `MANAGER_METRICS_BIND_ADDRESS`       | `--metrics-bind-address`        | `:8080` (`0` disables)       |
+//! | `metrics_secure`             | `MANAGER_METRICS_SECURE`             | `--metrics-secure[=BOOL]`       | `false`                      |
+//! | `metrics_cert_path`          | `MANAGER_METRICS_CERT_PATH`          | `--metrics-cert-path`           | none (self-signed)           |
 //! | `health_probe_bind_address`  | `MANAGER_HEALTH_PROBE_BIND_ADDRESS`  | `--health-probe-bind-address`   | `:8081` (`0` disables)       |
 //! | `leader_elect`               | `MANAGER_LEADER_ELECT`               | `--leader-elect[=BOOL]`         | `false`                      |
 //! | `leader_election_id`         | `MANAGER_LEADER_ELECTION_ID`         | `--leader-election-id`          | `operator-manager-leader`    |
@@ -27,6 +29,11 @@
 //!   on a dual-stack host, IPv4) interfaces, `0` serves nothing.
 //! - Durations are Go-style: `15s`, `500ms`, `1m30s`. The Lease stores whole seconds, so the
 //!   lease duration is rounded up to a second.
+//! - `metrics_secure` serves `/metrics` over HTTPS to scrapers whose bearer token the API
+//!   server authenticates and allows `get` on `/metrics` (the generated `metrics-reader`
+//!   ClusterRole); off by default for a local run, on in the generated Deployment (port 8443,
+//!   as Kubebuilder). `metrics_cert_path` names a directory with `tls.crt` and `tls.key` (read
+//!   again when they change); without it the certificate is self-signed at start.
 //! - `leader_elect` defaults to `false`, as in Kubebuilder's scaffold, so a developer running
 //!   the manager against their own cluster does not need a Lease; the generated Deployment
 //!   passes `--leader-elect`.
@@ -69,6 +76,8 @@ pub const CONFIG_ENV: &str = "MANAGER_CONFIG";
 /// Every key of [`Config`], in the order of its fields.
 pub const KEYS: &[&str] = &[
     "metrics_bind_address",
+    "metrics_secure",
+    "metrics_cert_path",
     "health_probe_bind_address",
     "leader_elect",
     "leader_election_id",
@@ -90,6 +99,11 @@ pub const KEYS: &[&str] = &[
 pub struct Config {
     /// Where `/metrics` is served.
     pub metrics_bind_address: BindAddress,
+    /// Serve `/metrics` over HTTPS to authorized scrapers only.
+    pub metrics_secure: bool,
+    /// A directory with `tls.crt` and `tls.key` for secure metrics; self-signed without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_cert_path: Option<PathBuf>,
     /// Where `/healthz` and `/readyz` are served.
     pub health_probe_bind_address: BindAddress,
     /// Run controllers only while holding the leader-election Lease.
@@ -136,6 +150,8 @@ impl Default for Config {
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 8080,
             )),
+            metrics_secure: false,
+            metrics_cert_path: None,
             health_probe_bind_address: BindAddress::Listen(SocketAddr::new(
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 8081,
@@ -174,6 +190,12 @@ pub struct Flags {
     /// Address of the metrics endpoint, e.g. `:8080` or `127.0.0.1:8080`; `0` disables it
     #[arg(long, value_name = "ADDR")]
     pub metrics_bind_address: Option<String>,
+    /// Serve metrics over HTTPS to authorized scrapers only (`--metrics-secure` or `=false`)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub metrics_secure: Option<String>,
+    /// Directory holding `tls.crt` and `tls.key` for secure metrics (self-signed without it)
+    #[arg(long, value_name = "DIR")]
+    pub metrics_cert_path: Option<String>,
     /// Address of the health probe endpoints; `0` disables them
     #[arg(long, value_name = "ADDR")]
     pub health_probe_bind_address: Option<String>,
@@ -220,6 +242,8 @@ impl Flags {
     fn values(&self) -> Vec<(&'static str, String)> {
         let all = [
             ("metrics_bind_address", &self.metrics_bind_address),
+            ("metrics_secure", &self.metrics_secure),
+            ("metrics_cert_path", &self.metrics_cert_path),
             ("health_probe_bind_address", &self.health_probe_bind_address),
             ("leader_elect", &self.leader_elect),
             ("leader_election_id", &self.leader_election_id),
@@ -807,6 +831,15 @@ fn check(
             ),
         );
     }
+    if config.metrics_cert_path.is_some() && !config.metrics_secure {
+        problem(
+            "metrics_cert_path",
+            format!(
+                "is set, but metrics_secure is off (from {}): the certificate would not be used",
+                from("metrics_secure")
+            ),
+        );
+    }
     if config.max_concurrent_reconciles == 0 {
         problem("max_concurrent_reconciles", "must be at least 1".to_owned());
     }
@@ -923,9 +956,33 @@ mod tests {
     }
 
     #[test]
+    fn secure_metrics_from_flags_and_a_cert_path_without_them_refused() {
+        let config = load(
+            &flags(&["--metrics-secure", "--metrics-cert-path=/certs"]),
+            env(&[]),
+            KNOWN,
+        )
+        .unwrap();
+        assert!(config.metrics_secure);
+        assert_eq!(config.metrics_cert_path, Some(PathBuf::from("/certs")));
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_METRICS_CERT_PATH", "/certs")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("metrics_cert_path", "env var MANAGER_METRICS_CERT_PATH")
+        );
+        assert!(p.message.contains("metrics_secure is off"), "{p}");
+    }
+
+    #[test]
     fn keys_cover_every_field() {
         let mut serialized: Vec<String> = defaults().unwrap().into_keys().collect();
+        // The optional keys with no default.
         serialized.push("leader_election_namespace".to_owned());
+        serialized.push("metrics_cert_path".to_owned());
         serialized.sort();
         let mut keys: Vec<String> = KEYS.iter().map(|k| (*k).to_owned()).collect();
         keys.sort();

@@ -32,6 +32,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The metrics endpoint's TLS certificate or configuration is unusable.
+    #[error("metrics TLS: {0}")]
+    Tls(String),
+
     /// The signal handlers could not be installed.
     #[error("cannot install signal handlers")]
     Signals(#[source] std::io::Error),

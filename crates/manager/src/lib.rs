@@ -18,8 +18,10 @@ pub mod error;
 pub mod fence;
 pub mod leader;
 pub mod manager;
+pub mod metrics_auth;
 pub mod server;
 pub mod telemetry;
+pub mod tls;
 
 pub use config::Config;
 pub use error::Error;

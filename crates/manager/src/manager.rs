@@ -23,7 +23,9 @@ use crate::client_metrics::RequestMetrics;
 use crate::config::Config;
 use crate::fence::WriteFence;
 use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
-use crate::server::{Health, Servers};
+use crate::metrics_auth::MetricsAuth;
+use crate::server::{Health, MetricsEndpoint, Secure, Servers};
+use crate::tls::ServingCert;
 use crate::{Error, telemetry};
 
 /// How long HTTP connections get to finish once the manager stops.
@@ -55,8 +57,17 @@ pub async fn run(
         None
     };
     let health = Arc::new(Health::new(fence.as_ref().map(|f| f.status().clone())));
+    let identity = leader::default_identity();
+    let connection = Connection::new(&identity, &registry).await?;
+    let metrics_endpoint = match config.metrics_bind_address.socket_addr() {
+        Some(address) => Some(MetricsEndpoint {
+            address,
+            secure: secure_metrics(&config, &connection.client)?,
+        }),
+        None => None,
+    };
     let servers = Servers::start(
-        config.metrics_bind_address.socket_addr(),
+        metrics_endpoint,
         config.health_probe_bind_address.socket_addr(),
         registry.clone(),
         health.clone(),
@@ -73,7 +84,8 @@ pub async fn run(
 
     let result = run_connected(
         &config,
-        &registry,
+        identity,
+        connection,
         controllers,
         metrics,
         fence.clone(),
@@ -96,20 +108,25 @@ pub async fn run(
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_connected(
     config: &Config,
-    registry: &prometheus::Registry,
+    identity: String,
+    connection: Connection,
     controllers: Vec<Box<dyn ManagedController>>,
     metrics: Arc<controllers::Metrics>,
     fence: Option<WriteFence>,
     health: &Health,
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
-    let identity = leader::default_identity();
-    let Some((client, client_config, requests)) = connect(&identity, registry, shutdown).await?
-    else {
+    let Connection {
+        client,
+        config: client_config,
+        requests,
+    } = connection;
+    if !wait_for_api_server(&client, shutdown).await {
         return Ok(());
-    };
+    }
     health.set_ready(!shutdown.is_cancelled());
     let options = RunOptions {
         max_concurrent_reconciles: config.max_concurrent_reconciles,
@@ -168,32 +185,68 @@ pub fn user_agent(identity: &str) -> String {
     )
 }
 
-/// Connects the way kubectl does (in-cluster service account, else `KUBECONFIG`, else
-/// `~/.kube/config`) and waits until the API server answers. `None` when shutdown came first;
-/// else the client and its configuration (for the controllers' own client).
-async fn connect(
-    identity: &str,
-    registry: &prometheus::Registry,
-    shutdown: &CancellationToken,
-) -> Result<Option<(kube::Client, kube::Config, RequestMetrics)>, Error> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(|e| Error::Client(kube::Error::InferConfig(e)))?;
-    let agent = http::HeaderValue::try_from(user_agent(identity))
-        .map_err(|e| Error::Client(kube::Error::HttpError(e.into())))?;
-    config.headers.push((http::header::USER_AGENT, agent));
-    let requests =
-        RequestMetrics::register(registry, &RequestMetrics::host_of(&config.cluster_url))?;
-    let client = kube::client::ClientBuilder::try_from(config.clone())
-        .map_err(Error::Client)?
-        .with_layer(&requests)
-        .build();
+/// With `metrics_secure`, what `/metrics` is served with: the certificate (from
+/// `metrics_cert_path`, or self-signed for this host) and the API server's checks of each
+/// scraper's token, through `client`.
+fn secure_metrics(config: &Config, client: &kube::Client) -> Result<Option<Secure>, Error> {
+    if !config.metrics_secure {
+        return Ok(None);
+    }
+    let cert = match &config.metrics_cert_path {
+        Some(dir) => ServingCert::from_dir(dir)?,
+        None => {
+            let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+            if let Some(host) = hostname::get().ok().and_then(|h| h.into_string().ok()) {
+                names.push(host);
+            }
+            ServingCert::self_signed(&names)?
+        }
+    };
+    Ok(Some(Secure {
+        cert,
+        auth: Arc::new(MetricsAuth::new(client.clone())),
+    }))
+}
+
+/// The manager's client, configured the way kubectl finds a cluster (in-cluster service
+/// account, else `KUBECONFIG`, else `~/.kube/config`), with its identity in the user agent and
+/// every request counted in `registry`. Nothing is sent yet.
+struct Connection {
+    client: kube::Client,
+    config: kube::Config,
+    requests: RequestMetrics,
+}
+
+impl Connection {
+    async fn new(identity: &str, registry: &prometheus::Registry) -> Result<Self, Error> {
+        let mut config = kube::Config::infer()
+            .await
+            .map_err(|e| Error::Client(kube::Error::InferConfig(e)))?;
+        let agent = http::HeaderValue::try_from(user_agent(identity))
+            .map_err(|e| Error::Client(kube::Error::HttpError(e.into())))?;
+        config.headers.push((http::header::USER_AGENT, agent));
+        let requests =
+            RequestMetrics::register(registry, &RequestMetrics::host_of(&config.cluster_url))?;
+        let client = kube::client::ClientBuilder::try_from(config.clone())
+            .map_err(Error::Client)?
+            .with_layer(&requests)
+            .build();
+        Ok(Self {
+            client,
+            config,
+            requests,
+        })
+    }
+}
+
+/// Waits until the API server answers `client`; `false` when shutdown came first.
+async fn wait_for_api_server(client: &kube::Client, shutdown: &CancellationToken) -> bool {
     let mut delay = Duration::from_millis(250);
     loop {
         match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
             Ok(Ok(info)) => {
                 tracing::info!(version = %info.git_version, namespace = %client.default_namespace(), "connected to the API server");
-                return Ok(Some((client, config, requests)));
+                return true;
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "the API server is not reachable yet; retrying")
@@ -201,7 +254,7 @@ async fn connect(
             Err(_) => tracing::warn!("the API server did not answer within 10s; retrying"),
         }
         tokio::select! {
-            () = shutdown.cancelled() => return Ok(None),
+            () = shutdown.cancelled() => return false,
             () = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(Duration::from_secs(10));

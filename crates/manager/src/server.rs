@@ -1,5 +1,9 @@
 //! The HTTP endpoints: `/metrics` on the metrics address, `/healthz` and `/readyz` on the
 //! probe address. They run on every replica, leader or not.
+//!
+//! With `--metrics-secure`, `/metrics` is served over TLS ([`crate::tls`]) to scrapers whose
+//! token the API server authenticates and authorizes ([`crate::metrics_auth`]); the probes stay
+//! plain HTTP on their own port, as the kubelet probes them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::leader::LeaderStatus;
+use crate::metrics_auth::{MetricsAuth, require_metrics_reader};
+use crate::tls::{self, ServingCert, TlsListener};
 
 /// What the probes report.
 #[derive(Debug, Default)]
@@ -53,6 +59,24 @@ impl Health {
     }
 }
 
+/// Where and how `/metrics` is served.
+#[derive(Debug)]
+pub struct MetricsEndpoint {
+    /// The address to listen on.
+    pub address: SocketAddr,
+    /// TLS and authorization, when served securely.
+    pub secure: Option<Secure>,
+}
+
+/// What secure serving takes.
+#[derive(Debug, Clone)]
+pub struct Secure {
+    /// The serving certificate (reloaded in the background when it comes from files).
+    pub cert: Arc<ServingCert>,
+    /// Checks each scraper's token.
+    pub auth: Arc<MetricsAuth>,
+}
+
 /// The running endpoints; stop them with [`Servers::shutdown`].
 #[derive(Debug)]
 pub struct Servers {
@@ -70,7 +94,7 @@ impl Servers {
     /// # Errors
     /// [`Error::Bind`] when an address cannot be bound.
     pub async fn start(
-        metrics: Option<SocketAddr>,
+        metrics: Option<MetricsEndpoint>,
         probes: Option<SocketAddr>,
         registry: Registry,
         health: Arc<Health>,
@@ -82,18 +106,33 @@ impl Servers {
             stop: stop.clone(),
             tasks: Vec::new(),
         };
-        if let Some(address) = metrics {
+        if let Some(endpoint) = metrics {
             let router = Router::new()
                 .route("/metrics", get(serve_metrics))
                 .with_state(Arc::new(registry));
-            servers.metrics = Some(servers.serve("metrics", address, router).await?);
+            let router = match &endpoint.secure {
+                Some(secure) => router.route_layer(axum::middleware::from_fn_with_state(
+                    secure.auth.clone(),
+                    require_metrics_reader,
+                )),
+                None => router,
+            };
+            servers.metrics = Some(
+                servers
+                    .serve("metrics", endpoint.address, router, endpoint.secure)
+                    .await?,
+            );
         }
         if let Some(address) = probes {
             let router = Router::new()
                 .route("/healthz", get(serve_healthz))
                 .route("/readyz", get(serve_readyz))
                 .with_state(health);
-            servers.probes = Some(servers.serve("health probes", address, router).await?);
+            servers.probes = Some(
+                servers
+                    .serve("health probes", address, router, None)
+                    .await?,
+            );
         }
         Ok(servers)
     }
@@ -103,6 +142,7 @@ impl Servers {
         endpoint: &'static str,
         address: SocketAddr,
         router: Router,
+        secure: Option<Secure>,
     ) -> Result<SocketAddr, Error> {
         let bind_error = |source| Error::Bind {
             endpoint,
@@ -113,14 +153,29 @@ impl Servers {
             .await
             .map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
-        tracing::info!(%endpoint, address = %local, "serving");
         let stop = self.stop.clone();
+        let Some(secure) = secure else {
+            tracing::info!(%endpoint, address = %local, "serving over HTTP");
+            self.tasks.push(tokio::spawn(async move {
+                if let Err(error) = axum::serve(listener, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+                {
+                    tracing::error!(%endpoint, %error, "HTTP server failed");
+                }
+            }));
+            return Ok(local);
+        };
+        let config = tls::server_config(secure.cert.clone())?;
+        let listener = TlsListener::new(listener, config).map_err(bind_error)?;
+        tracing::info!(%endpoint, address = %local, "serving over HTTPS, to authorized scrapers only");
+        self.tasks.extend(secure.cert.watch(stop.clone()));
         self.tasks.push(tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router)
                 .with_graceful_shutdown(stop.cancelled_owned())
                 .await
             {
-                tracing::error!(%endpoint, %error, "HTTP server failed");
+                tracing::error!(%endpoint, %error, "HTTPS server failed");
             }
         }));
         Ok(local)
@@ -196,7 +251,11 @@ mod tests {
         ));
         let health = Arc::new(Health::new(Some(status)));
         let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let servers = Servers::start(Some(loopback), Some(loopback), registry, health.clone())
+        let endpoint = MetricsEndpoint {
+            address: loopback,
+            secure: None,
+        };
+        let servers = Servers::start(Some(endpoint), Some(loopback), registry, health.clone())
             .await
             .unwrap();
         let (metrics, probes) = (servers.metrics.unwrap(), servers.probes.unwrap());

@@ -1,0 +1,364 @@
+//! TLS for the metrics endpoint: the serving certificate and a listener that does the handshakes.
+//!
+//! The certificate is self-signed at start, or read from `tls.crt` and `tls.key` in a directory
+//! (`--metrics-cert-path`, for example a cert-manager Secret mounted there) and read again when
+//! those files change, as controller-runtime's certificate watcher does: rotation needs no
+//! restart, and a half-written or broken pair keeps the previous certificate in service.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rustls::crypto::ring::sign::any_supported_type;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+
+/// The certificate file in a `--metrics-cert-path` directory.
+pub const CERT_FILE: &str = "tls.crt";
+/// The key file in a `--metrics-cert-path` directory.
+pub const KEY_FILE: &str = "tls.key";
+
+/// How often the certificate files are checked for changes.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
+
+/// How long a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The serving certificate, swapped in place when its files change.
+#[derive(Debug)]
+pub struct ServingCert {
+    current: RwLock<Loaded>,
+    dir: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    /// The files' bytes it was read from (none when self-signed).
+    source: Vec<u8>,
+}
+
+impl ServingCert {
+    /// A certificate signed by its own key for `names` (DNS names or IP addresses).
+    ///
+    /// # Errors
+    /// [`Error::Tls`] when it cannot be generated.
+    pub fn self_signed(names: &[String]) -> Result<Arc<Self>, Error> {
+        let generated = rcgen::generate_simple_self_signed(names.to_vec())
+            .map_err(|e| Error::Tls(format!("cannot generate a self-signed certificate: {e}")))?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+            generated.signing_key.serialize_der(),
+        ));
+        let key = certified(vec![generated.cert.der().clone()], &key)?;
+        Ok(Arc::new(Self {
+            current: RwLock::new(Loaded {
+                key,
+                source: Vec::new(),
+            }),
+            dir: None,
+        }))
+    }
+
+    /// The certificate in `dir`'s `tls.crt` and `tls.key`.
+    ///
+    /// # Errors
+    /// [`Error::Tls`] naming the file when either is missing or unusable.
+    pub fn from_dir(dir: &Path) -> Result<Arc<Self>, Error> {
+        let (key, source) = read_pair(dir)?;
+        Ok(Arc::new(Self {
+            current: RwLock::new(Loaded { key, source }),
+            dir: Some(dir.to_owned()),
+        }))
+    }
+
+    /// Reads the files again; `Ok(true)` when a new certificate is now served. A certificate
+    /// that is not from files never changes.
+    ///
+    /// # Errors
+    /// [`Error::Tls`] when the files changed but are unusable; the previous certificate stays.
+    pub fn reload(&self) -> Result<bool, Error> {
+        let Some(dir) = &self.dir else {
+            return Ok(false);
+        };
+        let bytes = pair_bytes(dir)?;
+        if self.read_lock().source == bytes {
+            return Ok(false);
+        }
+        let (key, source) = read_pair(dir)?;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Loaded { key, source };
+        Ok(true)
+    }
+
+    /// Reloads every [`RELOAD_EVERY`] until `stop`, logging what changed or failed.
+    pub fn watch(self: &Arc<Self>, stop: CancellationToken) -> Option<JoinHandle<()>> {
+        let dir = self.dir.clone()?;
+        let cert = self.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RELOAD_EVERY);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match cert.reload() {
+                    Ok(true) => {
+                        tracing::info!(dir = %dir.display(), "serving a new metrics certificate")
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "keeping the previous metrics certificate")
+                    }
+                }
+            }
+        }))
+    }
+
+    /// The certificate chain served now (for tests and logs).
+    pub fn chain(&self) -> Vec<CertificateDer<'static>> {
+        self.read_lock().key.cert.clone()
+    }
+
+    fn read_lock(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl ResolvesServerCert for ServingCert {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.read_lock().key.clone())
+    }
+}
+
+/// Both files' bytes, to tell whether they changed.
+fn pair_bytes(dir: &Path) -> Result<Vec<u8>, Error> {
+    let mut bytes = Vec::new();
+    for name in [CERT_FILE, KEY_FILE] {
+        let path = dir.join(name);
+        bytes.extend(
+            std::fs::read(&path)
+                .map_err(|e| Error::Tls(format!("cannot read {}: {e}", path.display())))?,
+        );
+    }
+    Ok(bytes)
+}
+
+fn read_pair(dir: &Path) -> Result<(Arc<CertifiedKey>, Vec<u8>), Error> {
+    let source = pair_bytes(dir)?;
+    let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
+    let chain = CertificateDer::pem_file_iter(&cert_path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| {
+            Error::Tls(format!(
+                "{}: not a PEM certificate: {e}",
+                cert_path.display()
+            ))
+        })?;
+    if chain.is_empty() {
+        return Err(Error::Tls(format!(
+            "{}: holds no certificate",
+            cert_path.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| {
+        Error::Tls(format!(
+            "{}: not a PEM private key: {e}",
+            key_path.display()
+        ))
+    })?;
+    let certified = certified(chain, &key)?;
+    certified.keys_match().map_err(|e| {
+        Error::Tls(format!(
+            "{} and {} do not belong together: {e}",
+            cert_path.display(),
+            key_path.display()
+        ))
+    })?;
+    Ok((certified, source))
+}
+
+fn certified(
+    chain: Vec<CertificateDer<'static>>,
+    key: &PrivateKeyDer<'_>,
+) -> Result<Arc<CertifiedKey>, Error> {
+    let signing =
+        any_supported_type(key).map_err(|e| Error::Tls(format!("unsupported private key: {e}")))?;
+    Ok(Arc::new(CertifiedKey::new(chain, signing)))
+}
+
+/// A server configuration that serves `cert` over HTTP/1.1 (HTTP/2 stays off, as in
+/// Kubebuilder's scaffold, against its rapid-reset attacks).
+///
+/// # Errors
+/// [`Error::Tls`] when the TLS library refuses the configuration.
+pub fn server_config(cert: Arc<ServingCert>) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(cert);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Accepts TCP connections and hands on those that finish a TLS handshake; each handshake runs
+/// on its own task, so a slow client holds up nobody else.
+#[derive(Debug)]
+pub struct TlsListener {
+    local: SocketAddr,
+    handshaken: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    accepting: JoinHandle<()>,
+}
+
+impl TlsListener {
+    /// Serves TLS with `config` on `tcp`.
+    ///
+    /// # Errors
+    /// When the listener's address cannot be read.
+    pub fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
+        let local = tcp.local_addr()?;
+        let (tx, handshaken) = mpsc::channel(64);
+        let acceptor = TlsAcceptor::from(config);
+        let accepting = tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::debug!(%error, "accepting a metrics connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "TLS handshake failed");
+                        }
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            local,
+            handshaken,
+            accepting,
+        })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.handshaken.recv().await {
+            Some(connection) => connection,
+            // The accepting task only ends when this listener is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            let dir = std::env::temp_dir().join(format!("tls-test-{}", fastrand::u64(..)));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            Self(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn write_pair(dir: &Path, name: &str) -> Vec<u8> {
+        let generated =
+            rcgen::generate_simple_self_signed(vec![name.to_owned()]).expect("generated");
+        std::fs::write(dir.join(CERT_FILE), generated.cert.pem()).expect("cert written");
+        std::fs::write(dir.join(KEY_FILE), generated.signing_key.serialize_pem())
+            .expect("key written");
+        generated.cert.der().to_vec()
+    }
+
+    #[test]
+    fn files_are_served_and_served_anew_when_they_change() {
+        let dir = TempDir::new();
+        let first = write_pair(&dir.0, "first.example");
+        let cert = ServingCert::from_dir(&dir.0).expect("loaded");
+        assert_eq!(cert.chain()[0].as_ref(), first.as_slice());
+        assert!(!cert.reload().expect("unchanged"), "nothing changed");
+
+        let second = write_pair(&dir.0, "second.example");
+        assert!(cert.reload().expect("reloaded"));
+        assert_eq!(cert.chain()[0].as_ref(), second.as_slice());
+
+        // A key that is not the certificate's: refused, the second pair stays in service.
+        let other = rcgen::KeyPair::generate().expect("key");
+        std::fs::write(dir.0.join(KEY_FILE), other.serialize_pem()).expect("key written");
+        let error = cert.reload().expect_err("a mismatched pair").to_string();
+        assert!(error.contains("do not belong together"), "{error}");
+        assert_eq!(cert.chain()[0].as_ref(), second.as_slice());
+    }
+
+    #[test]
+    fn missing_or_broken_files_are_named() {
+        let dir = TempDir::new();
+        let error = ServingCert::from_dir(&dir.0)
+            .expect_err("no files")
+            .to_string();
+        assert!(error.contains(CERT_FILE), "{error}");
+        std::fs::write(dir.0.join(CERT_FILE), "not a certificate").expect("written");
+        std::fs::write(dir.0.join(KEY_FILE), "not a key").expect("written");
+        let error = ServingCert::from_dir(&dir.0)
+            .expect_err("broken")
+            .to_string();
+        assert!(error.contains(CERT_FILE), "{error}");
+    }
+
+    #[test]
+    fn a_self_signed_certificate_names_what_it_serves() {
+        let cert = ServingCert::self_signed(&["localhost".to_owned()]).expect("generated");
+        assert_eq!(cert.chain().len(), 1);
+        assert!(!cert.reload().expect("nothing to reload"));
+    }
+}
