@@ -111,7 +111,9 @@ pub fn run() -> anyhow::Result<()> {
     let manager_hint = if state.node.is_some() {
         format!(
             "  logs:    kubectl logs -n {MANAGER_NAMESPACE} deployment/{MANAGER_DEPLOYMENT}
-  metrics: curl -s http://$(kubectl get pod -n {MANAGER_NAMESPACE} -l app.kubernetes.io/name=operator-manager -o jsonpath='{{.items[0].status.podIP}}'):8080/metrics | grep -E '^(controller_runtime|workqueue)'
+  metrics: served over HTTPS to scrapers granted operator-manager-metrics-reader; to read them as the manager's own account:
+           kubectl create clusterrolebinding metrics-demo --clusterrole=operator-manager-metrics-reader --serviceaccount={MANAGER_NAMESPACE}:operator-manager
+           curl -sk -H \"Authorization: Bearer $(kubectl create token operator-manager -n {MANAGER_NAMESPACE})\" https://$(kubectl get pod -n {MANAGER_NAMESPACE} -l app.kubernetes.io/name=operator-manager -o jsonpath='{{.items[0].status.podIP}}'):8443/metrics | grep -E '^(controller_runtime|workqueue)'
   leader:  kubectl get lease -n {MANAGER_NAMESPACE}"
         )
     } else {

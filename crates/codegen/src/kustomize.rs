@@ -12,7 +12,8 @@ use serde_json::json;
 use crate::{Error, GeneratedFile, MANAGER_IMAGE, MANAGER_NAME, yaml};
 
 /// Directories that the top-level kustomization installs, each with its own kustomization.
-/// Samples and the optional ServiceMonitor are applied separately.
+/// Samples, and the monitoring objects (`prometheus/` needs the Prometheus Operator's CRDs,
+/// `grafana/` a Grafana that loads dashboards from ConfigMaps), are applied separately.
 const INSTALLED: &[&str] = &["crds", "rbac", "manager"];
 
 /// The namespaced overlay's directory; it holds the Role and its binding.
@@ -30,7 +31,7 @@ pub(crate) fn render(files: &[GeneratedFile]) -> Result<Vec<GeneratedFile>, Erro
     let images = json!([{"name": MANAGER_IMAGE, "newTag": env!("CARGO_PKG_VERSION")}]);
     let mut rendered: Vec<(String, serde_json::Value)> = INSTALLED
         .iter()
-        .chain(&["prometheus"])
+        .chain(&["prometheus", "grafana"])
         .map(|dir| {
             (
                 format!("{dir}/kustomization.yaml"),

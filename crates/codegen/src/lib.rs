@@ -10,6 +10,7 @@ mod crds;
 mod files;
 mod kustomize;
 mod manager;
+pub mod monitoring;
 pub mod rbac;
 mod samples;
 mod yaml;
@@ -29,8 +30,10 @@ pub const MANAGER_IMAGE: &str = "operator-manager";
 /// The user (and group) the manager runs as: the `nonroot` user of distroless images, named by
 /// number so the kubelet can verify `runAsNonRoot`; the image built by `cargo xtask image` has it.
 pub const MANAGER_USER: u32 = 65532;
-/// Port of `/metrics`.
-pub const METRICS_PORT: i32 = 8080;
+/// Port of `/metrics`, served over HTTPS to authorized scrapers (Kubebuilder's 8443).
+pub const METRICS_PORT: i32 = 8443;
+/// Name of the metrics port on the container and the Service.
+pub const METRICS_PORT_NAME: &str = "https";
 /// Port of `/healthz` and `/readyz`.
 pub const HEALTH_PORT: i32 = 8081;
 
@@ -98,6 +101,7 @@ pub fn render() -> Result<Vec<GeneratedFile>, Error> {
     files.extend(rbac::render(&controllers)?);
     files.extend(manager::render()?);
     files.extend(samples::render()?);
+    files.extend(monitoring::render()?);
     files.extend(kustomize::render(&files)?);
     Ok(files)
 }

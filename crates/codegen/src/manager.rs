@@ -24,7 +24,7 @@ use serde_json::json;
 
 use crate::{
     Error, GeneratedFile, HEALTH_PORT, LEADER_ELECTION_ID, MANAGER_IMAGE, MANAGER_NAME,
-    METRICS_PORT, NAMESPACE, yaml,
+    METRICS_PORT, METRICS_PORT_NAME, NAMESPACE, yaml,
 };
 
 /// Seconds the kubelet waits after SIGTERM. The manager stops its controllers within its own
@@ -152,6 +152,7 @@ fn scrape_annotations() -> BTreeMap<String, String> {
         ("prometheus.io/scrape".to_owned(), "true".to_owned()),
         ("prometheus.io/port".to_owned(), METRICS_PORT.to_string()),
         ("prometheus.io/path".to_owned(), "/metrics".to_owned()),
+        ("prometheus.io/scheme".to_owned(), "https".to_owned()),
     ])
 }
 
@@ -166,6 +167,7 @@ fn deployment() -> Deployment {
             "--leader-elect".to_owned(),
             format!("--leader-election-id={LEADER_ELECTION_ID}"),
             format!("--metrics-bind-address=:{METRICS_PORT}"),
+            "--metrics-secure".to_owned(),
             format!("--health-probe-bind-address=:{HEALTH_PORT}"),
         ]),
         env: Some(vec![
@@ -179,7 +181,7 @@ fn deployment() -> Deployment {
         ]),
         ports: Some(vec![
             ContainerPort {
-                name: Some("metrics".to_owned()),
+                name: Some(METRICS_PORT_NAME.to_owned()),
                 container_port: METRICS_PORT,
                 ..ContainerPort::default()
             },
@@ -260,9 +262,9 @@ fn metrics_service() -> Service {
         spec: Some(ServiceSpec {
             selector: Some(selector_labels()),
             ports: Some(vec![ServicePort {
-                name: Some("metrics".to_owned()),
+                name: Some(METRICS_PORT_NAME.to_owned()),
                 port: METRICS_PORT,
-                target_port: Some(IntOrString::String("metrics".to_owned())),
+                target_port: Some(IntOrString::String(METRICS_PORT_NAME.to_owned())),
                 protocol: Some("TCP".to_owned()),
                 ..ServicePort::default()
             }]),
@@ -312,7 +314,16 @@ fn service_monitor() -> serde_json::Value {
         "metadata": {"name": MANAGER_NAME, "namespace": NAMESPACE, "labels": labels()},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": MANAGER_NAME}},
-            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+            // Kubebuilder's: the manager checks Prometheus's own token, and serves a
+            // self-signed certificate unless given one (then verify it with `tlsConfig.ca`).
+            "endpoints": [{
+                "port": METRICS_PORT_NAME,
+                "path": "/metrics",
+                "scheme": "https",
+                "interval": "30s",
+                "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                "tlsConfig": {"insecureSkipVerify": true},
+            }],
         },
     })
 }

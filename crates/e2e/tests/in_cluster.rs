@@ -31,6 +31,8 @@ const MANAGER_IMAGE: &str = "operator-manager";
 const MEMCACHED_IMAGE: &str = "operator-manager.local/memcached";
 /// Pods of the manager.
 const MANAGER_PODS: &str = "app.kubernetes.io/name=operator-manager";
+/// The generated Deployment's secure metrics port.
+const METRICS_PORT: u16 = 8443;
 /// Generous: real containers start on a loaded two-core machine.
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -62,14 +64,15 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
     );
     check_pod_security(cluster).await?;
 
-    // Watch every replica's own view of leadership for the rest of the scenario.
-    let watch = LeaderWatch::start(cluster.clone());
-
     let prometheus = testkit::Prometheus::start(cluster, NAMESPACE).await?;
+    // Watch every replica's own view of leadership for the rest of the scenario, reading its
+    // secure metrics with the token of Prometheus (which holds the metrics-reader role).
+    let watch = LeaderWatch::start(cluster.clone(), prometheus.token().to_owned());
     wait_for_scrapes(&prometheus).await?;
     let reconciles = "sum(controller_runtime_reconcile_total{controller=\"memcached\"})";
     let before = total(&prometheus, reconciles).await?;
     println!("Prometheus discovered and scrapes both replicas; {reconciles} = {before}");
+    refuses_strangers(cluster).await?;
 
     let ns = TestNamespace::on_real_node(cluster, "in-cluster", PodSecurity::Restricted).await?;
     tutorial(cluster, &ns, memcached_image).await?;
@@ -706,6 +709,24 @@ async fn wait_for_one_leader(cluster: &TestCluster, not: Option<&str>) -> Result
     )
 }
 
+/// Every replica's metrics are served only to authorized scrapers: a token the API server does
+/// not know gets 401.
+async fn refuses_strangers(cluster: &TestCluster) -> Result<()> {
+    for pod in manager_pods(cluster).await? {
+        let ip: IpAddr = pod
+            .status
+            .and_then(|s| s.pod_ip)
+            .context("a manager pod's IP")?
+            .parse()?;
+        let answer = testkit::https::get_with_token(ip, METRICS_PORT, "/metrics", "not-a-token")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        ensure!(answer.0 == 401, "{ip}: a forged token got {answer:?}");
+    }
+    println!("secure metrics: a forged token gets 401 from every replica");
+    Ok(())
+}
+
 /// What [`LeaderWatch`] saw.
 struct LeadersSeen {
     most_leaders: usize,
@@ -721,7 +742,7 @@ struct LeaderWatch {
 }
 
 impl LeaderWatch {
-    fn start(cluster: TestCluster) -> Self {
+    fn start(cluster: TestCluster, token: String) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let most = Arc::new(AtomicUsize::new(0));
         let samples = Arc::new(AtomicUsize::new(0));
@@ -735,9 +756,9 @@ impl LeaderWatch {
                         .iter()
                         .filter_map(|p| p.status.as_ref()?.pod_ip.as_ref()?.parse::<IpAddr>().ok())
                     {
-                        if let Ok(Ok(text)) = tokio::time::timeout(
+                        if let Ok(Ok((200, text))) = tokio::time::timeout(
                             Duration::from_secs(2),
-                            localcluster::http::get_ok(ip, 8080, "/metrics"),
+                            testkit::https::get_with_token(ip, METRICS_PORT, "/metrics", &token),
                         )
                         .await
                         {

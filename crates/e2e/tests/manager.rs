@@ -615,6 +615,43 @@ async fn two_managers_one_leader_and_sigterm_hands_over_at_once() -> Result<()> 
         "lease holder {holder}, transitions {transitions} -> {after}"
     );
 
+    // Each change of leader is an Event on the Lease, as client-go records it.
+    let expected = [
+        format!("{a_name} became leader"),
+        format!("{a_name} stopped leading"),
+        format!("{b_name} became leader"),
+    ];
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+        fixture.cluster.client.clone(),
+        &fixture.identity.namespace,
+    );
+    testkit::wait_for(
+        "the leader-election Events on the Lease",
+        CONVERGE,
+        || async {
+            let notes: Vec<String> = events
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("LeaderElection")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(lease.as_str())
+                        && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Lease")
+                })
+                .filter_map(|e| e.note)
+                .collect();
+            if expected.iter().all(|want| notes.contains(want)) {
+                Ok(())
+            } else {
+                Err(format!("notes so far: {notes:?}"))
+            }
+        },
+    )
+    .await?;
+
     // The new leader reconciles.
     set_size(&api, "cache", 3).await?;
     wait_converged(&fixture.cluster, fixture.ns.name(), "cache", 3, CONVERGE).await?;

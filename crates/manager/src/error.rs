@@ -86,7 +86,8 @@ impl Error {
     /// like a usage error), 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Config(_) => 2,
+            // A bad certificate directory is bad configuration too.
+            Self::Config(_) | Self::Tls(_) => 2,
             _ => 1,
         }
     }
@@ -124,6 +125,11 @@ mod tests {
         });
         assert_eq!(config.exit_code(), 2);
         assert_eq!(Error::LeadershipLost("taken".into()).exit_code(), 1);
+        assert_eq!(
+            Error::Tls("/certs/tls.key: not a PEM private key".into()).exit_code(),
+            2,
+            "a bad certificate directory is bad configuration"
+        );
         assert_eq!(
             Error::ShutdownTimeout(Duration::from_secs(30)).exit_code(),
             1

@@ -32,8 +32,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use controllers::backoff::WatchBackoff;
+use controllers::events::Events;
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -388,6 +390,10 @@ pub struct LeaderElector {
     changes: watch::Receiver<Option<Watched>>,
     watch_alive: bool,
     watch_stop: CancellationToken,
+    /// Records "became leader" and "stopped leading" on the Lease, as client-go does.
+    events: Option<Events>,
+    /// The Lease's uid, once seen (for the Events' reference).
+    lease_uid: Option<String>,
 }
 
 impl std::fmt::Debug for LeaderElector {
@@ -434,7 +440,39 @@ impl LeaderElector {
             changes,
             watch_alive: true,
             watch_stop,
+            events: None,
+            lease_uid: None,
         }
+    }
+
+    /// Records leadership changes as Events on the Lease through `events`.
+    #[must_use]
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// An Event `<identity> <what>` on the Lease (reason `LeaderElection`, as client-go's),
+    /// for `action` (distinct per kind of change, so one is never counted as a repeat of the
+    /// other).
+    fn record(&self, action: &'static str, what: &str) {
+        let Some(events) = &self.events else {
+            return;
+        };
+        let lease = ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".to_owned()),
+            kind: Some("Lease".to_owned()),
+            name: Some(self.settings.lease_name.clone()),
+            namespace: Some(self.settings.namespace.clone()),
+            uid: self.lease_uid.clone(),
+            ..ObjectReference::default()
+        };
+        events.normal(
+            &lease,
+            "LeaderElection",
+            action,
+            format!("{} {what}", self.settings.identity),
+        );
     }
 
     /// The settings.
@@ -449,6 +487,9 @@ impl LeaderElector {
             _ => self.observed = Some((record, Instant::now())),
         }
         self.resource_version = lease.metadata.resource_version.clone();
+        if lease.metadata.uid.is_some() {
+            self.lease_uid = lease.metadata.uid.clone();
+        }
     }
 
     fn lease_object(&self, record: &Record, resource_version: Option<String>) -> Lease {
@@ -591,6 +632,7 @@ impl LeaderElector {
                     // What the watch showed so far is no newer than this write's answer.
                     self.changes.borrow_and_update();
                     tracing::info!(lease = %self.settings.lease_name, identity = %self.settings.identity, "acquired the leader lease");
+                    self.record("Acquire", "became leader");
                     return true;
                 }
                 Some(Attempt::HeldBy { holder, remaining }) => {
@@ -652,6 +694,7 @@ impl LeaderElector {
         if let LeadershipEnd::Lost(reason) = &end {
             self.status.stepped_down();
             tracing::error!(lease = %self.settings.lease_name, %reason, "leadership lost");
+            self.record("StopLeading", "stopped leading");
         }
         end
     }
@@ -757,7 +800,10 @@ impl LeaderElector {
         let outcome = self.try_release(budget).await;
         let lease = &self.settings.lease_name;
         match &outcome {
-            Release::Released => tracing::info!(%lease, "released the leader lease"),
+            Release::Released => {
+                tracing::info!(%lease, "released the leader lease");
+                self.record("StopLeading", "stopped leading");
+            }
             Release::NotHeld => {
                 tracing::debug!(%lease, "not holding the leader lease; nothing to release")
             }

@@ -167,8 +167,12 @@ async fn run_connected(
         renew_deadline: config.renew_deadline,
         retry_period: config.retry_period,
     };
-    let elector = LeaderElector::new(client, settings, fence.status().clone());
-    runner.run_elected(elector, shutdown).await
+    let (events, publisher) =
+        controllers::events::Events::start(client.clone(), "leader-election", &settings.identity);
+    let elector = LeaderElector::new(client, settings, fence.status().clone()).with_events(events);
+    let result = runner.run_elected(elector, shutdown).await;
+    publisher.finish(controllers::events::EVENTS_FLUSH).await;
+    result
 }
 
 /// The user agent of every request: `operator-manager/<version> (<identity>)`, so the API

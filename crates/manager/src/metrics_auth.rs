@@ -251,6 +251,8 @@ mod tests {
     #[derive(Clone, Default)]
     struct Server {
         requests: Arc<AtomicUsize>,
+        /// Answers every review with 500.
+        failing: bool,
     }
 
     impl tower::Service<http::Request<Body>> for Server {
@@ -264,7 +266,18 @@ mod tests {
 
         fn call(&mut self, request: http::Request<Body>) -> Self::Future {
             self.requests.fetch_add(1, Ordering::SeqCst);
+            let failing = self.failing;
             Box::pin(async move {
+                if failing {
+                    let status = serde_json::json!({
+                        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "InternalError", "code": 500, "message": "etcd is down"
+                    });
+                    let mut response =
+                        http::Response::new(Body::from(status.to_string().into_bytes()));
+                    *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                    return Ok(response);
+                }
                 let path = request.uri().path().to_owned();
                 let body = request
                     .into_body()
@@ -307,6 +320,29 @@ mod tests {
             MetricsAuth::new(kube::Client::new(server, "default")),
             requests,
         )
+    }
+
+    #[tokio::test]
+    async fn a_failing_api_server_refuses_the_scrape_and_nothing_is_cached() {
+        let server = Server {
+            failing: true,
+            ..Server::default()
+        };
+        let requests = server.requests.clone();
+        let auth = MetricsAuth::new(kube::Client::new(server, "default"));
+        for _ in 0..2 {
+            let refused = auth.check(Some("Bearer alice-token")).await;
+            assert!(
+                matches!(&refused, Err(Refusal::Unavailable(why)) if why.contains("TokenReview")),
+                "{refused:?}"
+            );
+        }
+        assert!(
+            requests.load(Ordering::SeqCst) >= 2,
+            "asked again each time"
+        );
+        let response = Refusal::Unavailable("x".into()).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[tokio::test]

@@ -27,6 +27,7 @@
 mod audit;
 mod cluster;
 mod error;
+pub mod https;
 mod manager;
 mod manifests;
 mod namespace;
@@ -55,6 +56,6 @@ pub use private::PrivateCluster;
 pub use prometheus::{Prometheus, Target};
 pub use proxy::{TcpProxy, kubeconfig_via, server_addr};
 pub use serviceaccount::{
-    ServiceAccountKubeconfig, manager_kubeconfig, service_account_kubeconfig,
+    ServiceAccountKubeconfig, manager_kubeconfig, service_account_kubeconfig, service_account_token,
 };
 pub use wait::{POLL_INTERVAL, wait_for, wait_until};

@@ -13,7 +13,9 @@ use tokio::process::{Child, Command};
 
 use crate::manager::{free_port, log_dir};
 use crate::namespace::unique_name;
-use crate::{Error, FIELD_MANAGER, Result, TestCluster, service_account_kubeconfig};
+use crate::{
+    Error, FIELD_MANAGER, Result, TestCluster, service_account_kubeconfig, service_account_token,
+};
 
 /// The ServiceAccount (and ClusterRole) Prometheus discovers pods as: read-only on pods,
 /// what the Prometheus Operator's own RBAC grants for pod discovery.
@@ -26,6 +28,7 @@ pub struct Prometheus {
     port: u16,
     dir: PathBuf,
     log: PathBuf,
+    token: String,
 }
 
 /// One target as Prometheus's `/api/v1/targets` reports it.
@@ -51,19 +54,50 @@ impl Prometheus {
     /// [`Error::PrometheusMissing`] when it is not installed; API errors from creating its
     /// ServiceAccount; [`Error::Timeout`] when it does not become ready.
     pub async fn start(cluster: &TestCluster, namespace: &str) -> Result<Self> {
+        let (identity, token) = identity(cluster).await?;
+        Self::launch(cluster, token, |token_file| {
+            scrape_config(&identity.path, token_file, namespace)
+        })
+        .await
+    }
+
+    /// Starts Prometheus on a free loopback port, scraping `https://<target>/metrics` every 2 s
+    /// as the scrape job `job`, with its ServiceAccount's token (which holds the generated
+    /// metrics-reader ClusterRole), and evaluating the alerting rules in `rules` (a Prometheus
+    /// rule file) every 2 s.
+    ///
+    /// # Errors
+    /// As [`Prometheus::start`].
+    pub async fn start_static(
+        cluster: &TestCluster,
+        job: &str,
+        target: &str,
+        rules: &Path,
+    ) -> Result<Self> {
+        let (_, token) = identity(cluster).await?;
+        Self::launch(cluster, token, |token_file| {
+            static_config(job, target, token_file, rules)
+        })
+        .await
+    }
+
+    /// Runs Prometheus with the configuration `config` writes (given the file holding `token`).
+    async fn launch(
+        cluster: &TestCluster,
+        token: String,
+        config: impl FnOnce(&Path) -> String,
+    ) -> Result<Self> {
         let binary = cluster.state.bin_dir.join("prometheus");
         if !binary.is_file() {
             return Err(Error::PrometheusMissing { path: binary });
         }
-        let token_namespace = "default";
-        grant_pod_discovery(cluster, token_namespace).await?;
-        let identity = service_account_kubeconfig(cluster, token_namespace, IDENTITY).await?;
-
         let dir = std::env::temp_dir().join(unique_name("e2e-prometheus"));
         std::fs::create_dir_all(&dir).map_err(Error::io("creating", &dir))?;
-        let config = dir.join("prometheus.yml");
-        let text = scrape_config(&identity.path, namespace);
-        std::fs::write(&config, text).map_err(Error::io("writing", &config))?;
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, &token).map_err(Error::io("writing", &token_file))?;
+        let config_file = dir.join("prometheus.yml");
+        std::fs::write(&config_file, config(&token_file))
+            .map_err(Error::io("writing", &config_file))?;
 
         let logs = log_dir();
         std::fs::create_dir_all(&logs).map_err(Error::io("creating", &logs))?;
@@ -72,7 +106,7 @@ impl Prometheus {
         let err = out.try_clone().map_err(Error::io("opening", &log))?;
         let port = free_port()?;
         let child = Command::new(&binary)
-            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--config.file={}", config_file.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
@@ -92,6 +126,7 @@ impl Prometheus {
             port,
             dir,
             log,
+            token,
         };
         crate::wait_for(
             "Prometheus to be ready",
@@ -101,6 +136,56 @@ impl Prometheus {
         .await
         .map_err(|e| prometheus.with_log(e))?;
         Ok(prometheus)
+    }
+
+    /// Every alerting rule loaded: its name, health (`ok`, `err`, `unknown`) and last error.
+    ///
+    /// # Errors
+    /// [`Error::Prometheus`] when the API answers with an error or unexpected JSON.
+    pub async fn rules(&self) -> Result<Vec<(String, String, String)>> {
+        let body = self.api("/api/v1/rules?type=alert").await?;
+        let groups = body["data"]["groups"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(groups
+            .iter()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .map(|r| {
+                let text = |key: &str| r[key].as_str().unwrap_or_default().to_owned();
+                (text("name"), text("health"), text("lastError"))
+            })
+            .collect())
+    }
+
+    /// The alerts pending or firing now: each one's name and state.
+    ///
+    /// # Errors
+    /// [`Error::Prometheus`] when the API answers with an error or unexpected JSON.
+    pub async fn alerts(&self) -> Result<Vec<(String, String)>> {
+        let body = self.api("/api/v1/alerts").await?;
+        let alerts = body["data"]["alerts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(alerts
+            .iter()
+            .map(|a| {
+                (
+                    a["labels"]["alertname"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    a["state"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect())
+    }
+
+    /// The token it scrapes with: its ServiceAccount's, which holds the generated
+    /// metrics-reader ClusterRole.
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     /// Its log file.
@@ -193,7 +278,7 @@ impl Drop for Prometheus {
 
 /// The scrape configuration: pod discovery in one namespace, the `prometheus.io/*`
 /// annotations deciding what and where to scrape.
-fn scrape_config(kubeconfig: &Path, namespace: &str) -> String {
+fn scrape_config(kubeconfig: &Path, token_file: &Path, namespace: &str) -> String {
     format!(
         r#"global:
   scrape_interval: 2s
@@ -201,6 +286,10 @@ fn scrape_config(kubeconfig: &Path, namespace: &str) -> String {
   evaluation_interval: 2s
 scrape_configs:
   - job_name: kubernetes-pods
+    authorization:
+      credentials_file: {token_file}
+    tls_config:
+      insecure_skip_verify: true
     kubernetes_sd_configs:
       - role: pod
         kubeconfig_file: {kubeconfig}
@@ -210,6 +299,10 @@ scrape_configs:
       - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
         action: keep
         regex: "true"
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scheme]
+        action: replace
+        target_label: __scheme__
+        regex: (https?)
       - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
         action: replace
         target_label: __metrics_path__
@@ -224,7 +317,42 @@ scrape_configs:
       - source_labels: [__meta_kubernetes_pod_name]
         target_label: pod
 "#,
-        kubeconfig = kubeconfig.display()
+        kubeconfig = kubeconfig.display(),
+        token_file = token_file.display(),
+    )
+}
+
+/// Prometheus's ServiceAccount, allowed to discover pods and read the manager's metrics: a
+/// kubeconfig for discovery and a token for scraping.
+async fn identity(cluster: &TestCluster) -> Result<(crate::ServiceAccountKubeconfig, String)> {
+    let namespace = "default";
+    grant_pod_discovery(cluster, namespace).await?;
+    let identity = service_account_kubeconfig(cluster, namespace, IDENTITY).await?;
+    let token = service_account_token(cluster, namespace, IDENTITY).await?;
+    Ok((identity, token))
+}
+
+/// Scrapes one HTTPS target as `job` with the token in `token_file`, and evaluates `rules`.
+fn static_config(job: &str, target: &str, token_file: &Path, rules: &Path) -> String {
+    format!(
+        r#"global:
+  scrape_interval: 2s
+  scrape_timeout: 1s
+  evaluation_interval: 2s
+rule_files:
+  - {rules}
+scrape_configs:
+  - job_name: {job}
+    scheme: https
+    authorization:
+      credentials_file: {token_file}
+    tls_config:
+      insecure_skip_verify: true
+    static_configs:
+      - targets: ["{target}"]
+"#,
+        rules = rules.display(),
+        token_file = token_file.display(),
     )
 }
 
@@ -282,6 +410,38 @@ async fn grant_pod_discovery(cluster: &TestCluster, namespace: &str) -> Result<(
         .patch(IDENTITY, &apply, &Patch::Apply(&binding))
         .await
         .map_err(Error::kube("binding Prometheus's ClusterRole"))?;
+    // And the generated ClusterRole for reading the manager's secure metrics, as a user binds
+    // it to their Prometheus.
+    let reader_file = crate::deploy_dir()
+        .join("rbac")
+        .join("metrics_reader_role.yaml");
+    let reader = crate::read_yaml_file(&reader_file)?;
+    let reader_name = reader
+        .first()
+        .and_then(|role| role.metadata.name.clone())
+        .ok_or_else(|| Error::Manifest {
+            path: reader_file.clone(),
+            message: "no ClusterRole in it".into(),
+        })?;
+    crate::apply_objects(client, reader, None).await?;
+    let reader_binding_name = format!("{IDENTITY}-metrics-reader");
+    let reader_binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(reader_binding_name.clone()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            name: reader_name,
+            ..binding.role_ref.clone()
+        },
+        subjects: binding.subjects.clone(),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&reader_binding_name, &apply, &Patch::Apply(&reader_binding))
+        .await
+        .map_err(Error::kube(
+            "binding the metrics-reader ClusterRole to Prometheus",
+        ))?;
     Ok(())
 }
 
@@ -318,9 +478,17 @@ mod tests {
 
     #[test]
     fn the_configuration_keeps_annotated_pods_of_one_namespace() {
-        let config = scrape_config(Path::new("/k"), "ns");
+        let config = scrape_config(Path::new("/k"), Path::new("/t"), "ns");
         assert!(config.contains("names: [ns]"));
         assert!(config.contains("__meta_kubernetes_pod_annotation_prometheus_io_scrape"));
         assert!(config.contains("kubeconfig_file: /k"));
+        assert!(
+            config.contains("credentials_file: /t"),
+            "scrapes with its token"
+        );
+        assert!(
+            config.contains("target_label: __scheme__"),
+            "over HTTPS when annotated"
+        );
     }
 }

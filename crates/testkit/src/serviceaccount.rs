@@ -68,15 +68,15 @@ pub async fn manager_kubeconfig(
     service_account_kubeconfig(cluster, &namespace, &name).await
 }
 
-/// A kubeconfig for an existing ServiceAccount, with a token from the TokenRequest API.
+/// A token of an existing ServiceAccount, from the TokenRequest API.
 ///
 /// # Errors
-/// API errors from the token request; [`Error::Cluster`] when the file cannot be written.
-pub async fn service_account_kubeconfig(
+/// API errors from the token request.
+pub async fn service_account_token(
     cluster: &TestCluster,
     namespace: &str,
     name: &str,
-) -> Result<ServiceAccountKubeconfig> {
+) -> Result<String> {
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(TOKEN_SECONDS),
@@ -93,6 +93,19 @@ pub async fn service_account_kubeconfig(
         .status
         .and_then(|s| s.token)
         .unwrap_or_default();
+    Ok(token)
+}
+
+/// A kubeconfig for an existing ServiceAccount, with a token from the TokenRequest API.
+///
+/// # Errors
+/// API errors from the token request; [`Error::Cluster`] when the file cannot be written.
+pub async fn service_account_kubeconfig(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+) -> Result<ServiceAccountKubeconfig> {
+    let token = service_account_token(cluster, namespace, name).await?;
     // Next to the cluster's own state, so `cargo xtask cluster down` removes it with the
     // cluster (the token dies with the cluster anyway).
     let dir = cluster

@@ -1,0 +1,108 @@
+//! A GET over HTTPS with a bearer token, for reading the manager's secure `/metrics` from a
+//! test. The manager in a cluster serves a self-signed certificate (as Kubebuilder's scaffold
+//! does), so, like the ServiceMonitor's `insecureSkipVerify`, this does not verify it: what is
+//! tested is who may read, not which certificate is served.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use rustls::DigitallySignedStruct;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// `GET path` on `ip:port` over HTTPS with `token`; the status code and body.
+///
+/// # Errors
+/// A message saying what failed: connecting, the handshake, or a response without a status.
+pub async fn get_with_token(
+    ip: IpAddr,
+    port: u16,
+    path: &str,
+    token: &str,
+) -> std::result::Result<(u16, String), String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect((ip, port))
+        .await
+        .map_err(|e| format!("connecting to {ip}:{port}: {e}"))?;
+    let mut tls = connector
+        .connect(ServerName::IpAddress(ip.into()), tcp)
+        .await
+        .map_err(|e| format!("TLS handshake with {ip}:{port}: {e}"))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {ip}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("sending to {ip}:{port}: {e}"))?;
+    let mut response = Vec::new();
+    // A server may close without TLS close_notify; what arrived is the response.
+    let _ = tls.read_to_end(&mut response).await;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status from {ip}:{port}: {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Ok((code, body))
+}
+
+/// Accepts any server certificate, checking only that the handshake is signed by its key.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
