@@ -134,6 +134,12 @@ fn each_bad_value_exits_2_naming_key_and_source() -> Result<()> {
     let short_deadline = dir.file("deadline.yaml", "renew_deadline: 20s\n")?;
     let unknown_key = dir.file("unknown.yaml", "lease_duraton: 20s\n")?;
     let bad_yaml = dir.file("bad.yaml", "lease_duration: [\n")?;
+    // A certificate directory whose key is not a key.
+    let certs = TempDir::new()?;
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
+    certs.file("tls.crt", &generated.cert.pem())?;
+    let broken_key = certs.file("tls.key", "not a key")?;
+    let broken_certs = format!("--metrics-cert-path={}", certs.0.display());
     // (flags, environment, what stderr must contain)
     type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, Vec<String>);
     let cases: Vec<Case> = vec![
@@ -231,6 +237,24 @@ fn each_bad_value_exits_2_naming_key_and_source() -> Result<()> {
             vec!["--no-such-flag"],
             vec![],
             vec!["--no-such-flag".into()],
+        ),
+        (
+            vec![
+                "--metrics-bind-address=127.0.0.1:0",
+                "--metrics-secure",
+                "--metrics-cert-path=/nonexistent/certs",
+            ],
+            vec![],
+            vec!["metrics TLS: cannot read /nonexistent/certs/tls.crt".into()],
+        ),
+        (
+            vec![
+                "--metrics-bind-address=127.0.0.1:0",
+                "--metrics-secure",
+                &broken_certs,
+            ],
+            vec![],
+            vec![format!("{broken_key}: not a PEM private key")],
         ),
     ];
     let mut failures = Vec::new();

@@ -57,15 +57,24 @@ pub async fn run(
         None
     };
     let health = Arc::new(Health::new(fence.as_ref().map(|f| f.status().clone())));
+    // A bad certificate directory is reported before anything else can fail.
+    let cert = match config.metrics_bind_address.socket_addr() {
+        Some(_) if config.metrics_secure => Some(serving_cert(&config)?),
+        _ => None,
+    };
     let identity = leader::default_identity();
     let connection = Connection::new(&identity, &registry).await?;
-    let metrics_endpoint = match config.metrics_bind_address.socket_addr() {
-        Some(address) => Some(MetricsEndpoint {
-            address,
-            secure: secure_metrics(&config, &connection.client)?,
-        }),
-        None => None,
-    };
+    let metrics_endpoint =
+        config
+            .metrics_bind_address
+            .socket_addr()
+            .map(|address| MetricsEndpoint {
+                address,
+                secure: cert.map(|cert| Secure {
+                    cert,
+                    auth: Arc::new(MetricsAuth::new(connection.client.clone())),
+                }),
+            });
     let servers = Servers::start(
         metrics_endpoint,
         config.health_probe_bind_address.socket_addr(),
@@ -189,27 +198,19 @@ pub fn user_agent(identity: &str) -> String {
     )
 }
 
-/// With `metrics_secure`, what `/metrics` is served with: the certificate (from
-/// `metrics_cert_path`, or self-signed for this host) and the API server's checks of each
-/// scraper's token, through `client`.
-fn secure_metrics(config: &Config, client: &kube::Client) -> Result<Option<Secure>, Error> {
-    if !config.metrics_secure {
-        return Ok(None);
-    }
-    let cert = match &config.metrics_cert_path {
-        Some(dir) => ServingCert::from_dir(dir)?,
+/// The certificate secure metrics are served with: from `metrics_cert_path`, or self-signed
+/// for this host.
+fn serving_cert(config: &Config) -> Result<Arc<ServingCert>, Error> {
+    match &config.metrics_cert_path {
+        Some(dir) => ServingCert::from_dir(dir),
         None => {
             let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
             if let Some(host) = hostname::get().ok().and_then(|h| h.into_string().ok()) {
                 names.push(host);
             }
-            ServingCert::self_signed(&names)?
+            ServingCert::self_signed(&names)
         }
-    };
-    Ok(Some(Secure {
-        cert,
-        auth: Arc::new(MetricsAuth::new(client.clone())),
-    }))
+    }
 }
 
 /// The manager's client, configured the way kubectl finds a cluster (in-cluster service
