@@ -2,8 +2,8 @@
 //! serves `/metrics` over HTTPS (`--metrics-secure`) with a certificate from a directory, and
 //! lets in only scrapers whose token the API server authenticates and authorizes.
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -12,9 +12,9 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
+use testkit::https::Trust;
 use testkit::{TestCluster, TestNamespace};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// A certificate authority of the test's own.
 struct Authority {
@@ -49,44 +49,16 @@ impl Authority {
 }
 
 /// A GET of `/metrics` over HTTPS, trusting only `authority`, with `token` if given; the status
-/// code and body.
+/// code and the body.
 async fn get_metrics(
     port: u16,
     authority: &Authority,
     token: Option<&str>,
 ) -> Result<(u16, String)> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(authority.cert.clone())?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let mut tls = connector
-        .connect(ServerName::try_from("127.0.0.1")?, tcp)
+    let trust = Trust::Only(authority.cert.clone());
+    testkit::https::get(Ipv4Addr::LOCALHOST.into(), port, "/metrics", token, trust)
         .await
-        .context("TLS handshake")?;
-    let authorization =
-        token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    tls.write_all(
-        format!(
-            "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n{authorization}Connection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    )
-    .await?;
-    let mut response = Vec::new();
-    // The server may close without a TLS close_notify; what was read is the response.
-    let _ = tls.read_to_end(&mut response).await;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("no status line in {text:?}"))?;
-    Ok((code, text))
+        .map_err(anyhow::Error::msg)
 }
 
 /// A token of a new ServiceAccount `name` in `namespace`.
@@ -211,9 +183,7 @@ async fn only_scrapers_granted_the_metrics_reader_role_read_secure_metrics() -> 
         ensure!(body.contains("rest_client_requests_total"), "{body}");
 
         // Plain HTTP gets nothing.
-        let plain =
-            localcluster::http::get_ok(std::net::Ipv4Addr::LOCALHOST.into(), port, "/metrics")
-                .await;
+        let plain = localcluster::http::get_ok(Ipv4Addr::LOCALHOST.into(), port, "/metrics").await;
         ensure!(plain.is_err(), "plain HTTP is not served: {plain:?}");
 
         // A rotated certificate is served without a restart.

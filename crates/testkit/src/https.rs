@@ -1,7 +1,8 @@
 //! A GET over HTTPS with a bearer token, for reading the manager's secure `/metrics` from a
 //! test. The manager in a cluster serves a self-signed certificate (as Kubebuilder's scaffold
-//! does), so, like the ServiceMonitor's `insecureSkipVerify`, this does not verify it: what is
-//! tested is who may read, not which certificate is served.
+//! does), so, like the ServiceMonitor's `insecureSkipVerify`, [`get_with_token`] does not
+//! verify it: what is tested is who may read. [`get`] can trust one authority instead, to test
+//! which certificate is served.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -11,23 +12,57 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// `GET path` on `ip:port` over HTTPS with `token`; the status code and body.
+/// Which server certificates a request accepts.
+#[derive(Debug, Clone)]
+pub enum Trust {
+    /// Any: the request checks who may read, not what is served.
+    Any,
+    /// Only those this certificate authority signed.
+    Only(CertificateDer<'static>),
+}
+
+/// `GET path` on `ip:port` over HTTPS with `token`, accepting any certificate; the status code
+/// and body.
 ///
 /// # Errors
-/// A message saying what failed: connecting, the handshake, or a response without a status.
+/// As [`get`].
 pub async fn get_with_token(
     ip: IpAddr,
     port: u16,
     path: &str,
     token: &str,
 ) -> std::result::Result<(u16, String), String> {
+    get(ip, port, path, Some(token), Trust::Any).await
+}
+
+/// `GET path` on `ip:port` over HTTPS, with `token` if given, accepting what `trust` says; the
+/// status code and body.
+///
+/// # Errors
+/// A message saying what failed: connecting, the handshake (an untrusted certificate among
+/// them), or a response without a status.
+pub async fn get(
+    ip: IpAddr,
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+    trust: Trust,
+) -> std::result::Result<(u16, String), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
+        .map_err(|e| e.to_string())?;
+    let config = match trust {
+        Trust::Any => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))),
+        Trust::Only(authority) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(authority).map_err(|e| e.to_string())?;
+            builder.with_root_certificates(roots)
+        }
+    }
+    .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect((ip, port))
         .await
@@ -36,9 +71,10 @@ pub async fn get_with_token(
         .connect(ServerName::IpAddress(ip.into()), tcp)
         .await
         .map_err(|e| format!("TLS handshake with {ip}:{port}: {e}"))?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {ip}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-    );
+    let authorization =
+        token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {ip}\r\n{authorization}Connection: close\r\n\r\n");
     tls.write_all(request.as_bytes())
         .await
         .map_err(|e| format!("sending to {ip}:{port}: {e}"))?;
