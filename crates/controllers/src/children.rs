@@ -254,8 +254,10 @@ where
         } else {
             let created = create_owned(&self.client, &namespace, self.field_manager, desired).await;
             if created.is_ok() {
+                // An action per kind: client-go counts Events of one action, reason and
+                // object as repeats of the first, whose note would then be all that shows.
                 let note = format!("Created {kind} {name}");
-                events.normal(regarding, "Created", "Create", note);
+                events.normal(regarding, "Created", format!("Create{kind}"), note);
             }
             created
         };

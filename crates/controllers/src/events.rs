@@ -7,6 +7,7 @@
 //! `series` is counted up instead. The controller's run waits for the queue to drain
 //! ([`Publisher::finish`]) before it returns, so a graceful stop loses nothing queued before it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,7 +68,7 @@ struct Queued {
     regarding: ObjectReference,
     type_: EventType,
     reason: &'static str,
-    action: &'static str,
+    action: Cow<'static, str>,
     note: String,
 }
 
@@ -124,10 +125,10 @@ impl Events {
         &self,
         regarding: &ObjectReference,
         reason: &'static str,
-        action: &'static str,
+        action: impl Into<Cow<'static, str>>,
         note: String,
     ) {
-        self.queue(regarding, EventType::Normal, reason, action, note);
+        self.queue(regarding, EventType::Normal, reason, action.into(), note);
     }
 
     /// Queues a `Warning` event about `regarding`.
@@ -135,10 +136,10 @@ impl Events {
         &self,
         regarding: &ObjectReference,
         reason: &'static str,
-        action: &'static str,
+        action: impl Into<Cow<'static, str>>,
         note: String,
     ) {
-        self.queue(regarding, EventType::Warning, reason, action, note);
+        self.queue(regarding, EventType::Warning, reason, action.into(), note);
     }
 
     fn queue(
@@ -146,7 +147,7 @@ impl Events {
         regarding: &ObjectReference,
         type_: EventType,
         reason: &'static str,
-        action: &'static str,
+        action: Cow<'static, str>,
         note: String,
     ) {
         let event = Queued {
@@ -239,7 +240,7 @@ impl Recorder {
     /// resourceVersion); the reporting controller is this recorder's.
     fn series_key(event: &Queued) -> u64 {
         let mut hasher = DefaultHasher::new();
-        (event.action, event.reason).hash(&mut hasher);
+        (&event.action, event.reason).hash(&mut hasher);
         let r = &event.regarding;
         (
             &r.api_version,
@@ -305,7 +306,7 @@ impl Recorder {
                 namespace: Some(namespace.clone()),
                 ..ObjectMeta::default()
             },
-            action: Some(event.action.to_owned()),
+            action: Some(event.action.to_string()),
             reason: Some(event.reason.to_owned()),
             note: Some(event.note.clone()),
             type_: Some(event.type_.as_str().to_owned()),
@@ -464,7 +465,7 @@ mod tests {
             regarding: regarding(),
             type_: EventType::Normal,
             reason: "Scaled",
-            action: "ScaleDeployment",
+            action: "ScaleDeployment".into(),
             note: note.into(),
         }
     }

@@ -23,10 +23,12 @@ const SPECIFIC_PRECEDENCE: u32 = 499;
 const CATCH_ALL_PRECEDENCE: u32 = 500;
 
 /// The resources whose requests are counted one by one (everything else is `other`).
-const COUNTED_RESOURCES: [&str; 6] = [
+const COUNTED_RESOURCES: [&str; 8] = [
     "memcacheds",
     "memcacheds/status",
     "deployments",
+    "services",
+    "poddisruptionbudgets",
     "pods",
     "events",
     "leases",

@@ -24,6 +24,10 @@ type MemcachedStatus struct {
 	// +optional
 	Nodes []string `json:"nodes,omitempty"`
 
+	// service is the name of the Service in front of the memcached pods.
+	// +optional
+	Service string `json:"service,omitempty"`
+
 	// readyReplicas is the number of memcached pods that are ready.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`

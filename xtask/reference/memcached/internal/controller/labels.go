@@ -97,3 +97,46 @@ func isValidLabelValue(value string) bool {
 func isASCIIAlphanumeric(c rune) bool {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
 }
+
+// dnsLabel is a DNS label (RFC 1035) standing for the object name name, as Service names must
+// be: name itself when it is one, otherwise a prefix of it, a "-" and the same hash as
+// labelValue's (the Rust controller's labels::dns_label).
+func dnsLabel(name string) string {
+	isLabel := len(name) <= maxLabelValue && name != "" &&
+		isLowerOrDigit(rune(name[0])) && !isDigit(rune(name[0])) &&
+		isLowerOrDigit(rune(name[len(name)-1]))
+	for _, c := range name {
+		if !isLowerOrDigit(c) && c != '-' {
+			isLabel = false
+		}
+	}
+	if isLabel {
+		return name
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	hash := fmt.Sprintf("%016x", h.Sum64())[:hashDigits]
+	var prefix strings.Builder
+	n := 0
+	for _, c := range name {
+		if n == maxLabelValue-hashDigits-1 {
+			break
+		}
+		if isLowerOrDigit(c) {
+			prefix.WriteRune(c)
+		} else {
+			prefix.WriteByte('-')
+		}
+		n++
+	}
+	trimmed := strings.TrimLeftFunc(prefix.String(), func(c rune) bool { return c < 'a' || c > 'z' })
+	trimmed = strings.TrimRight(trimmed, "-")
+	if trimmed == "" {
+		return "x-" + hash
+	}
+	return trimmed + "-" + hash
+}
+
+func isLowerOrDigit(c rune) bool { return (c >= 'a' && c <= 'z') || isDigit(c) }
+
+func isDigit(c rune) bool { return c >= '0' && c <= '9' }

@@ -15,18 +15,21 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -69,6 +72,8 @@ type MemcachedReconciler struct {
 // +kubebuilder:rbac:groups=cache.example.com,resources=memcacheds/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=core,resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=core,resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile makes the Memcached's Deployment match its spec and reports the Deployment and its
@@ -134,6 +139,15 @@ func (r *MemcachedReconciler) reconcile(ctx context.Context, memcached *cachev1a
 		}
 	}
 
+	// The Service in front of the pods, and a PodDisruptionBudget when there is more than one.
+	service, err := r.ensureService(ctx, memcached)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureBudget(ctx, memcached); err != nil {
+		return ctrl.Result{}, err
+	}
+
 	// The status: the pods, how far the Deployment has rolled out, the conditions.
 	nodes, err := r.podNames(ctx, memcached)
 	if err != nil {
@@ -141,6 +155,7 @@ func (r *MemcachedReconciler) reconcile(ctx context.Context, memcached *cachev1a
 	}
 	status := memcached.Status.DeepCopy()
 	status.Nodes = nodes
+	status.Service = service
 	status.ReadyReplicas = deployment.Status.ReadyReplicas
 	setConditions(status, rolloutOf(memcached.Spec.Size, deployment).conditions(), memcached.Generation)
 	if err := r.updateStatus(ctx, memcached, status); err != nil {
@@ -209,6 +224,84 @@ func (r *MemcachedReconciler) reportNotOwned(ctx context.Context, memcached *cac
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: foreignRecheck}, nil
+}
+
+// ensureService creates or updates the Memcached's Service (port memcached to its pods), the
+// idiomatic controllerutil way, and returns its name; "" when a Service of that name belongs to
+// something else (it is left alone).
+func (r *MemcachedReconciler) ensureService(ctx context.Context, memcached *cachev1alpha1.Memcached) (string, error) {
+	service := &corev1.Service{ObjectMeta: metav1.ObjectMeta{
+		Name: dnsLabel(memcached.Name), Namespace: memcached.Namespace,
+	}}
+	existing := &corev1.Service{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(service), existing)
+	if err == nil && !metav1.IsControlledBy(existing, memcached) {
+		return "", nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, service, func() error {
+		if service.Labels == nil {
+			service.Labels = map[string]string{}
+		}
+		maps.Copy(service.Labels, objectLabels(memcached.Name))
+		service.Spec.Selector = selectorLabels(memcached.Name)
+		service.Spec.Ports = []corev1.ServicePort{{
+			Name:       memcachedPortName,
+			Port:       memcachedPort,
+			TargetPort: intstr.FromString(memcachedPortName),
+			Protocol:   corev1.ProtocolTCP,
+		}}
+		return ctrl.SetControllerReference(memcached, service, r.Scheme)
+	})
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return "", nil
+	}
+	if op == controllerutil.OperationResultCreated {
+		r.Recorder.Eventf(memcached, nil, corev1.EventTypeNormal, "Created", "CreateService",
+			"Created Service %s", service.Name)
+	}
+	return service.Name, err
+}
+
+// ensureBudget keeps a PodDisruptionBudget of at most one unavailable pod while the Memcached
+// has more than one, and deletes it (when it is the Memcached's own) otherwise.
+func (r *MemcachedReconciler) ensureBudget(ctx context.Context, memcached *cachev1alpha1.Memcached) error {
+	budget := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{
+		Name: memcached.Name, Namespace: memcached.Namespace,
+	}}
+	if memcached.Spec.Size <= 1 {
+		existing := &policyv1.PodDisruptionBudget{}
+		err := r.Get(ctx, client.ObjectKeyFromObject(budget), existing)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil || !metav1.IsControlledBy(existing, memcached) {
+			return err
+		}
+		return client.IgnoreNotFound(r.Delete(ctx, existing))
+	}
+	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, budget, func() error {
+		if budget.CreationTimestamp.IsZero() || metav1.IsControlledBy(budget, memcached) {
+			if budget.Labels == nil {
+				budget.Labels = map[string]string{}
+			}
+			maps.Copy(budget.Labels, objectLabels(memcached.Name))
+			budget.Spec.MaxUnavailable = new(intstr.FromInt32(1))
+			budget.Spec.Selector = &metav1.LabelSelector{MatchLabels: selectorLabels(memcached.Name)}
+			return ctrl.SetControllerReference(memcached, budget, r.Scheme)
+		}
+		return nil
+	})
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return nil
+	}
+	if op == controllerutil.OperationResultCreated {
+		r.Recorder.Eventf(memcached, nil, corev1.EventTypeNormal, "Created", "CreatePodDisruptionBudget",
+			"Created PodDisruptionBudget %s", budget.Name)
+	}
+	return err
 }
 
 // podNames are the sorted names of the Memcached's pods, leaving out pods being deleted.
@@ -371,6 +464,8 @@ func (r *MemcachedReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&cachev1alpha1.Memcached{}).
 		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.memcachedForNamesake)).
 		// Pods as metadata only: status.nodes needs their names and labels, not whole Pods.
 		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.memcachedForPod),
