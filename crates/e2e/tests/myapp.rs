@@ -115,8 +115,16 @@ async fn image_change_rolls_and_hand_edits_are_undone() -> Result<()> {
 async fn both_controllers_run_in_one_manager() -> Result<()> {
     let env = Env::start("both", None, "memcached,myapp").await?;
     let result = async {
-        let mc = Memcached::new("cache", MemcachedSpec { size: 2, image: apis::memcached::DEFAULT_IMAGE.to_owned() });
-        env.api::<Memcached>().create(&PostParams::default(), &mc).await?;
+        let mc = Memcached::new(
+            "cache",
+            MemcachedSpec {
+                size: 2,
+                image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+            },
+        );
+        env.api::<Memcached>()
+            .create(&PostParams::default(), &mc)
+            .await?;
         create(&env, "app", 1, "nginx:1.29-alpine").await?;
         converged(&env, "app", 1, "nginx:1.29-alpine").await?;
         env.wait_for_running_pods("app=memcached", 2).await?;
@@ -132,40 +140,65 @@ async fn both_controllers_run_in_one_manager() -> Result<()> {
         })
         .await?;
 
-        let metrics = env.metrics().await?;
-        for controller in ["memcached", "myapp"] {
-            let successes = workloads::sample(
-                &metrics,
-                &format!("controller_runtime_reconcile_total{{controller=\"{controller}\",result=\"success\"}}"),
-            );
-            ensure!(successes.is_some_and(|n| n > 0.0), "{controller} reconciled: {successes:?}");
-            let workers = workloads::sample(
-                &metrics,
-                &format!("controller_runtime_max_concurrent_reconciles{{controller=\"{controller}\"}}"),
-            );
-            ensure!(workers.is_some_and(|n| n >= 1.0), "{controller} concurrency: {workers:?}");
-            let queue = format!("{{controller=\"{controller}\",name=\"{controller}\"");
-            let depth = workloads::sample(
-                &metrics,
-                &format!("workqueue_depth{queue},priority=\"\"}}"),
-            );
-            ensure!(depth.is_some(), "workqueue_depth for {controller}");
-            for series in ["workqueue_queue_duration_seconds_count", "workqueue_work_duration_seconds_count"] {
-                let observed = workloads::sample(&metrics, &format!("{series}{queue}}}"));
-                ensure!(
-                    observed.is_some_and(|n| n > 0.0),
-                    "{series} for {controller}: {observed:?}"
-                );
-            }
-            let requests = metrics
-                .lines()
-                .filter(|l| l.starts_with("rest_client_requests_total{code=\"200\",host=\"127.0.0.1:"))
-                .count();
-            ensure!(requests > 0, "rest_client_requests_total of the manager's requests");
-        }
-        ensure!(metrics.contains("controller_runtime_reconcile_time_seconds_bucket{controller=\"myapp\""));
+        // A counter moves when a reconcile returns, a moment after the write the waits above
+        // saw: read until every series shows both controllers' work.
+        testkit::wait_for("both controllers' metrics", TIMEOUT, || async {
+            let metrics = env.metrics().await.map_err(|e| e.to_string())?;
+            both_controllers_in(&metrics)
+        })
+        .await?;
         Ok(())
     }
     .await;
     env.finish(result)
+}
+
+/// Whether `metrics` show both controllers' reconciles, queues and requests; what is missing.
+fn both_controllers_in(metrics: &str) -> Result<(), String> {
+    let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+    for controller in ["memcached", "myapp"] {
+        let successes = workloads::sample(
+            metrics,
+            &format!(
+                "controller_runtime_reconcile_total{{controller=\"{controller}\",result=\"success\"}}"
+            ),
+        );
+        check(
+            successes.is_some_and(|n| n > 0.0),
+            format!("{controller} reconciled: {successes:?}"),
+        )?;
+        let workers = workloads::sample(
+            metrics,
+            &format!("controller_runtime_max_concurrent_reconciles{{controller=\"{controller}\"}}"),
+        );
+        check(
+            workers.is_some_and(|n| n >= 1.0),
+            format!("{controller} concurrency: {workers:?}"),
+        )?;
+        let queue = format!("{{controller=\"{controller}\",name=\"{controller}\"");
+        let depth = workloads::sample(metrics, &format!("workqueue_depth{queue},priority=\"\"}}"));
+        check(depth.is_some(), format!("workqueue_depth for {controller}"))?;
+        for series in [
+            "workqueue_queue_duration_seconds_count",
+            "workqueue_work_duration_seconds_count",
+        ] {
+            let observed = workloads::sample(metrics, &format!("{series}{queue}}}"));
+            check(
+                observed.is_some_and(|n| n > 0.0),
+                format!("{series} for {controller}: {observed:?}"),
+            )?;
+        }
+        let timed = format!(
+            "controller_runtime_reconcile_time_seconds_bucket{{controller=\"{controller}\""
+        );
+        check(metrics.contains(&timed), format!("{timed}..."))?;
+    }
+    let requests = metrics
+        .lines()
+        .filter(|l| l.starts_with("rest_client_requests_total{code=\"200\",host=\"127.0.0.1:"))
+        .count();
+    check(
+        requests > 0,
+        "rest_client_requests_total of the manager's requests".to_owned(),
+    )
 }
