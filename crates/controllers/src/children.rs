@@ -157,6 +157,29 @@ where
         .await?)
 }
 
+/// Whether `found` has every field `desired` sets, with the same value (controller-runtime
+/// users' `equality.Semantic.DeepDerivative`): fields the API server or others add, defaults
+/// and status, do not count; a changed or removed field of ours does.
+fn holds<T: Serialize>(desired: &T, found: &T) -> bool {
+    match (serde_json::to_value(desired), serde_json::to_value(found)) {
+        (Ok(desired), Ok(found)) => is_part_of(&desired, &found),
+        _ => false,
+    }
+}
+
+fn is_part_of(part: &serde_json::Value, whole: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (part, whole) {
+        (Value::Object(part), Value::Object(whole)) => part
+            .iter()
+            .all(|(key, value)| whole.get(key).is_some_and(|found| is_part_of(value, found))),
+        (Value::Array(part), Value::Array(whole)) => {
+            part.len() == whole.len() && part.iter().zip(whole).all(|(p, w)| is_part_of(p, w))
+        }
+        (part, whole) => part == whole,
+    }
+}
+
 /// What [`OwnedChildren::ensure`] came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Child {
@@ -244,7 +267,7 @@ where
         let key = ObjectRef::from_obj(desired);
         let desired_hash = hash_of(desired)?;
         let cached = self.cache.get(&key);
-        if self.is_current(&key, cached.as_deref(), desired_hash) {
+        if self.is_current(&key, cached.as_deref(), desired, desired_hash) {
             return Ok(Child::Current);
         }
         let kind = C::kind(&());
@@ -338,7 +361,18 @@ where
 
     /// Whether the cache shows what we last wrote for this same desired object, or our create
     /// is still on its way to the cache. Notes when the cache has shown a write.
-    fn is_current(&self, key: &ObjectRef<C>, cached: Option<&C>, desired_hash: u64) -> bool {
+    ///
+    /// A newer version than our write is current too when it still holds every field we set:
+    /// the API server's own controllers write to our children (the disruption controller the
+    /// status of every PodDisruptionBudget, right after it is created), and applying again for
+    /// that would be a request per child for nothing. An edit of a field we set is not.
+    fn is_current(
+        &self,
+        key: &ObjectRef<C>,
+        cached: Option<&C>,
+        desired: &C,
+        desired_hash: u64,
+    ) -> bool {
         let mut written = lock(&self.written);
         let Some(last) = written.get_mut(key) else {
             return false;
@@ -347,6 +381,12 @@ where
             Some(cached) if cached.meta().resource_version == last.resource_version => {
                 last.seen = true;
                 last.desired_hash == desired_hash
+            }
+            Some(cached) if last.desired_hash == desired_hash && holds(desired, cached) => {
+                last.seen = true;
+                last.resource_version
+                    .clone_from(&cached.meta().resource_version);
+                true
             }
             Some(_) => false,
             None => !last.seen && last.at.elapsed() < UNSEEN_FOR,
@@ -438,5 +478,45 @@ mod tests {
             .is_some()
         );
         assert!(controller_of(&owned_by("u1", true), "myscheme.example.com/v1", "MyApp").is_none());
+    }
+}
+
+#[cfg(test)]
+mod holds_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn what_others_add_is_ignored_and_a_change_of_ours_is_not() {
+        let desired = json!({
+            "metadata": {"name": "m", "labels": {"app": "memcached"}},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "memcached"}}},
+        });
+        let mut found = desired.clone();
+        found["metadata"]["resourceVersion"] = json!("7");
+        found["metadata"]["labels"]["team"] = json!("blue");
+        found["status"] = json!({"currentHealthy": 2, "expectedPods": 2});
+        assert!(
+            holds(&desired, &found),
+            "the API server's status, another's label"
+        );
+
+        let mut edited = found.clone();
+        edited["spec"]["maxUnavailable"] = json!(3);
+        assert!(!holds(&desired, &edited), "a field we set, changed");
+        let mut unlabelled = found.clone();
+        unlabelled["metadata"]["labels"]
+            .as_object_mut()
+            .expect("labels")
+            .remove("app");
+        assert!(!holds(&desired, &unlabelled), "a label we set, removed");
+        let mut longer = json!({"ports": [{"port": 1}]});
+        let shorter = json!({"ports": [{"port": 1}, {"port": 2}]});
+        assert!(!holds(&shorter, &longer), "a list item of ours removed");
+        longer["ports"][0]["protocol"] = json!("TCP");
+        assert!(
+            holds(&json!({"ports": [{"port": 1}]}), &longer),
+            "a default filled in"
+        );
     }
 }
