@@ -154,6 +154,22 @@ async fn run_connected(
     let Some(fence) = fence else {
         return runner.run_unelected(shutdown).await;
     };
+    // Leader election's Events about the Lease come from a user agent of their own: like the
+    // Lease writes, they are the elector's bookkeeping, and "stopped leading" is sent after
+    // leadership ended; an audit of the controllers' writes tells them apart this way.
+    let mut events_config = client_config.clone();
+    events_config
+        .headers
+        .retain(|(name, _)| name != http::header::USER_AGENT);
+    let agent = http::HeaderValue::try_from(leader_election_user_agent(&identity))
+        .map_err(|e| Error::Client(kube::Error::HttpError(e.into())))?;
+    events_config
+        .headers
+        .push((http::header::USER_AGENT, agent));
+    let events_client = kube::client::ClientBuilder::try_from(events_config)
+        .map_err(Error::Client)?
+        .with_layer(&requests)
+        .build();
     runner.client = kube::client::ClientBuilder::try_from(client_config)
         .map_err(Error::Client)?
         .with_layer(&requests)
@@ -177,11 +193,20 @@ async fn run_connected(
         retry_period: config.retry_period,
     };
     let (events, publisher) =
-        controllers::events::Events::start(client.clone(), "leader-election", &settings.identity);
+        controllers::events::Events::start(events_client, "leader-election", &settings.identity);
     let elector = LeaderElector::new(client, settings, fence.status().clone()).with_events(events);
     let result = runner.run_elected(elector, shutdown).await;
     publisher.finish(controllers::events::EVENTS_FLUSH).await;
     result
+}
+
+/// The user agent of leader election's Events: `operator-manager-leader-election/<version>
+/// (<identity>)`.
+pub fn leader_election_user_agent(identity: &str) -> String {
+    format!(
+        "operator-manager-leader-election/{}",
+        user_agent(identity).trim_start_matches("operator-manager/")
+    )
 }
 
 /// The user agent of every request: `operator-manager/<version> (<identity>)`, so the API
@@ -484,5 +509,12 @@ mod tests {
         let odd = user_agent("host\tname\u{e9}");
         assert!(odd.ends_with("(host_name_)"), "{odd}");
         assert!(http::HeaderValue::try_from(odd).is_ok());
+        assert_eq!(
+            leader_election_user_agent("manager-7d9f-x2"),
+            format!(
+                "operator-manager-leader-election/{} (manager-7d9f-x2)",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
     }
 }
