@@ -176,11 +176,24 @@ async fn only_scrapers_granted_the_metrics_reader_role_read_secure_metrics() -> 
         );
         let (code, body) = get_metrics(port, &first, Some(&scraper)).await?;
         ensure!(code == 200, "a token with the role: {body}");
-        ensure!(
-            body.contains("controller_runtime_reconcile_total"),
-            "{body}"
-        );
-        ensure!(body.contains("rest_client_requests_total"), "{body}");
+        // The controllers' series appear once their caches have filled, moments after start.
+        testkit::wait_for(
+            "the controllers' series",
+            Duration::from_secs(60),
+            || async {
+                match get_metrics(port, &first, Some(&scraper)).await {
+                    Ok((200, body))
+                        if body.contains("controller_runtime_reconcile_total")
+                            && body.contains("rest_client_requests_total") =>
+                    {
+                        Ok(())
+                    }
+                    Ok((code, body)) => Err(format!("{code}: {body}")),
+                    Err(e) => Err(format!("{e:#}")),
+                }
+            },
+        )
+        .await?;
 
         // Plain HTTP gets nothing.
         let plain = localcluster::http::get_ok(Ipv4Addr::LOCALHOST.into(), port, "/metrics").await;
