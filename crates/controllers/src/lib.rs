@@ -21,6 +21,7 @@ pub mod events;
 mod fake;
 pub mod index;
 pub mod labels;
+pub mod managed_fields;
 pub mod memcached;
 pub mod metrics;
 pub mod myapp;

@@ -18,7 +18,7 @@ use std::collections::{HashSet, VecDeque};
 use std::fmt;
 
 use futures::stream::{self, BoxStream, SelectAll};
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::Resource;
 use kube::api::Api;
 use kube::core::{ClusterResourceScope, NamespaceResourceScope};
@@ -26,6 +26,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
+
+use crate::managed_fields::{self, WithoutManagedFields};
 
 /// The namespaces the manager watches; none named means every namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -121,8 +123,9 @@ where
     K::Scope: ScopedApi,
 {
     let one = |namespace: Option<&str>| {
-        let api = K::Scope::api::<K>(client.clone(), namespace);
+        let api = K::Scope::api::<WithoutManagedFields<K>>(client.clone(), namespace);
         kube::runtime::watcher(api, config.clone())
+            .map_ok(managed_fields::into_inner)
             .backoff(crate::backoff::watch_backoff())
             .boxed()
     };
