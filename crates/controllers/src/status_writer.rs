@@ -50,7 +50,7 @@ impl<K> WithStatus for K where
 /// ([`Progress::Moving`]) waits up to
 /// [`PROGRESS_HOLD`] after it first differs from the object's before it is written: when the
 /// rollout moves on meanwhile, the newer state is written instead, and when it settles, only
-/// the settled one. A rollout that takes a second reports once, not once per pod; one that
+/// the settled one. A rollout that takes a few seconds reports once, not once per pod; one that
 /// takes longer still reports its progress, at most once per hold.
 pub struct StatusWriter<K: WithStatus> {
     client: kube::Client,
@@ -80,8 +80,11 @@ const PRUNE_AFTER: usize = 1024;
 const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
 
 /// How long a status of a rollout in motion may wait for the rollout to move on before it is
-/// written (see [`StatusWriter`]).
-pub const PROGRESS_HOLD: Duration = Duration::from_secs(1);
+/// written (see [`StatusWriter`]). On a busy cluster the steps of one rollout come seconds
+/// apart (its controllers are the queue): a hold of one second wrote nearly every step, where
+/// controller-runtime's busier queue folds them. The `Progressing` condition is written the
+/// moment a rollout starts; its details then refresh at most every five seconds.
+pub const PROGRESS_HOLD: Duration = Duration::from_secs(5);
 
 /// What [`StatusWriter::write`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
