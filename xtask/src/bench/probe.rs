@@ -1,5 +1,6 @@
-//! What the benchmark reads: the manager's memory and CPU from `/proc`, and the number of
-//! requests the API server dispatched for the manager's ServiceAccount.
+//! What the benchmark reads: the manager's memory and CPU from `/proc`, the number of
+//! requests the API server dispatched for the manager's ServiceAccount, and the reconciles the
+//! manager counted on its own `/metrics`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -291,9 +292,63 @@ fn clock_ticks_per_second() -> f64 {
     }
 }
 
+/// The metric both managers count every finished reconcile in (controller-runtime's name).
+const RECONCILES_METRIC: &str = "controller_runtime_reconcile_total";
+
+/// Every reconcile the manager serving plain-HTTP metrics on `127.0.0.1:port` has finished,
+/// of every controller and result.
+pub async fn reconciles(port: u16) -> anyhow::Result<f64> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let read = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        std::io::Result::Ok(String::from_utf8_lossy(&response).into_owned())
+    };
+    let response = tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .with_context(|| format!("reading the manager's /metrics on port {port}: no answer"))?
+        .with_context(|| format!("reading the manager's /metrics on port {port}"))?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "the manager's /metrics on port {port} answered {:?}",
+        head.lines().next().unwrap_or_default()
+    );
+    Ok(sum_of(body, RECONCILES_METRIC))
+}
+
+/// The sum of every sample of counter `name` in Prometheus text.
+fn sum_of(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_every_series_of_a_counter_and_nothing_else() {
+        let text = "\
+# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller=\"memcached\",result=\"success\"} 40
+controller_runtime_reconcile_total{controller=\"memcached\",result=\"requeue_after\"} 2
+controller_runtime_reconcile_total{controller=\"myapp\",result=\"error\"} 1
+controller_runtime_reconcile_total_other 100
+controller_runtime_reconcile_errors_total{controller=\"memcached\"} 7
+";
+        assert!((sum_of(text, RECONCILES_METRIC) - 43.0).abs() < f64::EPSILON);
+        assert!(sum_of("", RECONCILES_METRIC).abs() < f64::EPSILON);
+    }
 
     #[test]
     fn counts_each_schema_of_ours() {

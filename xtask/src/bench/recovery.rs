@@ -60,7 +60,7 @@ pub async fn measure(
     let namespace = TestNamespace::create(cluster, "bench-recovery").await?;
     let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
     let lease_id = testkit::unique_name("bench-recovery");
-    let mut manager = workload::start_manager(
+    let (mut manager, _) = workload::start_manager(
         cluster,
         contender,
         kubeconfig,

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::failover::Failover;
 use super::recovery::Recovery;
-use super::workload::Run;
+use super::workload::{Phase, Run};
 use super::{BenchArgs, OURS, REFERENCE};
 
 /// The machine and software the numbers were measured on.
@@ -113,14 +113,20 @@ pub fn print_run(run: &Run) {
         run.ratio_to_limit,
         run.scale.seconds
     );
-    println!(
-        "  requests per object, converge: {}",
-        run.convergence.requests_by_kind.describe()
-    );
-    println!(
-        "  requests per object, scale: {}",
-        run.scale.requests_by_kind.describe()
-    );
+    for (phase, measured) in [("converge", &run.convergence), ("scale", &run.scale)] {
+        println!(
+            "  per object, {phase}: {} reconciles; requests {}",
+            reconciles(measured),
+            measured.requests_by_kind.describe()
+        );
+    }
+}
+
+/// Reconciles per object in `phase`, or `-` when the manager's metrics were unreadable.
+fn reconciles(phase: &Phase) -> String {
+    phase
+        .reconciles_per_object
+        .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"))
 }
 
 /// The results as Markdown tables (what BENCHMARKS.md holds).
@@ -166,19 +172,21 @@ pub fn markdown(results: &Results) -> String {
             r.memory.converged_mib,
         );
     }
-    out.push_str("\nRequests per object by resource and verb:\n\n");
-    out.push_str("| manager | objects | phase | requests |\n|---|---:|---|---|\n");
+    out.push_str(
+        "\nPer object: the reconciles the manager counted, the requests by resource and verb:\n\n",
+    );
+    out.push_str(
+        "| manager | objects | phase | reconciles | requests |\n|---|---:|---|---:|---|\n",
+    );
     for r in &results.runs {
-        for (phase, counts) in [
-            ("converge", &r.convergence.requests_by_kind),
-            ("scale", &r.scale.requests_by_kind),
-        ] {
+        for (phase, measured) in [("converge", &r.convergence), ("scale", &r.scale)] {
             let _ = writeln!(
                 out,
-                "| {} | {} | {phase} | {} |",
+                "| {} | {} | {phase} | {} | {} |",
                 r.manager,
                 r.objects,
-                counts.describe()
+                reconciles(measured),
+                measured.requests_by_kind.describe()
             );
         }
     }
@@ -282,7 +290,7 @@ mod tests {
     use super::*;
     use crate::bench::baseline::Limit;
     use crate::bench::probe::RequestCounts;
-    use crate::bench::workload::{Memory, Phase};
+    use crate::bench::workload::Memory;
 
     fn run(manager: &str, objects: usize, seconds: f64, requests: f64, cpu: f64) -> Run {
         let phase = Phase {
@@ -296,6 +304,7 @@ mod tests {
                 requests,
             )])),
             cpu_seconds: cpu,
+            reconciles_per_object: Some(2.0),
         };
         Run {
             manager: manager.to_owned(),
@@ -358,7 +367,7 @@ mod tests {
         );
         assert!(text.contains("| ours | 100 | 1.00 | 2.00 |"), "{text}");
         assert!(
-            text.contains("| ours | 100 | converge | deployments patch 4.00 |"),
+            text.contains("| ours | 100 | converge | 2.00 | deployments patch 4.00 |"),
             "{text}"
         );
         assert!(

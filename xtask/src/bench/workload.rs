@@ -16,7 +16,7 @@ use serde_json::json;
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
 use super::baseline::Limit;
-use super::probe::{RequestCounter, RequestCounts, sample};
+use super::probe::{self, RequestCounter, RequestCounts, sample};
 use super::{BenchArgs, Contender, percentile};
 
 /// One timed phase: every object changed, then waited for.
@@ -34,6 +34,9 @@ pub struct Phase {
     pub requests_by_kind: RequestCounts,
     /// The manager's CPU seconds during the phase.
     pub cpu_seconds: f64,
+    /// Reconciles the manager finished during the phase, per object (from its own
+    /// `controller_runtime_reconcile_total`); `None` when its metrics could not be read.
+    pub reconciles_per_object: Option<f64>,
 }
 
 /// The manager's resident memory at the moments that matter, in MiB.
@@ -70,7 +73,8 @@ pub async fn measure(
     let namespace = TestNamespace::create(cluster, "bench").await?;
     let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
     let lease_id = testkit::unique_name("bench-lease");
-    let manager = start_manager(cluster, contender, kubeconfig, &lease_id, args, &[]).await?;
+    let (manager, metrics_port) =
+        start_manager(cluster, contender, kubeconfig, &lease_id, args, &[]).await?;
     let pid = manager
         .id()
         .context("the manager exited right after starting")?;
@@ -83,7 +87,7 @@ pub async fn measure(
     let convergence = timed_phase(
         cluster,
         counter,
-        pid,
+        (pid, metrics_port),
         &api,
         &names,
         size,
@@ -103,7 +107,7 @@ pub async fn measure(
     let scale = timed_phase(
         cluster,
         counter,
-        pid,
+        (pid, metrics_port),
         &api,
         &names,
         scaled,
@@ -149,7 +153,7 @@ fn mib(bytes: u64) -> f64 {
 async fn timed_phase<F, Fut>(
     cluster: &TestCluster,
     counter: &RequestCounter,
-    pid: u32,
+    (pid, metrics_port): (u32, u16),
     api: &Api<Memcached>,
     names: &[String],
     size: i32,
@@ -164,6 +168,7 @@ where
     let watch = tokio::spawn(record_convergence(api.clone(), size, converged_at.clone()));
     let requests_before = counter.read(&cluster.client).await?;
     let cpu_before = sample(pid)?.cpu_seconds;
+    let reconciles_before = reconciles_or_warn(metrics_port).await;
 
     let started = Instant::now();
     let changed_at: HashMap<String, Instant> = stream::iter(names.iter().cloned())
@@ -224,7 +229,18 @@ where
         requests_per_object: requests.total() / count,
         requests_by_kind: requests.per(count),
         cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
+        reconciles_per_object: reconciles_before
+            .zip(reconciles_or_warn(metrics_port).await)
+            .map(|(before, after)| (after - before) / count),
     })
+}
+
+/// The manager's reconciles so far, or `None` (said on stderr) when its metrics are unreadable.
+async fn reconciles_or_warn(port: u16) -> Option<f64> {
+    probe::reconciles(port)
+        .await
+        .inspect_err(|error| eprintln!("warning: no reconcile count: {error:#}"))
+        .ok()
 }
 
 /// Notes the first moment each object is converged at `size`.
@@ -266,7 +282,8 @@ pub fn is_converged(memcached: &Memcached, size: i32) -> bool {
             .any(|c| c.type_ == apis::condition::AVAILABLE && c.status == "True")
 }
 
-/// Starts `contender` with the bench's flags plus `extra`, and waits until it leads.
+/// Starts `contender` with the bench's flags plus `extra`, and waits until it leads; the
+/// process and the loopback port of its plain-HTTP metrics.
 pub async fn start_manager(
     cluster: &TestCluster,
     contender: &Contender,
@@ -274,8 +291,9 @@ pub async fn start_manager(
     lease_id: &str,
     args: &BenchArgs,
     extra: &[&str],
-) -> anyhow::Result<ManagerProcess> {
-    let metrics = format!("--metrics-bind-address=127.0.0.1:{}", testkit::free_port()?);
+) -> anyhow::Result<(ManagerProcess, u16)> {
+    let metrics_port = testkit::free_port()?;
+    let metrics = format!("--metrics-bind-address=127.0.0.1:{metrics_port}");
     let probes = format!(
         "--health-probe-bind-address=127.0.0.1:{}",
         testkit::free_port()?
@@ -318,7 +336,7 @@ pub async fn start_manager(
             manager.log().display()
         )
     })?;
-    Ok(manager)
+    Ok((manager, metrics_port))
 }
 
 pub async fn stop_manager(mut manager: ManagerProcess) -> anyhow::Result<()> {
