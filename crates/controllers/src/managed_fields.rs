@@ -133,29 +133,36 @@ macro_rules! forward_scalars {
     };
 }
 
+/// The methods that may read a map: its entries go through [`Entries`] with `$keys`.
+macro_rules! through_entries {
+    ($keys:ty) => {
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.0.deserialize_any(Maps::<V, $keys>::new(visitor))
+        }
+
+        fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.0.deserialize_map(Maps::<V, $keys>::new(visitor))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            fields: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0
+                .deserialize_struct(name, fields, Maps::<V, $keys>::new(visitor))
+        }
+    };
+}
+
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Object<D> {
     type Error = D::Error;
 
     forward_scalars!();
     forward_unchanged! { deserialize_option() }
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_any(Maps::<V, ObjectKeys>::new(visitor))
-    }
-
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0.deserialize_map(Maps::<V, ObjectKeys>::new(visitor))
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.0
-            .deserialize_struct(name, fields, Maps::<V, ObjectKeys>::new(visitor))
-    }
+    through_entries!(ObjectKeys);
 }
 
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Metadata<D> {
@@ -167,25 +174,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Metadata<D> {
         self.0.deserialize_option(SomeMetadata(visitor))
     }
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0
-            .deserialize_any(Maps::<V, MetadataKeys>::new(visitor))
-    }
-
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.0
-            .deserialize_map(Maps::<V, MetadataKeys>::new(visitor))
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.0
-            .deserialize_struct(name, fields, Maps::<V, MetadataKeys>::new(visitor))
-    }
+    through_entries!(MetadataKeys);
 }
 
 /// What a map of one level does with its keys.
