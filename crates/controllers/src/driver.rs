@@ -128,12 +128,10 @@ where
         let _ = self.cache.set(cached.clone());
         let mut listed = false;
         scope::watch(client, namespaces, &watcher::Config::default(), cached.clone())
-            // Managed fields and `kubectl apply`'s copy of the object are never read, and
-            // would be most of what the cache holds.
+            // `kubectl apply`'s copy of the object is never read, and would be most of what the
+            // cache holds (the managed fields are not even parsed: see `scope::watch`).
             .modify(|obj: &mut K| {
-                let meta = obj.meta_mut();
-                meta.managed_fields = None;
-                if let Some(annotations) = meta.annotations.as_mut() {
+                if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
                     annotations.remove(LAST_APPLIED);
                 }
             })

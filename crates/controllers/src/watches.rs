@@ -566,10 +566,10 @@ where
     }
 }
 
-/// Drops what no controller reads from a cached object's metadata: managed fields (often the
-/// largest part of an object) and annotations (`kubectl apply` keeps a whole copy there).
+/// Drops what no controller reads from a cached object's metadata: its annotations (`kubectl
+/// apply` keeps a whole copy of the object there). Managed fields are not even parsed (see
+/// [`crate::managed_fields`]).
 fn strip_metadata(meta: &mut kube::api::ObjectMeta) {
-    meta.managed_fields = None;
     meta.annotations = None;
 }
 
