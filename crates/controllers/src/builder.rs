@@ -37,6 +37,12 @@ use crate::{Error, RunContext, children, rbac};
 /// those custom resources; `None` when it concerns none.
 pub type MapFn<K, C> = fn(&Store<K>, &C) -> Option<ObjectRef<K>>;
 
+/// Whether a changed child only shows the controller's own write, which the reconcile that
+/// made it has already accounted for: see [`Builder::owns_except`].
+pub trait OwnWrite<C>: Fn(&C) -> bool + Send + 'static {}
+
+impl<C, F: Fn(&C) -> bool + Send + 'static> OwnWrite<C> for F {}
+
 /// A controller for the custom resources of type `K`, being declared.
 pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
     name: &'static str,
@@ -124,7 +130,22 @@ where
 
     /// Reconciles the custom resource that `map` names for every change `cache` broadcasts.
     #[must_use]
-    pub fn watches<C>(mut self, cache: &Shared<C>, map: MapFn<K, C>) -> Self
+    pub fn watches<C>(self, cache: &Shared<C>, map: MapFn<K, C>) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        self.watches_except(cache, map, |_: &C| false)
+    }
+
+    /// Like [`Builder::watches`], except for the changes that `own_write` says only show the
+    /// controller's own write.
+    #[must_use]
+    pub fn watches_except<C>(
+        mut self,
+        cache: &Shared<C>,
+        map: MapFn<K, C>,
+        own_write: impl OwnWrite<C>,
+    ) -> Self
     where
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
@@ -133,9 +154,13 @@ where
         self.caches
             .push(async move { ready.ready(&shutdown).await }.boxed());
         let store = self.store.clone();
-        let triggers = cache
-            .subscribe()
-            .filter_map(move |obj| std::future::ready(map(&store, &obj)));
+        let triggers = cache.subscribe().filter_map(move |obj| {
+            std::future::ready(if own_write(&obj) {
+                None
+            } else {
+                map(&store, &obj)
+            })
+        });
         self.triggers.push(triggers.boxed());
         self
     }
@@ -143,12 +168,25 @@ where
     /// Reconciles the custom resource that controls each changed child in `children`: the
     /// owner reference marked `controller` that names a `K`.
     #[must_use]
-    pub fn owns<C>(mut self, children: &Shared<C>) -> Self
+    pub fn owns<C>(self, children: &Shared<C>) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        self.owns_except(children, |_: &C| false)
+    }
+
+    /// Like [`Builder::owns`], except for the changes that `own_write` says only show the
+    /// controller's own write (the resourceVersion its create or apply was answered with).
+    /// The reconcile that wrote already knows what such a change shows, and the next change
+    /// by anybody else triggers as usual; controller-runtime users know this as the
+    /// "expectations" of kube-controller-manager's controllers.
+    #[must_use]
+    pub fn owns_except<C>(mut self, children: &Shared<C>, own_write: impl OwnWrite<C>) -> Self
     where
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         self.require::<C>("", rbac::MANAGE);
-        self.watches(children, controller_of::<K, C>)
+        self.watches_except(children, controller_of::<K, C>, own_write)
     }
 
     /// Runs the controller until shutdown: waits for every watched cache, builds the context

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -197,8 +197,12 @@ pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static> {
     client: kube::Client,
     cache: Store<C>,
     field_manager: &'static str,
-    written: Mutex<HashMap<ObjectRef<C>, Written>>,
+    /// Shared with the trigger of the children's watch, which skips our own writes.
+    written: Arc<Mutex<Writes<C>>>,
 }
+
+/// What was last written to each child.
+type Writes<C> = HashMap<ObjectRef<C>, Written>;
 
 impl<C: Resource<DynamicType = ()> + 'static> Debug for OwnedChildren<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -238,13 +242,15 @@ where
     {
         let ctx = builder.context();
         let children = ctx.watches.watch(spec);
+        let written: Arc<Mutex<Writes<C>>> = Arc::default();
         let writer = Self {
             client: ctx.client.clone(),
             cache: children.store(),
             field_manager,
-            written: Mutex::default(),
+            written: written.clone(),
         };
-        (builder.owns(&children), writer)
+        let own_write = move |child: &C| shows_own_write(&written, child);
+        (builder.owns_except(&children, own_write), writer)
     }
 
     /// Makes the child `desired` names exist as desired: created when missing, applied again
@@ -417,6 +423,44 @@ where
     }
 }
 
+/// A remembered write of ours, as far as recognising its watch event goes.
+pub(crate) trait RememberedWrite {
+    /// The resourceVersion the API server answered the write with.
+    fn answered_with(&self) -> Option<&str>;
+    /// Notes that the cache has shown the write.
+    fn mark_seen(&mut self);
+}
+
+impl RememberedWrite for Written {
+    fn answered_with(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+
+    fn mark_seen(&mut self) {
+        self.seen = true;
+    }
+}
+
+/// Whether `obj`, as its watch shows it, is exactly what our last write to it left (the
+/// resourceVersion the API server answered with); if so, notes that the cache has shown it.
+pub(crate) fn shows_own_write<C, W>(written: &Mutex<HashMap<ObjectRef<C>, W>>, obj: &C) -> bool
+where
+    C: Resource<DynamicType = ()>,
+    W: RememberedWrite,
+{
+    let Some(version) = obj.meta().resource_version.as_deref() else {
+        return false;
+    };
+    let mut written = lock(written);
+    match written.get_mut(&ObjectRef::from_obj(obj)) {
+        Some(last) if last.answered_with() == Some(version) => {
+            last.mark_seen();
+            true
+        }
+        _ => false,
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A poisoned lock only means another reconcile panicked mid-insert; the map is valid.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -517,6 +561,51 @@ mod holds_tests {
         assert!(
             holds(&json!({"ports": [{"port": 1}]}), &longer),
             "a default filled in"
+        );
+    }
+
+    #[test]
+    fn only_the_version_a_write_was_answered_with_is_its_own() {
+        use k8s_openapi::api::core::v1::Service;
+        let service = |name: &str, version: Option<&str>| Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: version.map(Into::into),
+                ..ObjectMeta::default()
+            },
+            ..Service::default()
+        };
+        let written: Mutex<Writes<Service>> = Mutex::default();
+        lock(&written).insert(
+            ObjectRef::new("s").within("ns"),
+            Written {
+                desired_hash: 1,
+                resource_version: Some("5".into()),
+                at: Instant::now(),
+                seen: false,
+            },
+        );
+        assert!(
+            !shows_own_write(&written, &service("s", Some("6"))),
+            "a later change"
+        );
+        assert!(
+            !shows_own_write(&written, &service("s", None)),
+            "no version"
+        );
+        assert!(
+            !shows_own_write(&written, &service("t", Some("5"))),
+            "another child"
+        );
+        assert!(!lock(&written).values().any(|w| w.seen));
+        assert!(
+            shows_own_write(&written, &service("s", Some("5"))),
+            "our own write"
+        );
+        assert!(
+            lock(&written).values().all(|w| w.seen),
+            "the cache has shown it"
         );
     }
 }

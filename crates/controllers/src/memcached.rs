@@ -11,7 +11,13 @@
 //! - Pod metadata, from the shared cache, mapped to their `Memcached` by the `memcached_cr`
 //!   label, so `status.nodes` follows pods as they come and go; the cache indexes them by that
 //!   label, so a reconcile reads only its own pods;
-//! - managed Services and PodDisruptionBudgets, mapped to the `Memcached` that controls them.
+//! - managed Services and PodDisruptionBudgets, mapped to the `Memcached` that controls them;
+//!   a budget's status alone (the disruption controller's, as pods come and go) triggers
+//!   nothing.
+//!
+//! A change to a child that only shows this controller's own write (the resourceVersion its
+//! create or apply was answered with) triggers nothing either: the reconcile that wrote it has
+//! already accounted for it.
 //!
 //! # Reconcile
 //! 0. The Service (same name, port `memcached`) is created when missing and applied again when
@@ -110,7 +116,8 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
     let builder = Builder::<Memcached>::new(NAME, &ctx);
     let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
     let (builder, services) = OwnedChildren::declare(builder, watches::managed(), FIELD_MANAGER);
-    let (builder, budgets) = OwnedChildren::declare(builder, watches::managed(), FIELD_MANAGER);
+    let (builder, budgets) =
+        OwnedChildren::declare(builder, watches::managed_by_generation(), FIELD_MANAGER);
     let context = |tools| Context {
         owner: OwnerTools::new(tools, deployments),
         pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),

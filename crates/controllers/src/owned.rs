@@ -257,7 +257,8 @@ pub struct OwnedDeployments {
     managed: Store<Deployment>,
     unmanaged: Store<DeploymentMeta>,
     field_manager: &'static str,
-    written: Mutex<HashMap<ObjectRef<Deployment>, Written>>,
+    /// Shared with the trigger of the managed Deployments' watch, which skips our own writes.
+    written: Arc<Mutex<HashMap<ObjectRef<Deployment>, Written>>>,
 }
 
 /// What was last written to one Deployment.
@@ -266,6 +267,8 @@ struct Written {
     desired_hash: u64,
     uid: Option<String>,
     generation: Option<i64>,
+    /// The resourceVersion the write was answered with.
+    resource_version: Option<String>,
     at: Instant,
     /// The cache has shown the object since (so its absence now means it was deleted).
     seen: bool,
@@ -353,8 +356,11 @@ impl OwnedDeployments {
             unmanaged.store(),
             field_manager,
         );
+        let written = writer.written.clone();
+        let own_write =
+            move |deployment: &Deployment| ownership::shows_own_write(&written, deployment);
         let builder = builder
-            .watches(&managed, owner_of)
+            .watches_except(&managed, owner_of, own_write)
             .watches(&unmanaged, owner_of);
         (builder, writer)
     }
@@ -372,7 +378,7 @@ impl OwnedDeployments {
             managed,
             unmanaged,
             field_manager,
-            written: Mutex::default(),
+            written: Arc::default(),
         }
     }
 
@@ -415,7 +421,7 @@ impl OwnedDeployments {
                     self.remember(key, desired_hash, &created);
                     announce(events, &regarding, &existing, desired);
                     return Ok(Ensured::Pending {
-                        recheck: UNSEEN_FOR,
+                        recheck: OBSERVE_GRACE,
                     });
                 }
                 Created::NamespaceTerminating => return Ok(Ensured::NamespaceTerminating),
@@ -477,7 +483,7 @@ impl OwnedDeployments {
         }
         announce(events, &regarding, &Existing::Owned(current), desired);
         Ok(Ensured::Pending {
-            recheck: UNSEEN_FOR,
+            recheck: OBSERVE_GRACE,
         })
     }
 
@@ -529,6 +535,7 @@ impl OwnedDeployments {
                 desired_hash,
                 uid: written.metadata.uid.clone(),
                 generation: written.metadata.generation,
+                resource_version: written.metadata.resource_version.clone(),
                 at: Instant::now(),
                 seen: false,
             },
@@ -539,6 +546,16 @@ impl OwnedDeployments {
         if map.len() > 2 * self.managed.len() + PRUNE_SLACK {
             map.retain(|key, w| !w.seen || self.managed.get(key).is_some());
         }
+    }
+}
+
+impl ownership::RememberedWrite for Written {
+    fn answered_with(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+
+    fn mark_seen(&mut self) {
+        self.seen = true;
     }
 }
 
@@ -646,6 +663,7 @@ mod tests {
             desired_hash: 1,
             uid: Some("u1".into()),
             generation: Some(2),
+            resource_version: Some("7".into()),
             at: Instant::now(),
             seen: false,
         };

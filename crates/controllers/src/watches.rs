@@ -120,15 +120,53 @@ fn new_version<K: Resource>(old: Option<&K>, new: &K) -> bool {
     old.is_none_or(|old| old.meta().resource_version != new.meta().resource_version)
 }
 
+/// Whether `new` is a new object, or differs from the cached `old` in more than its
+/// resourceVersion. Once a watch has dropped what no controller reads (annotations, managed
+/// fields), a change to those alone leaves nothing anybody could act on: the Deployment
+/// controller's revision annotation, for one, is a write of its own to every new Deployment.
+fn changed_beyond_version<K: Resource + Clone + PartialEq>(old: Option<&K>, new: &K) -> bool {
+    old.is_none_or(|old| {
+        if old.meta().resource_version == new.meta().resource_version {
+            return false;
+        }
+        let mut old = old.clone();
+        old.meta_mut()
+            .resource_version
+            .clone_from(&new.meta().resource_version);
+        old != *new
+    })
+}
+
 /// The objects of type `K` these controllers manage, in every namespace, without what no
 /// controller reads of their metadata: the watch of a kind of child a controller owns.
-pub fn managed<K: Resource>() -> WatchSpec<K> {
-    WatchSpec::labelled(labels::managed_selector()).keeping(|obj| strip_metadata(obj.meta_mut()))
+pub fn managed<K: Resource + Clone + PartialEq>() -> WatchSpec<K> {
+    WatchSpec::labelled(labels::managed_selector())
+        .keeping(|obj: &mut K| strip_metadata(obj.meta_mut()))
+        .broadcasting(changed_beyond_version)
+}
+
+/// Like [`managed`], for a kind whose `metadata.generation` counts its spec changes (as a
+/// PodDisruptionBudget's does): a change matters when it is to the spec, the labels, the owners
+/// or the deletion, not to the status alone. The API server's own controllers write the status
+/// of such children (the disruption controller a budget's, as its pods come and go), and each
+/// write would otherwise reconcile the owner for nothing.
+pub fn managed_by_generation<K: Resource + Clone + PartialEq>() -> WatchSpec<K> {
+    managed().broadcasting(|old, new| {
+        old.is_none_or(|old| {
+            let (old, new) = (old.meta(), new.meta());
+            old.generation != new.generation
+                || old.labels != new.labels
+                || old.owner_references != new.owner_references
+                || old.deletion_timestamp != new.deletion_timestamp
+        })
+    })
 }
 
 /// The managed Deployments of every namespace, without what no controller reads.
 pub fn managed_deployments() -> WatchSpec<Deployment> {
-    WatchSpec::labelled(labels::managed_selector()).keeping(strip_deployment)
+    WatchSpec::labelled(labels::managed_selector())
+        .keeping(strip_deployment)
+        .broadcasting(changed_beyond_version)
 }
 
 /// The metadata of every Deployment these controllers do not manage; only its existence and its
@@ -688,6 +726,70 @@ mod tests {
             ["a"],
             "a late index starts from the cache"
         );
+    }
+
+    #[test]
+    fn a_change_to_what_the_cache_drops_is_not_broadcast() {
+        let mut cache = Cache {
+            writer: Writer::<Deployment>::default(),
+            indexes: Arc::default(),
+        };
+        let spec = managed_deployments();
+        let mut step = |mut obj: Deployment| {
+            (spec.strip)(&mut obj);
+            names(&cache.apply(&Event::Apply(obj), spec.changed))
+        };
+        assert_eq!(step(deployment("a", "1")), ["a"], "a new object");
+        let mut annotated = deployment("a", "2");
+        annotated.metadata.annotations = Some(
+            [(
+                "deployment.kubernetes.io/revision".to_owned(),
+                "1".to_owned(),
+            )]
+            .into(),
+        );
+        assert!(
+            step(annotated).is_empty(),
+            "only a dropped annotation changed"
+        );
+        let mut scaled = deployment("a", "3");
+        scaled.spec.replicas = Some(2);
+        assert_eq!(step(scaled), ["a"], "a change the cache keeps");
+    }
+
+    #[test]
+    fn children_by_generation_ignore_status_only_changes() {
+        use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+        let changed = managed_by_generation::<PodDisruptionBudget>().changed;
+        let budget = |rv: &str, generation: i64| PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("b".into()),
+                resource_version: Some(rv.into()),
+                generation: Some(generation),
+                ..ObjectMeta::default()
+            },
+            ..PodDisruptionBudget::default()
+        };
+        let old = budget("1", 1);
+        assert!(changed(None, &old), "a new child");
+
+        let mut status_only = budget("2", 1);
+        status_only.status = Some(PodDisruptionBudgetStatus {
+            current_healthy: Some(1),
+            ..PodDisruptionBudgetStatus::default()
+        });
+        assert!(!changed(Some(&old), &status_only), "the status alone");
+
+        assert!(changed(Some(&old), &budget("3", 2)), "a spec edit");
+        let mut relabelled = budget("3", 1);
+        relabelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+        assert!(changed(Some(&old), &relabelled), "a label edit");
+        let mut disowned = budget("3", 1);
+        disowned.metadata.owner_references = Some(Vec::new());
+        assert!(changed(Some(&old), &disowned), "an owner edit");
+        let mut deleting = budget("3", 1);
+        deleting.metadata.deletion_timestamp = Some(crate::status::now());
+        assert!(changed(Some(&old), &deleting), "a deletion");
     }
 
     #[tokio::test]
