@@ -409,6 +409,20 @@ impl Manager {
         ))
     }
 
+    /// Waits until this manager has counted a reconcile. The other tests' managers watch every
+    /// namespace too and may converge an object first, so a single read could come too early.
+    async fn wait_reconciled(&self, who: &str) -> Result<()> {
+        testkit::wait_for(&format!("{who} to reconcile"), CONVERGE, || async {
+            match self.reconciles().await {
+                Ok(count) if count > 0.0 => Ok(()),
+                Ok(_) => Err("no reconcile counted yet".to_owned()),
+                Err(e) => Err(format!("reading its metrics: {e:#}")),
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Fails if the log shows any request the generated RBAC did not allow.
     fn assert_never_forbidden(&self) -> Result<()> {
         self.assert_never_forbidden_except(|_| false)
@@ -603,7 +617,7 @@ async fn two_managers_one_leader_and_sigterm_hands_over_at_once() -> Result<()> 
         lease_holder(&fixture, &lease).await?.0 == a_name,
         "the Lease should name a"
     );
-    ensure!(a.reconciles().await? > 0.0, "the leader reconciled nothing");
+    a.wait_reconciled("the leader").await?;
     ensure!(b.reconciles().await? == 0.0, "the standby reconciled");
 
     // SIGTERM: a releases the Lease and b takes over within 2 s.
@@ -679,10 +693,7 @@ async fn two_managers_one_leader_and_sigterm_hands_over_at_once() -> Result<()> 
     // The new leader reconciles.
     set_size(&api, "cache", 3).await?;
     wait_converged(&fixture.cluster, fixture.ns.name(), "cache", 3, CONVERGE).await?;
-    ensure!(
-        b.reconciles().await? > 0.0,
-        "the new leader reconciled nothing"
-    );
+    b.wait_reconciled("the new leader").await?;
     for m in [&a, &b] {
         m.assert_never_forbidden()?;
     }
@@ -831,14 +842,25 @@ async fn metrics_move_with_real_reconciles_and_probes_answer() -> Result<()> {
     let api = memcacheds(&fixture.cluster, fixture.ns.name());
     create_memcached(&api, "observed", 1).await?;
     wait_converged(&fixture.cluster, fixture.ns.name(), "observed", 1, CONVERGE).await?;
-    let after = m.metrics_text().await?;
+    // The other tests' managers watch every namespace too and may converge the object before
+    // this one's reconcile has returned, so wait for the series to move.
+    let after = testkit::wait_for("the reconcile metrics to move", CONVERGE, || async {
+        let after = m.metrics_text().await.map_err(|e| format!("{e:#}"))?;
+        for series in [success, count, sum] {
+            let (b, a) = (
+                metric(&before, series).unwrap_or(0.0),
+                metric(&after, series).unwrap_or(0.0),
+            );
+            if a <= b {
+                return Err(format!("{series} did not move: {b} -> {a}"));
+            }
+        }
+        Ok(after)
+    })
+    .await?;
     for series in [success, count, sum] {
-        let (b, a) = (
-            metric(&before, series).unwrap_or(0.0),
-            metric(&after, series).unwrap_or(0.0),
-        );
-        println!("{series}: {b} -> {a}");
-        ensure!(a > b, "{series} did not move: {b} -> {a}");
+        let (b, a) = (metric(&before, series), metric(&after, series));
+        println!("{series}: {b:?} -> {a:?}");
     }
     ensure!(
         after.contains(
