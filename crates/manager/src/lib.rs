@@ -16,6 +16,7 @@ pub mod config;
 pub mod duration;
 pub mod error;
 pub mod fence;
+pub mod json_log;
 pub mod leader;
 pub mod manager;
 pub mod metrics_auth;

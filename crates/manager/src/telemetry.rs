@@ -4,12 +4,14 @@ use std::io::IsTerminal as _;
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::JsonFields;
 
 use crate::Error;
 use crate::config::LogFormat;
+use crate::json_log::FlatJson;
 
-/// Installs the global tracing subscriber: JSON lines when `format` is `json`, or `auto` and
-/// stdout is not a terminal (in-cluster); human-readable lines otherwise. `RUST_LOG` filters,
+/// Installs the global tracing subscriber: flat JSON lines ([`FlatJson`]) when `format` is
+/// `json`, or `auto` and stdout is not a terminal (in-cluster); human-readable lines otherwise. `RUST_LOG` filters,
 /// defaulting to `info`.
 ///
 /// # Errors
@@ -30,10 +32,8 @@ pub fn init_logging(format: LogFormat) -> Result<(), Error> {
         .with_writer(std::io::stdout);
     let installed = if json {
         builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
+            .fmt_fields(JsonFields::new())
+            .event_format(FlatJson)
             .try_init()
     } else {
         builder.try_init()
