@@ -155,9 +155,9 @@ pub enum Ensured {
     /// The owner's Deployment, up to date, as the cache shows it.
     Ready(Arc<Deployment>),
     /// The Deployment was just created or changed, and the cache or the Deployment controller
-    /// has not caught up yet: the Deployment's next watch event triggers the owner again, and
-    /// until then there is nothing worth reporting. Reconcile again after `recheck` if no
-    /// event comes first.
+    /// has not caught up yet: the Deployment controller's next write to it triggers the owner
+    /// again, and until then there is nothing worth reporting. Reconcile again after `recheck`
+    /// if no event comes first.
     Pending {
         /// When to look again regardless.
         recheck: Duration,
@@ -236,8 +236,9 @@ pub const OBSERVE_GRACE: Duration = Duration::from_secs(5);
 /// remembers, per Deployment, what it last wrote and the uid and `metadata.generation` the API
 /// server answered with:
 /// - while the cache shows an older generation (or, after a create, nothing yet), it is behind
-///   our write: nothing is written or reported until the watch event that shows the write, which
-///   triggers the owner again;
+///   our write: nothing is written or reported. The watch event that shows the write itself
+///   triggers nothing (the reconcile that wrote accounted for it); the Deployment controller's
+///   next write to it does, or a look again after [`OBSERVE_GRACE`];
 /// - while it shows that generation and the desired object is the same, nobody changed the spec
 ///   since (every spec change bumps it): nothing to write, and once the Deployment controller
 ///   has seen it (or [`OBSERVE_GRACE`] has passed), the rollout is worth reporting;
