@@ -28,6 +28,7 @@ use crate::Error;
 use crate::builder::Builder;
 use crate::events::Events;
 use crate::watches::WatchSpec;
+use crate::writes;
 
 /// How long a create of ours may go unseen by the cache before it counts as lost and is made
 /// again.
@@ -113,7 +114,7 @@ pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Result<Owner
 
 /// Creates `object` (recording `field_manager` as the writer of its fields). Unlike an apply, a
 /// create fails when the name is taken, so an object that the caches had not seen yet is never
-/// taken over.
+/// taken over. Returns the metadata the object was stored with.
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses ([`Error::is_already_exists`] when the name is
@@ -123,7 +124,7 @@ pub async fn create_owned<C>(
     namespace: &str,
     field_manager: &str,
     object: &C,
-) -> Result<C, Error>
+) -> Result<ObjectMeta, Error>
 where
     C: ChildObject,
 {
@@ -131,13 +132,12 @@ where
         field_manager: Some(field_manager.to_owned()),
         ..PostParams::default()
     };
-    Ok(Api::<C>::namespaced(client.clone(), namespace)
-        .create(&params, object)
-        .await?)
+    writes::create(client, namespace, &params, object).await
 }
 
 /// Server-side applies `object` under `field_manager`, forcing conflicts (the controller is the
-/// authority on every field it sets; a hand edit of one of them is undone).
+/// authority on every field it sets; a hand edit of one of them is undone). Returns the metadata
+/// the object has after the apply.
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses.
@@ -146,15 +146,21 @@ pub async fn apply_owned<C>(
     namespace: &str,
     field_manager: &str,
     object: &C,
-) -> Result<C, Error>
+) -> Result<ObjectMeta, Error>
 where
     C: ChildObject,
 {
     let name = object.name_any();
     let params = PatchParams::apply(field_manager).force();
-    Ok(Api::<C>::namespaced(client.clone(), namespace)
-        .patch(&name, &params, &Patch::Apply(object))
-        .await?)
+    writes::patch::<C, _>(
+        client,
+        namespace,
+        &name,
+        None,
+        &params,
+        &Patch::Apply(object),
+    )
+    .await
 }
 
 /// Whether `found` has every field `desired` sets, with the same value (controller-runtime
@@ -295,7 +301,7 @@ where
                 // An apply was to an object the cache showed: should the cache lose it, it was
                 // deleted, not still on its way.
                 let seen = cached.is_some();
-                self.remember(key, desired_hash, written.resource_version(), seen);
+                self.remember(key, desired_hash, written.resource_version, seen);
                 Ok(Child::Current)
             }
             Err(e) if e.is_namespace_terminating() => Ok(Child::NamespaceTerminating),
@@ -304,7 +310,7 @@ where
                 // replica) and not in this cache yet: bring it up to date.
                 let applied =
                     apply_owned(&self.client, &namespace, self.field_manager, desired).await?;
-                self.remember(key, desired_hash, applied.resource_version(), true);
+                self.remember(key, desired_hash, applied.resource_version, true);
                 Ok(Child::Current)
             }
             Err(e) if e.is_already_exists() => {

@@ -19,11 +19,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::{Error, labels};
+use crate::{Error, labels, writes};
 
 /// The Events API limit on a note.
 const MAX_NOTE_BYTES: usize = 1024;
@@ -316,9 +316,7 @@ impl Recorder {
             reporting_instance: Some(self.instance.clone()),
             ..K8sEvent::default()
         };
-        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &k8s_event)
-            .await?;
+        writes::create(&self.client, &namespace, &PostParams::default(), &k8s_event).await?;
         Ok(Series {
             namespace,
             name,
@@ -334,9 +332,15 @@ impl Recorder {
             last_observed_time: MicroTime(Timestamp::now()),
         };
         let patch = serde_json::json!({ "series": series });
-        Api::<K8sEvent>::namespaced(self.client.clone(), namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        writes::patch::<K8sEvent, _>(
+            &self.client,
+            namespace,
+            name,
+            None,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
         Ok(())
     }
 }

@@ -14,6 +14,8 @@ pub(crate) struct Request {
     pub method: String,
     pub path: String,
     pub query: String,
+    /// The `Accept` header (empty when there is none).
+    pub accept: String,
     /// The JSON body (`Null` when there is none).
     pub body: serde_json::Value,
 }
@@ -96,6 +98,12 @@ impl tower::Service<http::Request<Body>> for ApiServer {
             let method = request.method().to_string();
             let path = request.uri().path().to_owned();
             let query = request.uri().query().unwrap_or_default().to_owned();
+            let accept = request
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
             let body = request
                 .into_body()
                 .collect_bytes()
@@ -105,6 +113,7 @@ impl tower::Service<http::Request<Body>> for ApiServer {
                 method,
                 path,
                 query,
+                accept,
                 body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
             };
             this.requests

@@ -32,6 +32,7 @@ pub mod scope;
 pub mod status;
 pub mod status_writer;
 pub mod watches;
+pub mod writes;
 
 pub use error::Error;
 pub use metrics::Metrics;

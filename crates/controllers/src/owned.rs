@@ -305,7 +305,8 @@ where
 
 /// What creating a Deployment came to.
 enum Created {
-    Done(Box<Deployment>),
+    /// Created, with the metadata it was stored with.
+    Done(Box<ObjectMeta>),
     NamespaceTerminating,
     /// A Deployment of that name exists after all.
     NameTaken,
@@ -475,7 +476,7 @@ impl OwnedDeployments {
             }
             Err(e) => return Err(e),
         };
-        let unchanged = applied.metadata.resource_version == current.metadata.resource_version;
+        let unchanged = applied.resource_version == current.metadata.resource_version;
         self.remember(key.clone(), desired_hash, &applied);
         if unchanged {
             // Nothing changed on the server, so no watch event will come: the cache is current.
@@ -528,15 +529,16 @@ impl OwnedDeployments {
         Some(entry.clone())
     }
 
-    fn remember(&self, key: ObjectRef<Deployment>, desired_hash: u64, written: &Deployment) {
+    /// Notes what a write of ours was answered with: `written`, the metadata it left.
+    fn remember(&self, key: ObjectRef<Deployment>, desired_hash: u64, written: &ObjectMeta) {
         let mut map = self.lock();
         map.insert(
             key,
             Written {
                 desired_hash,
-                uid: written.metadata.uid.clone(),
-                generation: written.metadata.generation,
-                resource_version: written.metadata.resource_version.clone(),
+                uid: written.uid.clone(),
+                generation: written.generation,
+                resource_version: written.resource_version.clone(),
                 at: Instant::now(),
                 seen: false,
             },

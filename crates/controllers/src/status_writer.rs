@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::core::object::HasStatus;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::status::Progress;
+use crate::writes;
 
 /// A namespaced custom resource with a status subresource: every `#[derive(CustomResource)]`
 /// type with `#[kube(status = ...)]` (through kube's [`HasStatus`]).
@@ -216,13 +217,15 @@ where
         field: "metadata.namespace",
     })?;
     let patch = serde_json::json!({ "status": status });
-    Api::<K>::namespaced(client.clone(), &namespace)
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+    writes::patch::<K, _>(
+        client,
+        &namespace,
+        &obj.name_any(),
+        Some("status"),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 
