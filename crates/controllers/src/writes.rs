@@ -3,8 +3,9 @@
 //! A create, patch or apply is answered with the whole object as stored, managed fields and
 //! all. The controllers read nothing of it but its metadata (the resourceVersion that marks the
 //! watch event of their own write, the uid and generation); the watch brings the rest. So these
-//! writes ask for `PartialObjectMetadata` (as `kubectl get -o name` does), which spares the API
-//! server the encoding, the connection the bytes and the manager the parsing of every answer.
+//! writes ask for `PartialObjectMetadata`, the same projection a metadata-only watch gets, which
+//! spares the API server the encoding, the connection the bytes and the manager the parsing of
+//! every answer.
 //! Should a server answer with the whole object anyway, its metadata is read all the same.
 
 use http::HeaderValue;
