@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -163,27 +163,25 @@ where
     .await
 }
 
-/// Whether `found` has every field `desired` sets, with the same value (controller-runtime
-/// users' `equality.Semantic.DeepDerivative`): fields the API server or others add, defaults
-/// and status, do not count; a changed or removed field of ours does.
-fn holds<T: Serialize>(desired: &T, found: &T) -> bool {
-    match (serde_json::to_value(desired), serde_json::to_value(found)) {
-        (Ok(desired), Ok(found)) => is_part_of(&desired, &found),
-        _ => false,
+/// Whether `found` still has every label, annotation and owner reference `desired` sets, with
+/// the same values: what of our writes a metadata-only cache can check. Labels and owners that
+/// others add do not count.
+fn metadata_holds(desired: &ObjectMeta, found: &ObjectMeta) -> bool {
+    fn within(
+        part: Option<&BTreeMap<String, String>>,
+        whole: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        part.into_iter()
+            .flatten()
+            .all(|(key, value)| whole.and_then(|w| w.get(key)) == Some(value))
     }
-}
-
-fn is_part_of(part: &serde_json::Value, whole: &serde_json::Value) -> bool {
-    use serde_json::Value;
-    match (part, whole) {
-        (Value::Object(part), Value::Object(whole)) => part
+    within(desired.labels.as_ref(), found.labels.as_ref())
+        && within(desired.annotations.as_ref(), found.annotations.as_ref())
+        && desired
+            .owner_references
             .iter()
-            .all(|(key, value)| whole.get(key).is_some_and(|found| is_part_of(value, found))),
-        (Value::Array(part), Value::Array(whole)) => {
-            part.len() == whole.len() && part.iter().zip(whole).all(|(p, w)| is_part_of(p, w))
-        }
-        (part, whole) => part == whole,
-    }
+            .flatten()
+            .all(|owner| found.owner_references.iter().flatten().any(|o| o == owner))
 }
 
 /// What [`OwnedChildren::ensure`] came to.
@@ -199,16 +197,19 @@ pub enum Child {
 }
 
 /// The children of one type that one controller writes, as `field_manager`.
+///
+/// Their cache holds metadata only: whether a child is as we wrote it is told by the version,
+/// generation and metadata our write was answered with, never by comparing specs.
 pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static> {
     client: kube::Client,
-    cache: Store<C>,
+    cache: Store<PartialObjectMeta<C>>,
     field_manager: &'static str,
     /// Shared with the trigger of the children's watch, which skips our own writes.
     written: Arc<Mutex<Writes<C>>>,
 }
 
 /// What was last written to each child.
-type Writes<C> = HashMap<ObjectRef<C>, Written>;
+type Writes<C> = HashMap<ObjectRef<PartialObjectMeta<C>>, Written>;
 
 impl<C: Resource<DynamicType = ()> + 'static> Debug for OwnedChildren<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,6 +225,9 @@ impl<C: Resource<DynamicType = ()> + 'static> Debug for OwnedChildren<C> {
 struct Written {
     desired_hash: u64,
     resource_version: Option<String>,
+    /// The `metadata.generation` the write was answered with, for kinds that count spec
+    /// changes in it (a PodDisruptionBudget does, a Service does not).
+    generation: Option<i64>,
     at: Instant,
     /// The cache has shown the write since, or the write was an apply to an object the cache
     /// showed: its absence now means it was deleted.
@@ -234,13 +238,13 @@ impl<C> OwnedChildren<C>
 where
     C: ChildObject + Send + Sync + 'static,
 {
-    /// Declares that the custom resources of `builder` own children of type `C`, watched as
-    /// `spec` says (it must select only objects these controllers label as managed): a change
-    /// to one triggers the custom resource that controls it. Returns the builder and what
-    /// writes those children as `field_manager`.
+    /// Declares that the custom resources of `builder` own children of type `C`, whose
+    /// metadata is watched as `spec` says (it must select only objects these controllers label
+    /// as managed): a change to one triggers the custom resource that controls it. Returns the
+    /// builder and what writes those children as `field_manager`.
     pub fn declare<K>(
         builder: Builder<K>,
-        spec: WatchSpec<C>,
+        spec: WatchSpec<PartialObjectMeta<C>>,
         field_manager: &'static str,
     ) -> (Builder<K>, Self)
     where
@@ -255,7 +259,7 @@ where
             field_manager,
             written: written.clone(),
         };
-        let own_write = move |child: &C| shows_own_write(&written, child);
+        let own_write = move |child: &PartialObjectMeta<C>| shows_own_write(&written, child);
         (builder.owns_except(&children, own_write), writer)
     }
 
@@ -276,7 +280,7 @@ where
             kind: C::kind(&()),
             field: "metadata.namespace",
         })?;
-        let key = ObjectRef::from_obj(desired);
+        let key = ObjectRef::new(&desired.name_any()).within(&namespace);
         let desired_hash = hash_of(desired)?;
         let cached = self.cache.get(&key);
         if self.is_current(&key, cached.as_deref(), desired, desired_hash) {
@@ -301,7 +305,7 @@ where
                 // An apply was to an object the cache showed: should the cache lose it, it was
                 // deleted, not still on its way.
                 let seen = cached.is_some();
-                self.remember(key, desired_hash, written.resource_version, seen);
+                self.remember(key, desired_hash, &written, seen);
                 Ok(Child::Current)
             }
             Err(e) if e.is_namespace_terminating() => Ok(Child::NamespaceTerminating),
@@ -310,7 +314,7 @@ where
                 // replica) and not in this cache yet: bring it up to date.
                 let applied =
                     apply_owned(&self.client, &namespace, self.field_manager, desired).await?;
-                self.remember(key, desired_hash, applied.resource_version, true);
+                self.remember(key, desired_hash, &applied, true);
                 Ok(Child::Current)
             }
             Err(e) if e.is_already_exists() => {
@@ -374,14 +378,16 @@ where
     /// Whether the cache shows what we last wrote for this same desired object, or our create
     /// is still on its way to the cache. Notes when the cache has shown a write.
     ///
-    /// A newer version than our write is current too when it still holds every field we set:
-    /// the API server's own controllers write to our children (the disruption controller the
-    /// status of every PodDisruptionBudget, right after it is created), and applying again for
-    /// that would be a request per child for nothing. An edit of a field we set is not.
+    /// A newer version than our write is current too when its generation is still the one our
+    /// write left and it keeps the metadata we set: the API server's own controllers write to
+    /// our children (the disruption controller the status of every PodDisruptionBudget, right
+    /// after it is created), and applying again for that would be a request per child for
+    /// nothing. An edit of the spec (which bumps the generation) or of our labels is not. A kind
+    /// without a generation (a Service) is applied again after any write but ours.
     fn is_current(
         &self,
-        key: &ObjectRef<C>,
-        cached: Option<&C>,
+        key: &ObjectRef<PartialObjectMeta<C>>,
+        cached: Option<&PartialObjectMeta<C>>,
         desired: &C,
         desired_hash: u64,
     ) -> bool {
@@ -389,15 +395,19 @@ where
         let Some(last) = written.get_mut(key) else {
             return false;
         };
-        match cached {
-            Some(cached) if cached.meta().resource_version == last.resource_version => {
+        match cached.map(|c| &c.metadata) {
+            Some(cached) if cached.resource_version == last.resource_version => {
                 last.seen = true;
                 last.desired_hash == desired_hash
             }
-            Some(cached) if last.desired_hash == desired_hash && holds(desired, cached) => {
+            Some(cached)
+                if last.desired_hash == desired_hash
+                    && last.generation.is_some()
+                    && cached.generation == last.generation
+                    && metadata_holds(desired.meta(), cached) =>
+            {
                 last.seen = true;
-                last.resource_version
-                    .clone_from(&cached.meta().resource_version);
+                last.resource_version.clone_from(&cached.resource_version);
                 true
             }
             Some(_) => false,
@@ -405,11 +415,12 @@ where
         }
     }
 
+    /// Notes what a write of ours was answered with: `answer`, the metadata it left.
     fn remember(
         &self,
-        key: ObjectRef<C>,
+        key: ObjectRef<PartialObjectMeta<C>>,
         desired_hash: u64,
-        resource_version: Option<String>,
+        answer: &ObjectMeta,
         seen: bool,
     ) {
         let mut written = lock(&self.written);
@@ -417,7 +428,8 @@ where
             key,
             Written {
                 desired_hash,
-                resource_version,
+                resource_version: answer.resource_version.clone(),
+                generation: answer.generation,
                 at: Instant::now(),
                 seen,
             },
@@ -534,53 +546,78 @@ mod tests {
 #[cfg(test)]
 mod holds_tests {
     use super::*;
-    use serde_json::json;
+
+    fn meta(labels: &[(&str, &str)], owner_uid: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("m".into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "cache.example.com/v1alpha1".into(),
+                kind: "Memcached".into(),
+                name: "m".into(),
+                uid: owner_uid.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        }
+    }
 
     #[test]
-    fn what_others_add_is_ignored_and_a_change_of_ours_is_not() {
-        let desired = json!({
-            "metadata": {"name": "m", "labels": {"app": "memcached"}},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "memcached"}}},
-        });
-        let mut found = desired.clone();
-        found["metadata"]["resourceVersion"] = json!("7");
-        found["metadata"]["labels"]["team"] = json!("blue");
-        found["status"] = json!({"currentHealthy": 2, "expectedPods": 2});
+    fn what_others_add_to_the_metadata_is_ignored_and_a_change_of_ours_is_not() {
+        let desired = meta(&[("app", "memcached")], "u1");
+        let mut found = meta(&[("app", "memcached"), ("team", "blue")], "u1");
+        found.resource_version = Some("7".into());
+        found.generation = Some(1);
+        let another = OwnerReference {
+            uid: "u9".into(),
+            controller: None,
+            ..meta(&[], "u1").owner_references.unwrap_or_default()[0].clone()
+        };
+        found.owner_references.get_or_insert_default().push(another);
         assert!(
-            holds(&desired, &found),
-            "the API server's status, another's label"
+            metadata_holds(&desired, &found),
+            "another's label and owner"
         );
 
-        let mut edited = found.clone();
-        edited["spec"]["maxUnavailable"] = json!(3);
-        assert!(!holds(&desired, &edited), "a field we set, changed");
-        let mut unlabelled = found.clone();
-        unlabelled["metadata"]["labels"]
-            .as_object_mut()
-            .expect("labels")
-            .remove("app");
-        assert!(!holds(&desired, &unlabelled), "a label we set, removed");
-        let mut longer = json!({"ports": [{"port": 1}]});
-        let shorter = json!({"ports": [{"port": 1}, {"port": 2}]});
-        assert!(!holds(&shorter, &longer), "a list item of ours removed");
-        longer["ports"][0]["protocol"] = json!("TCP");
+        let relabelled = meta(&[("app", "other")], "u1");
         assert!(
-            holds(&json!({"ports": [{"port": 1}]}), &longer),
-            "a default filled in"
+            !metadata_holds(&desired, &relabelled),
+            "a label we set, changed"
+        );
+        assert!(
+            !metadata_holds(&desired, &meta(&[], "u1")),
+            "a label we set, removed"
+        );
+        assert!(
+            !metadata_holds(&desired, &meta(&[("app", "memcached")], "u2")),
+            "our owner reference replaced"
+        );
+        let mut annotated = desired.clone();
+        annotated.annotations = Some([("a".to_owned(), "1".to_owned())].into());
+        assert!(
+            !metadata_holds(&annotated, &desired),
+            "an annotation of ours the cache does not show"
         );
     }
 
     #[test]
     fn only_the_version_a_write_was_answered_with_is_its_own() {
         use k8s_openapi::api::core::v1::Service;
-        let service = |name: &str, version: Option<&str>| Service {
+        let service = |name: &str, version: Option<&str>| PartialObjectMeta::<Service> {
+            types: None,
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 resource_version: version.map(Into::into),
                 ..ObjectMeta::default()
             },
-            ..Service::default()
+            _phantom: std::marker::PhantomData,
         };
         let written: Mutex<Writes<Service>> = Mutex::default();
         lock(&written).insert(
@@ -588,6 +625,7 @@ mod holds_tests {
             Written {
                 desired_hash: 1,
                 resource_version: Some("5".into()),
+                generation: None,
                 at: Instant::now(),
                 seen: false,
             },
@@ -612,6 +650,106 @@ mod holds_tests {
         assert!(
             lock(&written).values().all(|w| w.seen),
             "the cache has shown it"
+        );
+    }
+}
+
+#[cfg(test)]
+mod ensure_tests {
+    use super::*;
+    use crate::fake::ApiServer;
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+
+    /// The budget a controller wants, and the metadata the fake API server answers its
+    /// writes with.
+    fn desired() -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("m".into()),
+                namespace: Some("ns".into()),
+                labels: Some([("app".to_owned(), "m".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                min_available: None,
+                ..PodDisruptionBudgetSpec::default()
+            }),
+            ..PodDisruptionBudget::default()
+        }
+    }
+
+    fn cached(rv: &str, generation: i64) -> PartialObjectMeta<PodDisruptionBudget> {
+        PartialObjectMeta {
+            types: None,
+            metadata: ObjectMeta {
+                resource_version: Some(rv.into()),
+                generation: Some(generation),
+                ..desired().metadata
+            },
+            _phantom: std::marker::PhantomData,
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_again_only_for_a_change_the_metadata_shows() {
+        let server = ApiServer::answering(|_| {
+            let metadata = serde_json::json!({
+                "name": "m", "namespace": "ns", "resourceVersion": "1", "generation": 1,
+            });
+            (
+                200,
+                serde_json::json!({"kind": "PartialObjectMetadata", "metadata": metadata}),
+            )
+        });
+        let mut cache = Writer::<PartialObjectMeta<PodDisruptionBudget>>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let children = OwnedChildren {
+            client: server.client(),
+            cache: cache.as_reader(),
+            field_manager: "test",
+            written: Arc::default(),
+        };
+        let (events, _publisher) = Events::start(server.client(), "test", "test");
+        let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
+        let mut ensure = async |cache_shows: Option<PartialObjectMeta<PodDisruptionBudget>>| {
+            if let Some(obj) = cache_shows {
+                cache.apply_watcher_event(&Event::Apply(obj));
+            }
+            let before = server.requests().len();
+            let child = children
+                .ensure(&desired(), &regarding, &events)
+                .await
+                .expect("the API server answers");
+            assert_eq!(child, Child::Current);
+            server.requests()[before..]
+                .iter()
+                .filter(|r| r.path.contains("/poddisruptionbudgets"))
+                .map(|r| r.method.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ensure(None).await, ["POST"], "created when missing");
+        assert!(ensure(None).await.is_empty(), "the create on its way");
+        assert!(
+            ensure(Some(cached("1", 1))).await.is_empty(),
+            "our own write"
+        );
+        assert!(
+            ensure(Some(cached("2", 1))).await.is_empty(),
+            "a status write by somebody else"
+        );
+        assert_eq!(
+            ensure(Some(cached("3", 2))).await,
+            ["PATCH"],
+            "a spec edit bumps the generation"
+        );
+        let mut relabelled = cached("4", 1);
+        relabelled.metadata.labels = Some([("app".to_owned(), "x".to_owned())].into());
+        assert_eq!(
+            ensure(Some(relabelled)).await,
+            ["PATCH"],
+            "a label of ours edited"
         );
     }
 }

@@ -14,6 +14,7 @@
 pub mod backoff;
 pub mod builder;
 pub mod children;
+pub mod deployment_view;
 pub mod driver;
 pub mod error;
 pub mod events;

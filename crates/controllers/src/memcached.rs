@@ -50,6 +50,7 @@ use kube::{Resource, ResourceExt};
 use crate::builder::Builder;
 use crate::children;
 use crate::children::{Child, OwnedChildren};
+use crate::deployment_view::DeploymentView;
 use crate::driver::Outcome;
 use crate::index::Index;
 use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
@@ -115,9 +116,16 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
     let pods = ctx.watches.pods();
     let builder = Builder::<Memcached>::new(NAME, &ctx);
     let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
-    let (builder, services) = OwnedChildren::declare(builder, watches::managed(), FIELD_MANAGER);
-    let (builder, budgets) =
-        OwnedChildren::declare(builder, watches::managed_by_generation(), FIELD_MANAGER);
+    let (builder, services) = OwnedChildren::declare(
+        builder,
+        watches::managed_metadata::<Service>(),
+        FIELD_MANAGER,
+    );
+    let (builder, budgets) = OwnedChildren::declare(
+        builder,
+        watches::managed_by_generation::<PodDisruptionBudget>(),
+        FIELD_MANAGER,
+    );
     let context = |tools| Context {
         owner: OwnerTools::new(tools, deployments),
         pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),
@@ -300,7 +308,7 @@ pub fn desired_budget(mc: &Memcached) -> Result<PodDisruptionBudget, Error> {
 /// whose status holds keep their transition time.
 pub fn desired_status(
     mc: &Memcached,
-    deployment: Option<&Deployment>,
+    deployment: Option<&DeploymentView>,
     nodes: Vec<String>,
     service: Option<String>,
     now: &Time,
@@ -569,8 +577,8 @@ mod tests {
         assert_eq!(owned::owner_of(&store, &foreign), None);
     }
 
-    fn ready_deployment(n: i32) -> Deployment {
-        Deployment {
+    fn ready_deployment(n: i32) -> DeploymentView {
+        DeploymentView {
             metadata: ObjectMeta {
                 generation: Some(1),
                 ..ObjectMeta::default()
@@ -583,7 +591,7 @@ mod tests {
                 available_replicas: Some(n),
                 ..DeploymentStatus::default()
             }),
-            ..Deployment::default()
+            ..DeploymentView::default()
         }
     }
 

@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::builder::Builder;
+use crate::deployment_view::DeploymentView;
 use crate::driver::Outcome;
 use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
 use crate::rbac;
@@ -89,7 +90,7 @@ pub fn desired_deployment(app: &MyApp) -> Result<Deployment, Error> {
 
 /// The status a `MyApp` should report, given its Deployment (`None` when blocked by a foreign
 /// one).
-pub fn desired_status(app: &MyApp, deployment: Option<&Deployment>, now: &Time) -> MyAppStatus {
+pub fn desired_status(app: &MyApp, deployment: Option<&DeploymentView>, now: &Time) -> MyAppStatus {
     let reported = status::report(app, app.spec.replicas, deployment, now);
     MyAppStatus {
         replicas: reported.replicas,
@@ -176,7 +177,7 @@ mod tests {
     #[test]
     fn status_follows_the_rollout() {
         let mut app = myapp("web", 2, "nginx");
-        let rolling = Deployment {
+        let rolling = DeploymentView {
             metadata: ObjectMeta {
                 generation: Some(2),
                 ..ObjectMeta::default()
@@ -189,7 +190,7 @@ mod tests {
                 available_replicas: Some(2),
                 ..DeploymentStatus::default()
             }),
-            ..Deployment::default()
+            ..DeploymentView::default()
         };
         let status = desired_status(&app, Some(&rolling), &time(5));
         assert_eq!(

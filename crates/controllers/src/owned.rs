@@ -19,6 +19,7 @@ use crate::Error;
 use crate::builder::{Builder, Tools};
 use crate::children::hash_of;
 use crate::children::{self as ownership, apply_owned, create_owned, is_controlled_by};
+use crate::deployment_view::DeploymentView;
 use crate::driver::Outcome;
 use crate::events::Events;
 use crate::pod_security;
@@ -32,7 +33,7 @@ pub enum Existing {
     /// No Deployment of that name: it will be created.
     Missing,
     /// The custom resource's own Deployment.
-    Owned(Arc<Deployment>),
+    Owned(Arc<DeploymentView>),
     /// The custom resource's own Deployment, stripped of the label the managed cache selects
     /// (by hand): only its metadata is cached, so it must be read before it is put back.
     OwnedUnlabelled,
@@ -43,7 +44,7 @@ pub enum Existing {
 /// Finds the Deployment `namespace/name` in the shared caches, and whether `owner_uid` controls
 /// it. Between them, `managed` (full objects) and `unmanaged` (metadata) hold every Deployment.
 pub fn find_deployment(
-    managed: &Store<Deployment>,
+    managed: &Store<DeploymentView>,
     unmanaged: &Store<DeploymentMeta>,
     namespace: &str,
     name: &str,
@@ -70,7 +71,7 @@ pub async fn get_deployment(
     owner_uid: &str,
 ) -> Result<Existing, Error> {
     Ok(
-        match Api::<Deployment>::namespaced(client.clone(), namespace)
+        match Api::<DeploymentView>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await?
         {
@@ -80,7 +81,7 @@ pub async fn get_deployment(
     )
 }
 
-fn classify(deployment: Arc<Deployment>, owner_uid: &str) -> Existing {
+fn classify(deployment: Arc<DeploymentView>, owner_uid: &str) -> Existing {
     if is_controlled_by(deployment.as_ref(), owner_uid) {
         Existing::Owned(deployment)
     } else {
@@ -153,7 +154,7 @@ pub fn desired_deployment<K: DeploymentOwner>(
 #[derive(Clone, Debug)]
 pub enum Ensured {
     /// The owner's Deployment, up to date, as the cache shows it.
-    Ready(Arc<Deployment>),
+    Ready(Arc<DeploymentView>),
     /// The Deployment was just created or changed, and the cache or the Deployment controller
     /// has not caught up yet: the Deployment controller's next write to it triggers the owner
     /// again, and until then there is nothing worth reporting. Reconcile again after `recheck`
@@ -172,7 +173,7 @@ pub enum Ensured {
 impl Ensured {
     /// The Deployment the owner's status reports (`None` when a foreign one blocks it), or what
     /// the reconcile asks for when it ends here.
-    pub fn proceed(self) -> ControlFlow<Outcome, Option<Arc<Deployment>>> {
+    pub fn proceed(self) -> ControlFlow<Outcome, Option<Arc<DeploymentView>>> {
         match self {
             Ensured::Ready(deployment) => ControlFlow::Continue(Some(deployment)),
             Ensured::Foreign => ControlFlow::Continue(None),
@@ -186,7 +187,7 @@ impl Ensured {
 /// What an owner's reconcile asks for once its status is written: the end of a held write,
 /// else another look at a foreign Deployment that blocks it (`deployment` is `None`), else
 /// nothing until the next event.
-pub fn after_status(written: StatusWrite, deployment: Option<&Deployment>) -> Outcome {
+pub fn after_status(written: StatusWrite, deployment: Option<&DeploymentView>) -> Outcome {
     match (written, deployment) {
         (StatusWrite::Held { retry }, _) => Outcome::RequeueAfter(retry),
         (_, None) => Outcome::RequeueAfter(FOREIGN_RECHECK),
@@ -255,11 +256,11 @@ pub const OBSERVE_GRACE: Duration = Duration::from_secs(5);
 /// been dropped so far.)
 pub struct OwnedDeployments {
     client: kube::Client,
-    managed: Store<Deployment>,
+    managed: Store<DeploymentView>,
     unmanaged: Store<DeploymentMeta>,
     field_manager: &'static str,
     /// Shared with the trigger of the managed Deployments' watch, which skips our own writes.
-    written: Arc<Mutex<HashMap<ObjectRef<Deployment>, Written>>>,
+    written: Arc<Mutex<HashMap<ObjectRef<DeploymentView>, Written>>>,
 }
 
 /// What was last written to one Deployment.
@@ -277,7 +278,7 @@ struct Written {
 
 impl Written {
     /// Whether the cache, showing `current`, is still behind this write.
-    fn ahead_of(&self, current: Option<&Deployment>) -> bool {
+    fn ahead_of(&self, current: Option<&DeploymentView>) -> bool {
         match current {
             None => !self.seen && self.at.elapsed() < UNSEEN_FOR,
             Some(current) => {
@@ -360,7 +361,7 @@ impl OwnedDeployments {
         );
         let written = writer.written.clone();
         let own_write =
-            move |deployment: &Deployment| ownership::shows_own_write(&written, deployment);
+            move |deployment: &DeploymentView| ownership::shows_own_write(&written, deployment);
         let builder = builder
             .watches_except(&managed, owner_of, own_write)
             .watches(&unmanaged, owner_of);
@@ -371,7 +372,7 @@ impl OwnedDeployments {
     /// `managed` Deployments and the `unmanaged` rest.
     pub fn new(
         client: kube::Client,
-        managed: Store<Deployment>,
+        managed: Store<DeploymentView>,
         unmanaged: Store<DeploymentMeta>,
         field_manager: &'static str,
     ) -> Self {
@@ -502,20 +503,20 @@ impl OwnedDeployments {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<Deployment>, Written>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<DeploymentView>, Written>> {
         // A poisoned lock only means another reconcile panicked mid-insert; the map is valid.
         self.written
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn last_written(&self, key: &ObjectRef<Deployment>) -> Option<Written> {
+    fn last_written(&self, key: &ObjectRef<DeploymentView>) -> Option<Written> {
         self.lock().get(key).cloned()
     }
 
     /// Notes that the cache shows `current` (our write, once it has its uid and generation),
     /// and returns what was last written to it, if that was this same object.
-    fn saw(&self, key: &ObjectRef<Deployment>, current: &Deployment) -> Option<Written> {
+    fn saw(&self, key: &ObjectRef<DeploymentView>, current: &DeploymentView) -> Option<Written> {
         let mut written = self.lock();
         let entry = written.get_mut(key)?;
         if entry.uid != current.metadata.uid {
@@ -530,7 +531,7 @@ impl OwnedDeployments {
     }
 
     /// Notes what a write of ours was answered with: `written`, the metadata it left.
-    fn remember(&self, key: ObjectRef<Deployment>, desired_hash: u64, written: &ObjectMeta) {
+    fn remember(&self, key: ObjectRef<DeploymentView>, desired_hash: u64, written: &ObjectMeta) {
         let mut map = self.lock();
         map.insert(
             key,
@@ -575,18 +576,17 @@ fn announce(
 ) {
     let name = desired.name_any();
     let replicas = desired.spec.replicas.unwrap_or(1);
-    let images = |d: &Deployment| -> Vec<(String, Option<String>)> {
-        let pod = d.spec.template.spec.as_ref();
-        pod.map(|p| &p.containers)
-            .into_iter()
-            .flatten()
-            .map(|c| (c.name.clone(), c.image.clone()))
-            .collect()
-    };
-    let wanted = images(desired);
+    let wanted: Vec<(&str, Option<&str>)> = desired
+        .spec
+        .template
+        .spec
+        .iter()
+        .flat_map(|pod| &pod.containers)
+        .map(|c| (c.name.as_str(), c.image.as_deref()))
+        .collect();
     let image = wanted
         .iter()
-        .filter_map(|(_, image)| image.as_deref())
+        .filter_map(|(_, image)| *image)
         .collect::<Vec<_>>()
         .join(", ");
     match existing {
@@ -595,13 +595,18 @@ fn announce(
             events.normal(regarding, "Created", "CreateDeployment", note);
         }
         Existing::Owned(current) => {
-            let had = current.spec.replicas.unwrap_or(1);
+            let had = current.desired_replicas();
             if had != replicas {
                 let note = format!("Scaled Deployment {name} from {had} to {replicas} replicas");
                 events.normal(regarding, "Scaled", "ScaleDeployment", note);
             }
-            let running = images(current);
-            if wanted.iter().any(|w| !running.contains(w)) {
+            let runs = |&(name, image): &(&str, Option<&str>)| {
+                current
+                    .containers
+                    .iter()
+                    .any(|c| c.name == name && c.image.as_deref() == image)
+            };
+            if !wanted.iter().all(runs) {
                 let note = format!("Set the image of Deployment {name} to {image}");
                 events.normal(regarding, "Updated", "UpdateDeployment", note);
             }
@@ -677,7 +682,7 @@ mod tests {
         };
         assert!(!seen.ahead_of(None), "seen, then gone: it was deleted");
 
-        let mut cached = deployment(3);
+        let mut cached = DeploymentView::from(deployment(3));
         cached.metadata.uid = Some("u1".into());
         cached.metadata.generation = Some(1);
         assert!(written.ahead_of(Some(&cached)), "an older generation");

@@ -2,11 +2,11 @@
 //! `Available` / `Progressing` / `Degraded` conditions that describe it.
 
 use apis::condition::{AVAILABLE, DEGRADED, PROGRESSING};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::deployment_view::DeploymentView;
 use crate::owned::DeploymentOwner;
 
 /// Condition reason when a Deployment of the custom resource's name exists and something else
@@ -14,7 +14,7 @@ use crate::owned::DeploymentOwner;
 pub const REASON_NOT_OWNED: &str = "DeploymentNotOwned";
 
 /// Whether the Deployment controller has seen `deployment`'s latest spec.
-pub fn observed(deployment: &Deployment) -> bool {
+pub fn observed(deployment: &DeploymentView) -> bool {
     let seen = deployment
         .status
         .as_ref()
@@ -41,7 +41,11 @@ pub enum Progress {
 /// `reported`. Moving only when both the new state and the reported one are passing states: a
 /// resource that reported a state that lasts (complete, failed, blocked) and leaves it is news
 /// to report at once, not to hold.
-pub fn progress(desired: i32, deployment: Option<&Deployment>, reported: &[Condition]) -> Progress {
+pub fn progress(
+    desired: i32,
+    deployment: Option<&DeploymentView>,
+    reported: &[Condition],
+) -> Progress {
     let reports_lasting = reported.iter().any(|c| {
         (c.type_ == PROGRESSING && c.status == "False")
             || (c.type_ == DEGRADED && c.status == "True")
@@ -74,7 +78,7 @@ pub struct Rollout {
 
 impl Rollout {
     /// Reads `deployment`'s status against `desired` replicas.
-    pub fn of(desired: i32, deployment: &Deployment) -> Self {
+    pub fn of(desired: i32, deployment: &DeploymentView) -> Self {
         let observed = observed(deployment);
         let Some(status) = deployment.status.as_ref() else {
             return Self {
@@ -219,7 +223,7 @@ pub struct Reported {
 pub fn report<K: DeploymentOwner>(
     owner: &K,
     desired: i32,
-    deployment: Option<&Deployment>,
+    deployment: Option<&DeploymentView>,
     now: &Time,
 ) -> Reported {
     let generation = owner.meta().generation;
@@ -353,14 +357,14 @@ mod tests {
         Time(Timestamp::from_second(second).unwrap_or(Timestamp::UNIX_EPOCH))
     }
 
-    fn deployment(generation: i64, status: DeploymentStatus) -> Deployment {
-        Deployment {
+    fn deployment(generation: i64, status: DeploymentStatus) -> DeploymentView {
+        DeploymentView {
             metadata: ObjectMeta {
                 generation: Some(generation),
                 ..ObjectMeta::default()
             },
             status: Some(status),
-            ..Deployment::default()
+            ..DeploymentView::default()
         }
     }
 

@@ -26,9 +26,9 @@
 //! of its name that it does not control, and must notice at once when such a Deployment goes
 //! away. Pods are watched as metadata only too.
 //!
-//! What a controller never reads is dropped before it is cached (managed fields, annotations,
-//! most of a Deployment's pod template): on a cluster with thousands of workloads, the caches
-//! are most of the manager's heap. Each cache can carry secondary indexes ([`Index`]).
+//! What a controller never reads is dropped before it is cached (managed fields, annotations),
+//! and a managed Deployment is read as a [`DeploymentView`], without its pod template: on a
+//! cluster with thousands of workloads, the caches are most of the manager's heap. Each cache can carry secondary indexes ([`Index`]).
 //!
 //! A watch the API server refuses before its first list (a malformed selector, a type it does
 //! not serve, RBAC that does not allow listing it) stops, and [`Shared::ready`] says why, instead
@@ -53,6 +53,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::deployment_view::DeploymentView;
 use crate::index::{Index, KeyFn};
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::{Error, labels};
@@ -145,15 +146,24 @@ pub fn managed<K: Resource + Clone + PartialEq>() -> WatchSpec<K> {
         .broadcasting(changed_beyond_version)
 }
 
-/// Like [`managed`], for a kind whose `metadata.generation` counts its spec changes (as a
-/// PodDisruptionBudget's does): a change matters when it is to the spec, the labels, the owners
-/// or the deletion, not to the status alone. The API server's own controllers write the status
-/// of such children (the disruption controller a budget's, as its pods come and go), and each
-/// write would otherwise reconcile the owner for nothing.
-pub fn managed_by_generation<K: Resource + Clone + PartialEq>() -> WatchSpec<K> {
-    managed().broadcasting(|old, new| {
+/// The metadata of the objects of type `K` these controllers manage, in every namespace,
+/// without what no controller reads of it: the watch of a kind of child whose writes are checked
+/// by their metadata alone ([`crate::children::OwnedChildren`]). Every new version is broadcast:
+/// for a kind without a generation (a Service), an edit of its spec shows as nothing else.
+pub fn managed_metadata<K: Resource + Clone>() -> WatchSpec<PartialObjectMeta<K>> {
+    WatchSpec::labelled(labels::managed_selector())
+        .keeping(|obj: &mut PartialObjectMeta<K>| strip_metadata(&mut obj.metadata))
+}
+
+/// Like [`managed_metadata`], for a kind whose `metadata.generation` counts its spec changes (as
+/// a PodDisruptionBudget's does): a change matters when it is to the spec, the labels, the
+/// owners or the deletion, not to the status alone. The API server's own controllers write the
+/// status of such children (the disruption controller a budget's, as its pods come and go), and
+/// each write would otherwise reconcile the owner for nothing.
+pub fn managed_by_generation<K: Resource + Clone>() -> WatchSpec<PartialObjectMeta<K>> {
+    managed_metadata().broadcasting(|old, new| {
         old.is_none_or(|old| {
-            let (old, new) = (old.meta(), new.meta());
+            let (old, new) = (&old.metadata, &new.metadata);
             old.generation != new.generation
                 || old.labels != new.labels
                 || old.owner_references != new.owner_references
@@ -162,11 +172,14 @@ pub fn managed_by_generation<K: Resource + Clone + PartialEq>() -> WatchSpec<K> 
     })
 }
 
-/// The managed Deployments of every namespace, without what no controller reads.
-pub fn managed_deployments() -> WatchSpec<Deployment> {
-    WatchSpec::labelled(labels::managed_selector())
-        .keeping(strip_deployment)
-        .broadcasting(changed_beyond_version)
+/// The managed Deployments of every namespace, as the controllers read them
+/// ([`DeploymentView`]), without their labels: the watch's selector has matched them, and no
+/// controller reads them after (a label map costs half a kilobyte however few it holds).
+pub fn managed_deployments() -> WatchSpec<DeploymentView> {
+    managed().keeping(|deployment: &mut DeploymentView| {
+        strip_metadata(&mut deployment.metadata);
+        deployment.metadata.labels = None;
+    })
 }
 
 /// The metadata of every Deployment these controllers do not manage; only its existence and its
@@ -267,7 +280,7 @@ impl SharedWatches {
     }
 
     /// The managed Deployments ([`managed_deployments`]).
-    pub fn deployments(&self) -> Shared<Deployment> {
+    pub fn deployments(&self) -> Shared<DeploymentView> {
         self.watch(managed_deployments())
     }
 
@@ -611,35 +624,12 @@ fn strip_metadata(meta: &mut kube::api::ObjectMeta) {
     meta.annotations = None;
 }
 
-/// Keeps of a managed Deployment what the controllers read: its metadata, replicas, status, and
-/// the name and image of each container (for the Events that say what changed).
-fn strip_deployment(deployment: &mut Deployment) {
-    strip_metadata(&mut deployment.metadata);
-    let spec = &mut deployment.spec;
-    spec.selector = Default::default();
-    spec.strategy = None;
-    spec.template.metadata = None;
-    if let Some(pod) = spec.template.spec.as_mut() {
-        let containers = std::mem::take(&mut pod.containers);
-        *pod = k8s_openapi::api::core::v1::PodSpec {
-            containers: containers
-                .into_iter()
-                .map(|c| k8s_openapi::api::core::v1::Container {
-                    name: c.name,
-                    image: c.image,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fake::ApiServer;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use kube::api::ObjectMeta;
 
     fn deployment(name: &str, rv: &str) -> Deployment {
@@ -731,13 +721,20 @@ mod tests {
     #[test]
     fn a_change_to_what_the_cache_drops_is_not_broadcast() {
         let mut cache = Cache {
-            writer: Writer::<Deployment>::default(),
+            writer: Writer::<DeploymentView>::default(),
             indexes: Arc::default(),
         };
         let spec = managed_deployments();
-        let mut step = |mut obj: Deployment| {
+        let mut step = |obj: Deployment| {
+            let mut obj = DeploymentView::from(obj);
             (spec.strip)(&mut obj);
-            names(&cache.apply(&Event::Apply(obj), spec.changed))
+            let changed = cache.apply(&Event::Apply(obj), spec.changed);
+            let mut names: Vec<_> = changed
+                .iter()
+                .filter_map(|o| o.metadata.name.clone())
+                .collect();
+            names.sort();
+            names
         };
         assert_eq!(step(deployment("a", "1")), ["a"], "a new object");
         let mut annotated = deployment("a", "2");
@@ -752,34 +749,33 @@ mod tests {
             step(annotated).is_empty(),
             "only a dropped annotation changed"
         );
-        let mut scaled = deployment("a", "3");
+        let mut relabelled = deployment("a", "3");
+        relabelled.metadata.labels = Some([("team".to_owned(), "blue".to_owned())].into());
+        assert!(step(relabelled).is_empty(), "only a dropped label changed");
+        let mut scaled = deployment("a", "4");
         scaled.spec.replicas = Some(2);
         assert_eq!(step(scaled), ["a"], "a change the cache keeps");
     }
 
-    #[test]
-    fn children_by_generation_ignore_status_only_changes() {
-        use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
-        let changed = managed_by_generation::<PodDisruptionBudget>().changed;
-        let budget = |rv: &str, generation: i64| PodDisruptionBudget {
+    fn budget(rv: &str, generation: i64) -> PartialObjectMeta<PodDisruptionBudget> {
+        PartialObjectMeta {
+            types: None,
             metadata: ObjectMeta {
                 name: Some("b".into()),
                 resource_version: Some(rv.into()),
                 generation: Some(generation),
                 ..ObjectMeta::default()
             },
-            ..PodDisruptionBudget::default()
-        };
+            _phantom: std::marker::PhantomData,
+        }
+    }
+
+    #[test]
+    fn children_by_generation_ignore_status_only_changes() {
+        let changed = managed_by_generation::<PodDisruptionBudget>().changed;
         let old = budget("1", 1);
         assert!(changed(None, &old), "a new child");
-
-        let mut status_only = budget("2", 1);
-        status_only.status = Some(PodDisruptionBudgetStatus {
-            current_healthy: Some(1),
-            ..PodDisruptionBudgetStatus::default()
-        });
-        assert!(!changed(Some(&old), &status_only), "the status alone");
-
+        assert!(!changed(Some(&old), &budget("2", 1)), "the status alone");
         assert!(changed(Some(&old), &budget("3", 2)), "a spec edit");
         let mut relabelled = budget("3", 1);
         relabelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
@@ -790,6 +786,21 @@ mod tests {
         let mut deleting = budget("3", 1);
         deleting.metadata.deletion_timestamp = Some(crate::status::now());
         assert!(changed(Some(&old), &deleting), "a deletion");
+    }
+
+    #[test]
+    fn a_metadata_watch_broadcasts_every_new_version() {
+        let spec = managed_metadata::<PodDisruptionBudget>();
+        let old = budget("1", 1);
+        assert!((spec.changed)(None, &old), "a new child");
+        assert!(
+            (spec.changed)(Some(&old), &budget("2", 1)),
+            "a spec edit without a generation"
+        );
+        assert!(
+            !(spec.changed)(Some(&old), &budget("1", 1)),
+            "the same version again"
+        );
     }
 
     #[tokio::test]
