@@ -32,7 +32,7 @@
 //!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
 //! 3. The status (`nodes`, `readyReplicas`, `observedGeneration`, conditions) is computed from
 //!    the Deployment and the cached pods, and written only when it changed; a state the rollout
-//!    passes through waits up to [`crate::status_writer::PROGRESS_HOLD`] for the next.
+//!    passes through is written once it has stood for [`crate::status_writer::PROGRESS_HOLD`].
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

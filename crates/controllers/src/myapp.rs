@@ -12,8 +12,8 @@
 //! server-side applied with force. Every change to an owned Deployment triggers a reconcile, so
 //! a hand edit of a field this controller sets (the image, the replica count, the security
 //! context) is undone at once. Status: `replicas`, `readyReplicas`, `observedGeneration` and the
-//! conditions, written only when changed (a state the rollout passes through waits up to
-//! [`crate::status_writer::PROGRESS_HOLD`] for the next).
+//! conditions, written only when changed (a state the rollout passes through is written once it
+//! has stood for [`crate::status_writer::PROGRESS_HOLD`]).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

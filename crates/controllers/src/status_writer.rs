@@ -48,11 +48,11 @@ impl<K> WithStatus for K where
 /// written status instead.
 ///
 /// A status that moves from one state the rollout passes through to another
-/// ([`Progress::Moving`]) waits up to
-/// [`PROGRESS_HOLD`] after it first differs from the object's before it is written: when the
-/// rollout moves on meanwhile, the newer state is written instead, and when it settles, only
-/// the settled one. A rollout that takes a few seconds reports once, not once per pod; one that
-/// takes longer still reports its progress, at most once per hold.
+/// ([`Progress::Moving`]) is written once it has stood for [`PROGRESS_HOLD`]: while the rollout
+/// keeps moving on, nothing is written, and when it settles, only the settled state. A rollout
+/// whose steps come faster than that reports its start and its end, not each pod; a step that
+/// lasts (a pod that does not get ready) is reported once it has lasted the hold; and a rollout
+/// that keeps moving for [`PROGRESS_MAX_HOLD`] reports where it stands then.
 pub struct StatusWriter<K: WithStatus> {
     client: kube::Client,
     written: Mutex<Writes<K>>,
@@ -61,8 +61,8 @@ pub struct StatusWriter<K: WithStatus> {
 /// The remembered writes, and the size at which old ones are next looked for.
 struct Writes<K: WithStatus> {
     last: HashMap<ObjectRef<K>, LastWrite<K::Status>>,
-    /// Since when each object has had a [`Progress::Moving`] status waiting to be written.
-    held_since: HashMap<ObjectRef<K>, Instant>,
+    /// Each object's [`Progress::Moving`] status waiting to be written.
+    held: HashMap<ObjectRef<K>, Hold>,
     prune_at: usize,
 }
 
@@ -73,6 +73,16 @@ struct LastWrite<S> {
     at: Instant,
 }
 
+/// A status of a rollout in motion, held back.
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    /// When the first status held since the last write was computed.
+    since: Instant,
+    /// A digest of the status held now, and since when it has stood.
+    digest: u64,
+    steady_since: Instant,
+}
+
 /// Writes remembered before old ones are first looked for (those of objects deleted before the
 /// cache showed the write, which nobody asks about again). After each look, the next waits
 /// until the map has doubled, so a burst of writes costs a constant per write.
@@ -80,12 +90,16 @@ const PRUNE_AFTER: usize = 1024;
 /// How old a remembered write must be to be dropped then.
 const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
 
-/// How long a status of a rollout in motion may wait for the rollout to move on before it is
-/// written (see [`StatusWriter`]). On a busy cluster the steps of one rollout come seconds
-/// apart (its controllers are the queue): a hold of one second wrote nearly every step, where
-/// controller-runtime's busier queue folds them. The `Progressing` condition is written the
-/// moment a rollout starts; its details then refresh at most every five seconds.
+/// How long a status of a rollout in motion must stand before it is written (see
+/// [`StatusWriter`]). On a busy cluster the steps of one rollout come seconds apart (its
+/// controllers are the queue): a hold of one second wrote nearly every step, where
+/// controller-runtime's busier queue folds them, and a hold of five seconds from the first
+/// step still wrote a step of most rollouts at a thousand objects. The `Progressing` condition
+/// is written the moment a rollout starts; a step is written once it has lasted this long.
 pub const PROGRESS_HOLD: Duration = Duration::from_secs(5);
+
+/// The longest a rollout that keeps moving goes without its status written.
+pub const PROGRESS_MAX_HOLD: Duration = Duration::from_secs(30);
 
 /// What [`StatusWriter::write`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +129,7 @@ impl<K: WithStatus> StatusWriter<K> {
             client,
             written: Mutex::new(Writes {
                 last: HashMap::new(),
-                held_since: HashMap::new(),
+                held: HashMap::new(),
                 prune_at: PRUNE_AFTER,
             }),
         }
@@ -160,33 +174,25 @@ impl<K: WithStatus> StatusWriter<K> {
     ) -> Result<StatusWrite, Error> {
         let key = ObjectRef::from_obj(obj);
         if obj.status() == Some(&status) {
-            self.lock().held_since.remove(&key);
+            self.lock().held.remove(&key);
             return Ok(StatusWrite::Unchanged);
         }
-        if progress == Progress::Moving {
-            let held = self
-                .lock()
-                .held_since
-                .entry(key.clone())
-                .or_insert_with(Instant::now)
-                .elapsed();
-            if held < PROGRESS_HOLD {
-                return Ok(StatusWrite::Held {
-                    retry: PROGRESS_HOLD - held,
-                });
-            }
+        if progress == Progress::Moving
+            && let Some(retry) = self.hold(key.clone(), &status)
+        {
+            return Ok(StatusWrite::Held { retry });
         }
         patch_status(&self.client, obj, &status).await?;
         let mut written = self.lock();
-        written.held_since.remove(&key);
-        if written.last.len() + written.held_since.len() >= written.prune_at {
+        written.held.remove(&key);
+        if written.last.len() + written.held.len() >= written.prune_at {
             written
                 .last
                 .retain(|_, last| last.at.elapsed() < PRUNE_OLDER_THAN);
             written
-                .held_since
-                .retain(|_, since| since.elapsed() < PRUNE_OLDER_THAN);
-            written.prune_at = PRUNE_AFTER.max(2 * (written.last.len() + written.held_since.len()));
+                .held
+                .retain(|_, hold| hold.since.elapsed() < PRUNE_OLDER_THAN);
+            written.prune_at = PRUNE_AFTER.max(2 * (written.last.len() + written.held.len()));
         }
         written.last.insert(
             key,
@@ -198,6 +204,60 @@ impl<K: WithStatus> StatusWriter<K> {
         );
         Ok(StatusWrite::Written)
     }
+}
+
+impl<K: WithStatus> StatusWriter<K> {
+    /// Holds `status`, a state of a rollout in motion, and returns how long until it may be
+    /// written; `None` when it has stood for [`PROGRESS_HOLD`] or the rollout has been held for
+    /// [`PROGRESS_MAX_HOLD`], so it is to be written now.
+    fn hold(&self, key: ObjectRef<K>, status: &K::Status) -> Option<Duration> {
+        let (now, digest) = (Instant::now(), digest_of(status));
+        let mut written = self.lock();
+        let hold = written.held.entry(key).or_insert(Hold {
+            since: now,
+            digest,
+            steady_since: now,
+        });
+        if hold.digest != digest {
+            hold.digest = digest;
+            hold.steady_since = now;
+        }
+        let steady_left = PROGRESS_HOLD.checked_sub(now - hold.steady_since)?;
+        let held_left = PROGRESS_MAX_HOLD.checked_sub(now - hold.since)?;
+        Some(steady_left.min(held_left)).filter(|left| !left.is_zero())
+    }
+}
+
+/// A digest of `status` without its conditions' transition times: a condition that changes
+/// while its status is held gets the time of each reconcile that computes it, which is no new
+/// state of the rollout. Equal for equal states, without keeping a copy of each held status.
+fn digest_of<S: Serialize>(status: &S) -> u64 {
+    struct HashWriter(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            std::hash::Hasher::write(&mut self.0, bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    fn without_transition_times(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("lastTransitionTime");
+                map.values_mut().for_each(without_transition_times);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(without_transition_times),
+            _ => {}
+        }
+    }
+    // A status that does not serialize cannot be written either; the write reports that.
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    without_transition_times(&mut value);
+    let mut writer = HashWriter(std::collections::hash_map::DefaultHasher::new());
+    let _ = serde_json::to_writer(&mut writer, &value);
+    std::hash::Hasher::finish(&writer.0)
 }
 
 /// Writes `status` to `obj`'s status subresource (a merge patch: it replaces the lists).
@@ -305,6 +365,32 @@ mod tests {
         assert!(writer.lock().last.is_empty(), "the memory is dropped");
     }
 
+    #[test]
+    fn a_condition_changing_again_is_the_same_state() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+        let with_condition = |second: i64, status: &str| apis::MemcachedStatus {
+            conditions: vec![Condition {
+                type_: "Available".into(),
+                status: status.into(),
+                reason: "ReplicasNotReady".into(),
+                message: "1 of 2 replicas ready".into(),
+                last_transition_time: Time(
+                    k8s_openapi::jiff::Timestamp::from_second(second).expect("a time"),
+                ),
+                observed_generation: None,
+            }],
+            ..apis::MemcachedStatus::default()
+        };
+        assert_eq!(
+            digest_of(&with_condition(1, "False")),
+            digest_of(&with_condition(2, "False"))
+        );
+        assert_ne!(
+            digest_of(&with_condition(1, "False")),
+            digest_of(&with_condition(1, "True"))
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_status_in_motion_waits_for_the_next_or_for_the_hold() {
         let (writer, server) = echo_writer();
@@ -329,14 +415,13 @@ mod tests {
             .expect("written");
         assert_eq!((settled, sent()), (StatusWrite::Written, 1));
 
-        // A rollout that does not settle within the hold still reports its progress, the
-        // newest state at the end of the hold.
-        let other = memcached("5", 1);
-        let other = {
-            let mut o = other;
-            o.metadata.name = Some("other".into());
+        // A state that stands for the hold is written; each new state starts the hold again.
+        let named = |name: &str| {
+            let mut o = memcached("5", 1);
+            o.metadata.name = Some(name.into());
             o
         };
+        let other = named("other");
         let first = writer.write(&other, status(1), Progress::Moving).await;
         assert!(matches!(first, Ok(StatusWrite::Held { .. })));
         tokio::time::advance(PROGRESS_HOLD / 2).await;
@@ -344,13 +429,41 @@ mod tests {
         assert_eq!(
             second.expect("held"),
             StatusWrite::Held {
-                retry: PROGRESS_HOLD / 2
+                retry: PROGRESS_HOLD
             },
-            "the hold runs from the first unwritten change"
+            "a new state stands from now"
         );
         tokio::time::advance(PROGRESS_HOLD / 2).await;
-        let third = writer.write(&other, status(3), Progress::Moving).await;
-        assert_eq!((third.expect("written"), sent()), (StatusWrite::Written, 2));
-        assert!(writer.lock().held_since.is_empty());
+        let again = writer.write(&other, status(2), Progress::Moving).await;
+        assert_eq!(
+            again.expect("held"),
+            StatusWrite::Held {
+                retry: PROGRESS_HOLD / 2
+            },
+            "the same state keeps its time"
+        );
+        tokio::time::advance(PROGRESS_HOLD / 2).await;
+        let stood = writer.write(&other, status(2), Progress::Moving).await;
+        assert_eq!((stood.expect("written"), sent()), (StatusWrite::Written, 2));
+
+        // A rollout that never stands still is written once it has been held the longest.
+        let busy = named("busy");
+        let step = PROGRESS_HOLD - Duration::from_secs(1);
+        let mut ready = 0;
+        while writer
+            .write(&busy, status(ready), Progress::Moving)
+            .await
+            .expect("held or written")
+            != StatusWrite::Written
+        {
+            tokio::time::advance(step).await;
+            ready += 1;
+        }
+        let waited = step * u32::try_from(ready).expect("a few steps");
+        assert!(
+            (PROGRESS_MAX_HOLD..PROGRESS_MAX_HOLD + step).contains(&waited),
+            "written after {waited:?}"
+        );
+        assert!(writer.lock().held.is_empty());
     }
 }
