@@ -38,20 +38,20 @@ pub enum Progress {
 
 /// The [`Progress`] of a new status for a custom resource asking for `desired` replicas of
 /// `deployment` (`None` when it is blocked by a foreign Deployment), which now reports
-/// `reported`. Moving only when both the new state and the reported one are passing states: a
-/// resource that reported a state that lasts (complete, failed, blocked) and leaves it is news
-/// to report at once, not to hold.
+/// `reported`. Moving when the new state is a passing one and the reported one is not a failure:
+/// a resource that reported a failure or a block and leaves it is news to report at once, while
+/// a complete one that starts a rollout reports it once a step of it has stood (or with its end,
+/// when that comes first), like any other step.
 pub fn progress(
     desired: i32,
     deployment: Option<&DeploymentView>,
     reported: &[Condition],
 ) -> Progress {
-    let reports_lasting = reported.iter().any(|c| {
-        (c.type_ == PROGRESSING && c.status == "False")
-            || (c.type_ == DEGRADED && c.status == "True")
-    });
+    let reports_failure = reported
+        .iter()
+        .any(|c| c.type_ == DEGRADED && c.status == "True");
     match deployment {
-        Some(d) if !reports_lasting => Rollout::of(desired, d).progress(),
+        Some(d) if !reports_failure => Rollout::of(desired, d).progress(),
         _ => Progress::Settled,
     }
 }
@@ -435,12 +435,7 @@ mod tests {
         );
     }
 
-    #[test]
-    fn complete_failed_and_blocked_are_settled() {
-        assert_eq!(
-            progress(3, Some(&deployment(1, settled(3))), &[]),
-            Progress::Settled
-        );
+    fn failed_status() -> DeploymentStatus {
         let mut failed = settled(1);
         failed.conditions = Some(vec![DeploymentCondition {
             type_: Some("ReplicaFailure".into()),
@@ -449,31 +444,44 @@ mod tests {
             message: Some("quota".into()),
             ..DeploymentCondition::default()
         }]);
+        failed
+    }
+
+    #[test]
+    fn complete_failed_and_blocked_are_settled() {
         assert_eq!(
-            progress(3, Some(&deployment(1, failed)), &[]),
+            progress(3, Some(&deployment(1, settled(3))), &[]),
+            Progress::Settled
+        );
+        assert_eq!(
+            progress(3, Some(&deployment(1, failed_status())), &[]),
             Progress::Settled
         );
         assert_eq!(progress(3, None, &[]), Progress::Settled);
         let moving = deployment(2, settled(3));
         assert_eq!(progress(3, Some(&moving), &[]), Progress::Moving);
 
-        // Leaving a state that lasts is reported at once; moving on from a passing one may wait.
-        let reported = |progressing: bool| {
+        // Leaving a failure is reported at once; a rollout's steps, from a complete state or
+        // from another step, may wait.
+        let reported = |status: DeploymentStatus| {
             let now = now();
             merge_conditions(
                 &[],
-                Rollout::of(3, &deployment(1, settled(if progressing { 1 } else { 3 })))
-                    .conditions(),
+                Rollout::of(3, &deployment(1, status)).conditions(),
                 Some(1),
                 &now,
             )
         };
         assert_eq!(
-            progress(3, Some(&moving), &reported(false)),
+            progress(3, Some(&moving), &reported(failed_status())),
             Progress::Settled
         );
         assert_eq!(
-            progress(3, Some(&moving), &reported(true)),
+            progress(3, Some(&moving), &reported(settled(3))),
+            Progress::Moving
+        );
+        assert_eq!(
+            progress(3, Some(&moving), &reported(settled(1))),
             Progress::Moving
         );
     }

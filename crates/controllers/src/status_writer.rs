@@ -94,8 +94,9 @@ const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
 /// [`StatusWriter`]). On a busy cluster the steps of one rollout come seconds apart (its
 /// controllers are the queue): a hold of one second wrote nearly every step, where
 /// controller-runtime's busier queue folds them, and a hold of five seconds from the first
-/// step still wrote a step of most rollouts at a thousand objects. The `Progressing` condition
-/// is written the moment a rollout starts; a step is written once it has lasted this long.
+/// step still wrote a step of most rollouts at a thousand objects. A step, the first of a
+/// rollout included, is written once it has lasted this long; a rollout that ends sooner is
+/// written once, complete.
 pub const PROGRESS_HOLD: Duration = Duration::from_secs(5);
 
 /// The longest a rollout that keeps moving goes without its status written.
