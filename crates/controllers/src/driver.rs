@@ -151,7 +151,7 @@ where
                             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)
                                 if asks =>
                             {
-                                queue.add(ObjectRef::from_obj(&obj));
+                                queue.add(crate::object_key(&obj));
                                 Some(Ok(obj))
                             }
                             _ => None,
@@ -348,7 +348,7 @@ where
     Fut: Future<Output = Result<Outcome, Error>>,
 {
     let controller = shared.name;
-    let key = ObjectRef::from_obj(obj.as_ref());
+    let key = crate::object_key(obj.as_ref());
     let processing = shared.queue.start(&key);
     let span = tracing::info_span!(
         "reconcile",
@@ -436,7 +436,7 @@ fn error_policy<K, C>(obj: Arc<K>, error: &Error, shared: Arc<Shared<K, C>>) -> 
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    let key = ObjectRef::from_obj(obj.as_ref());
+    let key = crate::object_key(obj.as_ref());
     if error.is_terminal() {
         // A retry would fail the same way: wait for the object to change.
         shared.backoff.reset(&key);

@@ -76,7 +76,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Index<K> {
     /// Files `new` under its key, and takes `old` (the same object as cached before) out of its
     /// own if that differs.
     pub(crate) fn update(&self, old: Option<&K>, new: Arc<K>) {
-        let reference = ObjectRef::from_obj(new.as_ref());
+        let reference = crate::object_key(new.as_ref());
         let new_key = (self.inner.key_of)(&new);
         let old_key = old.and_then(self.inner.key_of);
         let mut groups = self.write();
@@ -91,7 +91,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Index<K> {
     /// Takes a deleted object out of the index.
     pub(crate) fn remove(&self, obj: &K) {
         if let Some(key) = (self.inner.key_of)(obj) {
-            remove_from(&mut self.write(), &key, &ObjectRef::from_obj(obj));
+            remove_from(&mut self.write(), &key, &crate::object_key(obj));
         }
     }
 
@@ -103,7 +103,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Index<K> {
                 groups
                     .entry(key)
                     .or_default()
-                    .insert(ObjectRef::from_obj(obj.as_ref()), obj);
+                    .insert(crate::object_key(obj.as_ref()), obj);
             }
         }
         *self.write() = groups;

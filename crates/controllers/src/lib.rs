@@ -41,6 +41,19 @@ pub use rbac::PolicyRule;
 pub use scope::Namespaces;
 pub use watches::SharedWatches;
 
+/// The key of `obj` in a cache, queue or map: its name and namespace. `ObjectRef::from_obj`
+/// also copies its uid and resourceVersion, which no lookup compares; a key kept for as long as
+/// the object lives need not hold them.
+pub fn object_key<K: kube::Resource<DynamicType = ()>>(
+    obj: &K,
+) -> kube::runtime::reflector::ObjectRef<K> {
+    let meta = obj.meta();
+    let mut key =
+        kube::runtime::reflector::ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    key.namespace.clone_from(&meta.namespace);
+    key
+}
+
 use std::sync::Arc;
 
 use futures::future::BoxFuture;

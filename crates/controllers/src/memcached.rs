@@ -175,7 +175,7 @@ fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Mem
             mc.metadata.namespace.as_deref() == Some(namespace)
                 && labels::label_value(&mc.name_any()) == *value
         })
-        .map(|mc| ObjectRef::from_obj(mc.as_ref()))
+        .map(|mc| crate::object_key(mc.as_ref()))
 }
 
 /// The labels that select a `Memcached`'s pods: `app: memcached`, `memcached_cr: <name>`.

@@ -145,7 +145,7 @@ impl<K: WithStatus> StatusWriter<K> {
 
     /// `obj` as cached, or, while the cache is behind a status write of ours, with that status.
     pub fn latest<'a>(&self, obj: &'a K) -> Cow<'a, K> {
-        let key = ObjectRef::from_obj(obj);
+        let key = crate::object_key(obj);
         let mut written = self.lock();
         match written.last.get(&key) {
             Some(last) if last.before.as_deref() == obj.resource_version().as_deref() => {
@@ -173,7 +173,7 @@ impl<K: WithStatus> StatusWriter<K> {
         status: K::Status,
         progress: Progress,
     ) -> Result<StatusWrite, Error> {
-        let key = ObjectRef::from_obj(obj);
+        let key = crate::object_key(obj);
         if obj.status() == Some(&status) {
             self.lock().held.remove(&key);
             return Ok(StatusWrite::Unchanged);

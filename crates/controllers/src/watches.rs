@@ -201,7 +201,11 @@ pub fn managed_pods() -> WatchSpec<PodMeta> {
     WatchSpec::labelled(labels::managed_selector())
         .keeping(|pod: &mut PodMeta| {
             strip_metadata(&mut pod.metadata);
-            pod.metadata.owner_references = None;
+            // Of a pod, the controllers read its name, labels and deletion only. Its uid and
+            // version would be kept twice (the cache's key copies both).
+            let meta = &mut pod.metadata;
+            (meta.owner_references, meta.uid) = (None, None);
+            (meta.resource_version, meta.generate_name) = (None, None);
         })
         .broadcasting(|old, new| {
             old.is_none_or(|old| {
