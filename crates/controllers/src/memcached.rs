@@ -32,7 +32,7 @@
 //!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
 //! 3. The status (`nodes`, `readyReplicas`, `observedGeneration`, conditions) is computed from
 //!    the Deployment and the cached pods, and written only when it changed; a state the rollout
-//!    passes through is written once it has stood for [`crate::status_writer::PROGRESS_HOLD`].
+//!    passes through is held back a moment (see [`crate::status_writer::StatusWriter`]).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

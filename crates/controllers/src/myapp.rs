@@ -12,8 +12,8 @@
 //! server-side applied with force. Every change to an owned Deployment triggers a reconcile, so
 //! a hand edit of a field this controller sets (the image, the replica count, the security
 //! context) is undone at once. Status: `replicas`, `readyReplicas`, `observedGeneration` and the
-//! conditions, written only when changed (a state the rollout passes through is written once it
-//! has stood for [`crate::status_writer::PROGRESS_HOLD`]).
+//! conditions, written only when changed (a state the rollout passes through is held back a
+//! moment: see [`crate::status_writer::StatusWriter`]).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

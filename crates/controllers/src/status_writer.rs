@@ -47,12 +47,18 @@ impl<K> WithStatus for K where
 /// had before it: while the cache still shows that version, [`StatusWriter::latest`] shows the
 /// written status instead.
 ///
-/// A status that moves from one state the rollout passes through to another
-/// ([`Progress::Moving`]) is written once it has stood for [`PROGRESS_HOLD`]: while the rollout
-/// keeps moving on, nothing is written, and when it settles, only the settled state. A rollout
-/// whose steps come faster than that reports its start and its end, not each pod; a step that
-/// lasts (a pod that does not get ready) is reported once it has lasted the hold; and a rollout
-/// that keeps moving for [`PROGRESS_MAX_HOLD`] reports where it stands then.
+/// A status of a rollout in motion ([`Progress::Moving`]) is held back for a moment, so that
+/// a rollout writes the states a user acts on rather than each step of each pod. What counts is
+/// its *phase*: its `observedGeneration` and each condition's type, status and reason (the
+/// Kubernetes API conventions' fields; messages, counts and lists are its details).
+/// - A new phase is written once it has stood for [`PROGRESS_HOLD`]; each newer phase starts
+///   the hold again, so a phase the rollout passes straight through is never written.
+/// - New details within the phase the object reports are written at most once per
+///   [`PROGRESS_MAX_HOLD`]; the same bound caps any hold.
+/// - A settled state (complete, failed, blocked) is written at once.
+///
+/// A rollout that finishes within the hold writes once, complete; one that waits on a slow
+/// cluster writes its start once it has stood, then its end.
 pub struct StatusWriter<K: WithStatus> {
     client: kube::Client,
     written: Mutex<Writes<K>>,
@@ -78,9 +84,9 @@ struct LastWrite<S> {
 struct Hold {
     /// When the first status held since the last write was computed.
     since: Instant,
-    /// A digest of the status held now, and since when it has stood.
-    digest: u64,
-    steady_since: Instant,
+    /// The phase of the status held now ([`phase_of`]), and since when it has stood.
+    phase: u64,
+    phase_since: Instant,
 }
 
 /// Writes remembered before old ones are first looked for (those of objects deleted before the
@@ -90,16 +96,14 @@ const PRUNE_AFTER: usize = 1024;
 /// How old a remembered write must be to be dropped then.
 const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
 
-/// How long a status of a rollout in motion must stand before it is written (see
+/// How long a new phase of a rollout in motion must stand before it is written (see
 /// [`StatusWriter`]). On a busy cluster the steps of one rollout come seconds apart (its
 /// controllers are the queue): a hold of one second wrote nearly every step, where
-/// controller-runtime's busier queue folds them, and a hold of five seconds from the first
-/// step still wrote a step of most rollouts at a thousand objects. A step, the first of a
-/// rollout included, is written once it has lasted this long; a rollout that ends sooner is
-/// written once, complete.
+/// controller-runtime's busier queue folds them.
 pub const PROGRESS_HOLD: Duration = Duration::from_secs(5);
 
-/// The longest a rollout that keeps moving goes without its status written.
+/// The longest a rollout in motion goes without its status written, and how often new details
+/// within one phase are written.
 pub const PROGRESS_MAX_HOLD: Duration = Duration::from_secs(30);
 
 /// What [`StatusWriter::write`] did.
@@ -179,7 +183,7 @@ impl<K: WithStatus> StatusWriter<K> {
             return Ok(StatusWrite::Unchanged);
         }
         if progress == Progress::Moving
-            && let Some(retry) = self.hold(key.clone(), &status)
+            && let Some(retry) = self.hold(key.clone(), &status, obj.status())
         {
             return Ok(StatusWrite::Held { retry });
         }
@@ -208,57 +212,63 @@ impl<K: WithStatus> StatusWriter<K> {
 }
 
 impl<K: WithStatus> StatusWriter<K> {
-    /// Holds `status`, a state of a rollout in motion, and returns how long until it may be
-    /// written; `None` when it has stood for [`PROGRESS_HOLD`] or the rollout has been held for
-    /// [`PROGRESS_MAX_HOLD`], so it is to be written now.
-    fn hold(&self, key: ObjectRef<K>, status: &K::Status) -> Option<Duration> {
-        let (now, digest) = (Instant::now(), digest_of(status));
+    /// Holds `status`, a state of a rollout in motion, of an object that reports `reported`,
+    /// and returns how long until it may be written; `None` when it is to be written now (see
+    /// [`StatusWriter`]).
+    fn hold(
+        &self,
+        key: ObjectRef<K>,
+        status: &K::Status,
+        reported: Option<&K::Status>,
+    ) -> Option<Duration> {
+        let (now, phase) = (Instant::now(), phase_of(Some(status)));
+        let new_phase = phase != phase_of(reported);
         let mut written = self.lock();
         let hold = written.held.entry(key).or_insert(Hold {
             since: now,
-            digest,
-            steady_since: now,
+            phase,
+            phase_since: now,
         });
-        if hold.digest != digest {
-            hold.digest = digest;
-            hold.steady_since = now;
+        if hold.phase != phase {
+            hold.phase = phase;
+            hold.phase_since = now;
         }
-        let steady_left = PROGRESS_HOLD.checked_sub(now - hold.steady_since)?;
         let held_left = PROGRESS_MAX_HOLD.checked_sub(now - hold.since)?;
-        Some(steady_left.min(held_left)).filter(|left| !left.is_zero())
+        let left = if new_phase {
+            PROGRESS_HOLD
+                .checked_sub(now - hold.phase_since)?
+                .min(held_left)
+        } else {
+            held_left
+        };
+        Some(left).filter(|left| !left.is_zero())
     }
 }
 
-/// A digest of `status` without its conditions' transition times: a condition that changes
-/// while its status is held gets the time of each reconcile that computes it, which is no new
-/// state of the rollout. Equal for equal states, without keeping a copy of each held status.
-fn digest_of<S: Serialize>(status: &S) -> u64 {
-    struct HashWriter(std::collections::hash_map::DefaultHasher);
-    impl std::io::Write for HashWriter {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            std::hash::Hasher::write(&mut self.0, bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
+/// A digest of the phase of `status`: its `observedGeneration`, and each condition's type,
+/// status and reason. Messages (which carry counts) and transition times are left out: a
+/// condition that changes while its status is held gets the time of each reconcile that
+/// computes it.
+fn phase_of<S: Serialize>(status: Option<&S>) -> u64 {
+    use serde_json::Value;
+    use std::hash::{Hash, Hasher};
+    let value = status
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    let field = |v: &Value, key: &str| v.get(key).map(Value::to_string).unwrap_or_default();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    field(&value, "observedGeneration").hash(&mut hasher);
+    for condition in value
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for key in ["type", "status", "reason"] {
+            field(condition, key).hash(&mut hasher);
         }
     }
-    fn without_transition_times(value: &mut serde_json::Value) {
-        match value {
-            serde_json::Value::Object(map) => {
-                map.remove("lastTransitionTime");
-                map.values_mut().for_each(without_transition_times);
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(without_transition_times),
-            _ => {}
-        }
-    }
-    // A status that does not serialize cannot be written either; the write reports that.
-    let mut value = serde_json::to_value(status).unwrap_or_default();
-    without_transition_times(&mut value);
-    let mut writer = HashWriter(std::collections::hash_map::DefaultHasher::new());
-    let _ = serde_json::to_writer(&mut writer, &value);
-    std::hash::Hasher::finish(&writer.0)
+    hasher.finish()
 }
 
 /// Writes `status` to `obj`'s status subresource (a merge patch: it replaces the lists).
@@ -366,93 +376,114 @@ mod tests {
         assert!(writer.lock().last.is_empty(), "the memory is dropped");
     }
 
-    #[test]
-    fn a_condition_changing_again_is_the_same_state() {
+    /// A status in the phase `reason` (of a `Progressing` condition), with `ready` replicas,
+    /// whose condition changed at `second`.
+    fn phase(reason: &str, ready: i32, second: i64) -> apis::MemcachedStatus {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-        let with_condition = |second: i64, status: &str| apis::MemcachedStatus {
+        apis::MemcachedStatus {
+            ready_replicas: ready,
+            observed_generation: Some(2),
             conditions: vec![Condition {
-                type_: "Available".into(),
-                status: status.into(),
-                reason: "ReplicasNotReady".into(),
-                message: "1 of 2 replicas ready".into(),
+                type_: "Progressing".into(),
+                status: "True".into(),
+                reason: reason.into(),
+                message: format!("{ready} of 3 replicas available"),
                 last_transition_time: Time(
                     k8s_openapi::jiff::Timestamp::from_second(second).expect("a time"),
                 ),
                 observed_generation: None,
             }],
             ..apis::MemcachedStatus::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_phase_is_the_generation_and_the_conditions_without_their_details() {
+        let of = |s: apis::MemcachedStatus| phase_of(Some(&s));
         assert_eq!(
-            digest_of(&with_condition(1, "False")),
-            digest_of(&with_condition(2, "False"))
+            of(phase("ScalingUp", 1, 1)),
+            of(phase("ScalingUp", 2, 2)),
+            "counts, messages and transition times are details"
         );
-        assert_ne!(
-            digest_of(&with_condition(1, "False")),
-            digest_of(&with_condition(1, "True"))
-        );
+        assert_ne!(of(phase("ScalingUp", 1, 1)), of(phase("RollingOut", 1, 1)));
+        let mut older = phase("ScalingUp", 1, 1);
+        older.observed_generation = Some(1);
+        assert_ne!(of(older.clone()), of(phase("ScalingUp", 1, 1)));
+        assert_ne!(of(older), phase_of::<apis::MemcachedStatus>(None));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_status_in_motion_waits_for_the_next_or_for_the_hold() {
         let (writer, server) = echo_writer();
         let sent = || server.requests().len();
-        let cached = memcached("1", 1);
-
-        let held = writer
-            .write(&cached, status(1), Progress::Moving)
-            .await
-            .expect("held");
-        assert_eq!(
-            held,
-            StatusWrite::Held {
-                retry: PROGRESS_HOLD
-            }
-        );
-        assert_eq!(sent(), 0);
-        // The rollout settles within the hold: only the settled status is written.
-        let settled = writer
-            .write(&cached, status(2), Progress::Settled)
-            .await
-            .expect("written");
-        assert_eq!((settled, sent()), (StatusWrite::Written, 1));
-
-        // A state that stands for the hold is written; each new state starts the hold again.
         let named = |name: &str| {
             let mut o = memcached("5", 1);
             o.metadata.name = Some(name.into());
             o
         };
-        let other = named("other");
-        let first = writer.write(&other, status(1), Progress::Moving).await;
-        assert!(matches!(first, Ok(StatusWrite::Held { .. })));
-        tokio::time::advance(PROGRESS_HOLD / 2).await;
-        let second = writer.write(&other, status(2), Progress::Moving).await;
+
+        // A rollout that settles within the hold writes only the settled status.
+        let quick = named("quick");
+        let held = writer
+            .write(&quick, phase("ScalingUp", 1, 0), Progress::Moving)
+            .await;
         assert_eq!(
-            second.expect("held"),
+            held.expect("held"),
+            StatusWrite::Held {
+                retry: PROGRESS_HOLD
+            }
+        );
+        let settled = writer.write(&quick, status(3), Progress::Settled).await;
+        assert_eq!(
+            (settled.expect("written"), sent()),
+            (StatusWrite::Written, 1)
+        );
+
+        // A new phase is written once it has stood for the hold; a newer one starts it again,
+        // and new details within it do not.
+        let slow = named("slow");
+        assert!(matches!(
+            writer
+                .write(&slow, phase("ScalingUp", 1, 0), Progress::Moving)
+                .await,
+            Ok(StatusWrite::Held { .. })
+        ));
+        tokio::time::advance(PROGRESS_HOLD / 2).await;
+        assert_eq!(
+            writer
+                .write(&slow, phase("RollingOut", 1, 2), Progress::Moving)
+                .await
+                .expect("held"),
             StatusWrite::Held {
                 retry: PROGRESS_HOLD
             },
-            "a new state stands from now"
+            "a new phase stands from now"
         );
         tokio::time::advance(PROGRESS_HOLD / 2).await;
-        let again = writer.write(&other, status(2), Progress::Moving).await;
         assert_eq!(
-            again.expect("held"),
+            writer
+                .write(&slow, phase("RollingOut", 2, 5), Progress::Moving)
+                .await
+                .expect("held"),
             StatusWrite::Held {
                 retry: PROGRESS_HOLD / 2
             },
-            "the same state keeps its time"
+            "new details keep the phase's time"
         );
         tokio::time::advance(PROGRESS_HOLD / 2).await;
-        let stood = writer.write(&other, status(2), Progress::Moving).await;
+        let stood = writer
+            .write(&slow, phase("RollingOut", 2, 7), Progress::Moving)
+            .await;
         assert_eq!((stood.expect("written"), sent()), (StatusWrite::Written, 2));
+        assert!(writer.lock().held.is_empty());
 
-        // A rollout that never stands still is written once it has been held the longest.
-        let busy = named("busy");
-        let step = PROGRESS_HOLD - Duration::from_secs(1);
-        let mut ready = 0;
+        // Within the phase the object reports, new details wait for the longest hold.
+        let mut reporting = named("reporting");
+        reporting.status = Some(phase("ScalingUp", 0, 0));
+        let step = PROGRESS_HOLD;
+        let mut ready = 1;
         while writer
-            .write(&busy, status(ready), Progress::Moving)
+            .write(&reporting, phase("ScalingUp", ready, 0), Progress::Moving)
             .await
             .expect("held or written")
             != StatusWrite::Written
@@ -460,11 +491,11 @@ mod tests {
             tokio::time::advance(step).await;
             ready += 1;
         }
-        let waited = step * u32::try_from(ready).expect("a few steps");
-        assert!(
-            (PROGRESS_MAX_HOLD..PROGRESS_MAX_HOLD + step).contains(&waited),
-            "written after {waited:?}"
+        let waited = step * u32::try_from(ready - 1).expect("a few steps");
+        assert_eq!(
+            waited, PROGRESS_MAX_HOLD,
+            "details are written after the longest hold"
         );
-        assert!(writer.lock().held.is_empty());
+        assert_eq!(sent(), 3);
     }
 }
