@@ -224,10 +224,13 @@ impl<K: WithStatus> OwnerTools<K> {
 pub const UNSEEN_FOR: Duration = Duration::from_secs(30);
 
 /// How long the Deployment controller gets to pick up a spec we wrote before the owner reports
-/// the rollout as it stands (that the Deployment controller has not seen it). It normally takes
-/// milliseconds; reporting that state each time would cost a status write per change for a
-/// state nobody sees, while a stalled Deployment controller is still reported.
-pub const OBSERVE_GRACE: Duration = Duration::from_secs(5);
+/// the rollout as it stands (that the Deployment controller has not seen it). On a quiet
+/// cluster it takes milliseconds, on a busy one (a thousand owners scaled at once) seconds:
+/// reporting that state each time would cost a status write per change for a state that ends
+/// on its own, so only a Deployment controller stalled for as long as a rollout's status is
+/// ever held ([`crate::status_writer::PROGRESS_MAX_HOLD`]) is reported. Until then the owner's
+/// `observedGeneration` stays at the generation whose rollout it last reported.
+pub const OBSERVE_GRACE: Duration = Duration::from_secs(30);
 
 /// Writes the Deployments one controller owns, from what the shared caches show, the way
 /// kube-controller-manager's controllers use "expectations".
