@@ -4,8 +4,11 @@
 //! shipped artefacts are the `manager` binary and the manifests under `deploy/`.
 
 mod bench;
+mod bundle;
+mod bundle_validator;
 mod cluster;
 mod demo;
+mod gomodule;
 mod image;
 mod manifests;
 mod setup;
@@ -38,6 +41,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         deploy_dir: Option<PathBuf>,
     },
+    /// Render the OLM bundle (ClusterServiceVersion, CRDs, metadata, bundle.Dockerfile) into
+    /// `bundle/` from the Rust types and the project metadata in Cargo.toml.
+    Bundle(bundle::BundleArgs),
     /// Run a real local Kubernetes control plane (etcd, API server, controller manager,
     /// scheduler, kwok fake nodes) built from source.
     Cluster {
@@ -99,6 +105,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Setup { check } => setup::run(check),
         Command::Image(args) => image::run(args),
+        Command::Bundle(args) => bundle::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,11 +6,13 @@
 //! writes the result under `deploy/`; [`generate`] in [`Mode::Check`] is what CI (and a test in
 //! this crate) runs to catch files that were not regenerated.
 
+pub mod bundle;
 mod crds;
 mod files;
 mod kustomize;
 mod manager;
 pub mod monitoring;
+pub mod project;
 pub mod rbac;
 mod samples;
 mod yaml;
@@ -18,6 +20,7 @@ mod yaml;
 use std::path::{Path, PathBuf};
 
 pub use files::{Mode, Outcome};
+pub use project::Project;
 
 /// Namespace the manager is installed into.
 pub const NAMESPACE: &str = "operator-system";
@@ -67,6 +70,23 @@ pub enum Error {
         /// `apiGroups`, `resources` or `verbs`.
         field: &'static str,
     },
+    /// The project metadata the bundle needs is missing or malformed.
+    #[error("project metadata: `{field}` {problem}")]
+    Metadata {
+        /// The field, as written in `Cargo.toml`.
+        field: String,
+        /// What is wrong, and where to set it.
+        problem: String,
+    },
+    /// `Cargo.toml` is no valid TOML, or a metadata key has the wrong type or is unknown.
+    #[error("cannot read the project metadata in {path}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// What the parser reported.
+        #[source]
+        source: Box<toml::de::Error>,
+    },
     /// The output directory or a file in it could not be read or written.
     #[error("cannot {action} {path}")]
     Io {
@@ -113,7 +133,23 @@ pub fn render() -> Result<Vec<GeneratedFile>, Error> {
 /// Rendering errors from [`render`], or [`Error::Io`] when the directory cannot be read or written.
 pub fn generate(deploy_dir: &Path, mode: Mode) -> Result<Outcome, Error> {
     let files = render()?;
-    files::sync(deploy_dir, &files, mode)
+    files::sync(deploy_dir, &files, yaml::HEADER, mode)
+}
+
+/// Renders the OLM bundle of `project` (whose files are relative to `root`) and writes it under
+/// `bundle_dir` ([`Mode::Write`]), or compares it with what is there ([`Mode::Check`]).
+///
+/// # Errors
+/// Rendering errors from [`bundle::render`], or [`Error::Io`] when the directory cannot be read
+/// or written.
+pub fn generate_bundle(
+    project: &Project,
+    root: &Path,
+    bundle_dir: &Path,
+    mode: Mode,
+) -> Result<Outcome, Error> {
+    let files = bundle::render(project, root)?;
+    files::sync(bundle_dir, &files, bundle::HEADER, mode)
 }
 
 #[cfg(test)]
@@ -128,6 +164,22 @@ mod tests {
         assert!(
             outcome.stale.is_empty(),
             "not up to date: run `cargo xtask manifests` and commit. Stale files: {:?}",
+            outcome.stale
+        );
+    }
+
+    /// The committed `bundle/` matches what the code and the project metadata render.
+    #[test]
+    fn bundle_directory_is_up_to_date() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cargo_toml = root.join("Cargo.toml");
+        let text = std::fs::read_to_string(&cargo_toml).expect("Cargo.toml");
+        let project = Project::from_cargo_toml(&cargo_toml, &text).expect("project metadata");
+        let outcome = generate_bundle(&project, &root, &root.join("bundle"), Mode::Check)
+            .expect("bundle renders");
+        assert!(
+            outcome.stale.is_empty(),
+            "not up to date: run `cargo xtask bundle` and commit. Stale files: {:?}",
             outcome.stale
         );
     }

@@ -159,7 +159,7 @@ fn scrape_annotations() -> BTreeMap<String, String> {
 /// Two leader-elected replicas: one reconciles, the other stands by so a rolling update or a
 /// lost node hands over in seconds. Restricted pod security, probes on the health port,
 /// POD_NAME / POD_NAMESPACE from the downward API (the Lease holder identity and namespace).
-fn deployment() -> Deployment {
+pub(crate) fn deployment() -> Deployment {
     let container = Container {
         name: "manager".to_owned(),
         image: Some(format!("{MANAGER_IMAGE}:{}", env!("CARGO_PKG_VERSION"))),
@@ -254,7 +254,7 @@ fn deployment() -> Deployment {
     }
 }
 
-fn metrics_service() -> Service {
+pub(crate) fn metrics_service() -> Service {
     let mut metadata = meta(&format!("{MANAGER_NAME}-metrics"), Some(NAMESPACE));
     metadata.annotations = Some(scrape_annotations());
     Service {

@@ -219,7 +219,7 @@ pub const METRICS_READER_ROLE: &str = "operator-manager-metrics-reader";
 
 /// What `--metrics-secure` asks of the API server for each scraper: a TokenReview and a
 /// SubjectAccessReview (both cluster-wide APIs, so a ClusterRole even for a namespaced install).
-fn metrics_auth_role() -> ClusterRole {
+pub(crate) fn metrics_auth_role() -> ClusterRole {
     let create = |group: &str, resource: &str| PolicyRule {
         api_groups: Some(vec![group.to_owned()]),
         resources: Some(vec![resource.to_owned()]),
@@ -250,7 +250,7 @@ fn metrics_auth_role_binding() -> ClusterRoleBinding {
 
 /// For scrapers (Prometheus's ServiceAccount): `get` on the non-resource URL `/metrics`. Bind
 /// it to whoever scrapes; nothing is bound by default.
-fn metrics_reader_role() -> ClusterRole {
+pub(crate) fn metrics_reader_role() -> ClusterRole {
     ClusterRole {
         metadata: meta(METRICS_READER_ROLE, None),
         rules: Some(vec![PolicyRule {
@@ -263,7 +263,7 @@ fn metrics_reader_role() -> ClusterRole {
 }
 
 /// Leases for leader election and Events about them, only in the manager's own namespace.
-fn leader_election_role() -> Role {
+pub(crate) fn leader_election_role() -> Role {
     let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
         api_groups: Some(vec![group.to_owned()]),
         resources: Some(vec![resource.to_owned()]),

@@ -11,7 +11,9 @@ pub const MEMCACHED_SAMPLE: &str = "memcached-sample";
 /// Name of the sample MyApp.
 pub const MYAPP_SAMPLE: &str = "myapp-sample";
 
-pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
+/// The samples with their paths under `deploy/`: the tutorial's objects, and the bundle's
+/// `alm-examples`.
+pub(crate) fn objects() -> Result<Vec<(&'static str, serde_json::Value)>, Error> {
     let memcached = Memcached::new(
         MEMCACHED_SAMPLE,
         MemcachedSpec {
@@ -39,14 +41,22 @@ pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
     files
         .into_iter()
         .map(|(path, value)| {
-            let path_buf = PathBuf::from(path);
             let value = value.map_err(|e| Error::Render {
-                path: path_buf.clone(),
+                path: PathBuf::from(path),
                 source: <yaml_serde::Error as serde::ser::Error>::custom(e),
             })?;
+            Ok((path, value))
+        })
+        .collect()
+}
+
+pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
+    objects()?
+        .into_iter()
+        .map(|(path, value)| {
             let contents = yaml::render_documents(Path::new(path), &[value])?;
             Ok(GeneratedFile {
-                path: path_buf,
+                path: PathBuf::from(path),
                 contents,
             })
         })

@@ -18,7 +18,16 @@ const LEADING_KEYS: &[&str] = &["apiVersion", "kind", "metadata", "name", "names
 
 /// Renders `docs` as one YAML file of `---`-separated documents, behind the generated header.
 pub fn render_documents<T: Serialize>(path: &Path, docs: &[T]) -> Result<String, Error> {
-    let mut out = String::from(HEADER);
+    render_documents_with(HEADER, path, docs)
+}
+
+/// [`render_documents`] behind `header` (the bundle's names its own command).
+pub fn render_documents_with<T: Serialize>(
+    header: &str,
+    path: &Path,
+    docs: &[T],
+) -> Result<String, Error> {
+    let mut out = String::from(header);
     for (index, doc) in docs.iter().enumerate() {
         if index > 0 {
             out.push_str("---\n");

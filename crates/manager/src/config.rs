@@ -1141,6 +1141,17 @@ mod tests {
         assert_eq!(names(config), ["a", "b"]);
         let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
         assert!(names(config).is_empty(), "every namespace by default");
+        // What OLM's `olm.targetNamespaces` annotation gives the bundle's Deployment: empty for
+        // every namespace, else a comma-separated list.
+        let config = load(&Flags::default(), env(&[("MANAGER_NAMESPACE", "")]), KNOWN).unwrap();
+        assert!(names(config).is_empty(), "an empty list is every namespace");
+        let config = load(
+            &Flags::default(),
+            env(&[("MANAGER_NAMESPACE", "a,b")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(names(config), ["a", "b"]);
     }
 
     #[test]
