@@ -21,6 +21,21 @@ pub enum Error {
         field: &'static str,
     },
 
+    /// Two declared admission webhooks share a name or a path.
+    #[error(
+        "controller {controller} declares webhook {name} at {path}, but webhook {twin} already has that name or path"
+    )]
+    DuplicateWebhook {
+        /// The controller declaring the second one.
+        controller: &'static str,
+        /// The second webhook's name.
+        name: String,
+        /// The second webhook's path.
+        path: String,
+        /// The webhook declared first.
+        twin: String,
+    },
+
     /// An object could not be serialized (to compare it with what was applied before).
     #[error("cannot serialize the desired {kind}")]
     Serialize {
@@ -144,6 +159,7 @@ impl Error {
             Error::RbacMissing { .. } => "rbac_missing",
             Error::Panicked { .. } => "panic",
             Error::Serialize { .. } => "serialize",
+            Error::DuplicateWebhook { .. } => "duplicate_webhook",
             Error::Controller { source, .. } => source.metric_label(),
         }
     }

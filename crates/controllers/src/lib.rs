@@ -9,8 +9,11 @@
 //! selector shared by all of them ([`watches`]), and one driver ([`driver`]) that gives every
 //! controller the same metrics, per-object backoff, tracing span, concurrency bound and graceful
 //! shutdown. A controller module ([`memcached`], [`myapp`]) declares with the [`builder`] what it
-//! is for, owns and watches, and how to reconcile; nothing else.
+//! is for, owns and watches, and how to reconcile; nothing else. Its registration also lists
+//! the admission webhooks of its type ([`webhook`], rules in [`admission`]), which the manager
+//! serves and `cargo xtask manifests` renders into webhook configurations.
 
+pub mod admission;
 pub mod backoff;
 pub mod builder;
 pub mod children;
@@ -33,6 +36,7 @@ pub mod scope;
 pub mod status;
 pub mod status_writer;
 pub mod watches;
+pub mod webhook;
 pub mod writes;
 
 pub use error::Error;
@@ -190,6 +194,13 @@ pub trait ManagedController: Send + Sync {
     /// Runs the controller until `shutdown` is cancelled, then lets in-flight reconciles finish
     /// and returns. Returns early only on an unrecoverable error.
     fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>>;
+
+    /// The admission webhooks of the type this controller reconciles. The manager serves them
+    /// on every replica, whether or not this controller is enabled or leading: the cluster
+    /// calls them for every write of the type.
+    fn webhooks(&self) -> Vec<webhook::AdmissionWebhook> {
+        Vec::new()
+    }
 }
 
 /// A controller as its module declares it: a name, its RBAC rules and how to run it.
@@ -201,6 +212,8 @@ pub struct Registration {
     pub rbac_rules: &'static [PolicyRule],
     /// See [`ManagedController::run`].
     pub run: fn(RunContext) -> BoxFuture<'static, Result<(), Error>>,
+    /// See [`ManagedController::webhooks`].
+    pub webhooks: fn() -> Vec<webhook::AdmissionWebhook>,
 }
 
 impl Registration {
@@ -214,7 +227,13 @@ impl Registration {
             name,
             rbac_rules,
             run,
+            webhooks: Vec::new,
         }
+    }
+
+    /// The same controller, declaring the admission webhooks `webhooks` returns.
+    pub const fn with_webhooks(self, webhooks: fn() -> Vec<webhook::AdmissionWebhook>) -> Self {
+        Self { webhooks, ..self }
     }
 }
 
@@ -230,6 +249,38 @@ impl ManagedController for Registration {
     fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>> {
         (self.run)(ctx)
     }
+
+    fn webhooks(&self) -> Vec<webhook::AdmissionWebhook> {
+        (self.webhooks)()
+    }
+}
+
+/// Every admission webhook of `controllers`, in their order.
+///
+/// # Errors
+/// When two webhooks share a name or a path: the configurations and the server could not tell
+/// them apart.
+pub fn webhooks(
+    controllers: &[Box<dyn ManagedController>],
+) -> Result<Vec<webhook::AdmissionWebhook>, Error> {
+    let mut all: Vec<webhook::AdmissionWebhook> = Vec::new();
+    for controller in controllers {
+        for hook in controller.webhooks() {
+            if let Some(twin) = all
+                .iter()
+                .find(|w| w.name == hook.name || w.path == hook.path)
+            {
+                return Err(Error::DuplicateWebhook {
+                    controller: controller.name(),
+                    name: hook.name,
+                    path: hook.path,
+                    twin: twin.name.clone(),
+                });
+            }
+            all.push(hook);
+        }
+    }
+    Ok(all)
 }
 
 /// Every controller in the workspace, in a stable order.
@@ -264,6 +315,33 @@ mod tests {
                 assert!(!rule.resources.is_empty() && !rule.verbs.is_empty());
             }
         }
+    }
+
+    #[test]
+    fn every_webhook_is_listed_once() {
+        let names: Vec<String> = webhooks(&all())
+            .expect("no duplicates")
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "mmemcached-v1alpha1.cache.example.com",
+                "vmemcached-v1alpha1.cache.example.com",
+                "mmyapp-v1.myscheme.example.com",
+                "vmyapp-v1.myscheme.example.com",
+            ]
+        );
+        let twice: Vec<Box<dyn ManagedController>> = vec![
+            Box::new(memcached::CONTROLLER),
+            Box::new(memcached::CONTROLLER),
+        ];
+        let error = webhooks(&twice).expect_err("declared twice").to_string();
+        assert!(
+            error.contains("mmemcached-v1alpha1.cache.example.com"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -86,7 +86,8 @@ pub const RUN_AS_USER: i64 = 11211;
 pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
 
 /// The Memcached controller, as registered in [`crate::all`].
-pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::pin(run(ctx)));
+pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::pin(run(ctx)))
+    .with_webhooks(crate::admission::memcached::webhooks);
 
 static RULES: [PolicyRule; 9] = crate::controller_rules!(
     "cache.example.com",

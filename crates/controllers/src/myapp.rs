@@ -52,7 +52,8 @@ pub const CONTROLLER: Registration = Registration::new(
     NAME,
     &crate::controller_rules!("myscheme.example.com", "myapps", rbac::DEPLOYMENTS),
     |ctx| Box::pin(run(ctx)),
-);
+)
+.with_webhooks(crate::admission::myapp::webhooks);
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
     let builder = Builder::<MyApp>::new(NAME, &ctx);
