@@ -159,6 +159,14 @@ fn each_bad_value_exits_2_naming_key_and_source() -> Result<()> {
             ],
         ),
         (
+            vec!["--webhook-bind-address=127.0.0.1:0"],
+            vec![],
+            vec![
+                "webhook_bind_address (from flag --webhook-bind-address)".into(),
+                "needs webhook_cert_path".into(),
+            ],
+        ),
+        (
             vec![],
             vec![("MANAGER_LEASE_DURATION", "15")],
             vec![

@@ -8,6 +8,8 @@
 //! | `metrics_secure`             | `MANAGER_METRICS_SECURE`             | `--metrics-secure[=BOOL]`       | `false`                      |
 //! | `metrics_cert_path`          | `MANAGER_METRICS_CERT_PATH`          | `--metrics-cert-path`           | none (self-signed)           |
 //! | `health_probe_bind_address`  | `MANAGER_HEALTH_PROBE_BIND_ADDRESS`  | `--health-probe-bind-address`   | `:8081` (`0` disables)       |
+//! | `webhook_bind_address`       | `MANAGER_WEBHOOK_BIND_ADDRESS`       | `--webhook-bind-address`        | `0` (disabled)               |
+//! | `webhook_cert_path`          | `MANAGER_WEBHOOK_CERT_PATH`          | `--webhook-cert-path`           | none                         |
 //! | `leader_elect`               | `MANAGER_LEADER_ELECT`               | `--leader-elect[=BOOL]`         | `false`                      |
 //! | `leader_election_id`         | `MANAGER_LEADER_ELECTION_ID`         | `--leader-election-id`          | `operator-manager-leader`    |
 //! | `leader_election_namespace`  | `MANAGER_LEADER_ELECTION_NAMESPACE`  | `--leader-election-namespace`   | see below                    |
@@ -34,6 +36,11 @@
 //!   ClusterRole); off by default for a local run, on in the generated Deployment (port 8443,
 //!   as Kubebuilder). `metrics_cert_path` names a directory with `tls.crt` and `tls.key` (read
 //!   again when they change); without it the certificate is self-signed at start.
+//! - `webhook_bind_address` serves the admission webhooks the controllers declare, over HTTPS,
+//!   on every replica (admission is not leader-gated), e.g. `:9443` (Kubebuilder's port);
+//!   `/readyz` fails until it serves. It takes `webhook_cert_path`, a directory with `tls.crt`
+//!   and `tls.key` (read again when they change), whose CA the webhook configurations must
+//!   carry (cert-manager's CA injector, OLM).
 //! - `leader_elect` defaults to `false`, as in Kubebuilder's scaffold, so a developer running
 //!   the manager against their own cluster does not need a Lease; the generated Deployment
 //!   passes `--leader-elect`.
@@ -79,6 +86,8 @@ pub const KEYS: &[&str] = &[
     "metrics_secure",
     "metrics_cert_path",
     "health_probe_bind_address",
+    "webhook_bind_address",
+    "webhook_cert_path",
     "leader_elect",
     "leader_election_id",
     "leader_election_namespace",
@@ -106,6 +115,11 @@ pub struct Config {
     pub metrics_cert_path: Option<PathBuf>,
     /// Where `/healthz` and `/readyz` are served.
     pub health_probe_bind_address: BindAddress,
+    /// Where the admission webhooks are served.
+    pub webhook_bind_address: BindAddress,
+    /// A directory with the webhooks' `tls.crt` and `tls.key`; provisioned without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_cert_path: Option<PathBuf>,
     /// Run controllers only while holding the leader-election Lease.
     pub leader_elect: bool,
     /// Name of the Lease.
@@ -156,6 +170,8 @@ impl Default for Config {
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 8081,
             )),
+            webhook_bind_address: BindAddress::Disabled,
+            webhook_cert_path: None,
             leader_elect: false,
             leader_election_id: "operator-manager-leader".to_owned(),
             leader_election_namespace: None,
@@ -199,6 +215,12 @@ pub struct Flags {
     /// Address of the health probe endpoints; `0` disables them
     #[arg(long, value_name = "ADDR")]
     pub health_probe_bind_address: Option<String>,
+    /// Address of the admission webhook server (HTTPS), e.g. `:9443`; `0` disables it
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_bind_address: Option<String>,
+    /// Directory holding the webhooks' `tls.crt` and `tls.key`
+    #[arg(long, value_name = "DIR")]
+    pub webhook_cert_path: Option<String>,
     /// Enable leader election (`--leader-elect` or `--leader-elect=false`)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub leader_elect: Option<String>,
@@ -245,6 +267,8 @@ impl Flags {
             ("metrics_secure", &self.metrics_secure),
             ("metrics_cert_path", &self.metrics_cert_path),
             ("health_probe_bind_address", &self.health_probe_bind_address),
+            ("webhook_bind_address", &self.webhook_bind_address),
+            ("webhook_cert_path", &self.webhook_cert_path),
             ("leader_elect", &self.leader_elect),
             ("leader_election_id", &self.leader_election_id),
             ("leader_election_namespace", &self.leader_election_namespace),
@@ -840,6 +864,20 @@ fn check(
             ),
         );
     }
+    match (&config.webhook_cert_path, config.webhook_bind_address) {
+        (Some(_), BindAddress::Disabled) => problem(
+            "webhook_cert_path",
+            format!(
+                "is set, but webhook_bind_address is 0 (from {}): the certificate would not be used",
+                from("webhook_bind_address")
+            ),
+        ),
+        (None, BindAddress::Listen(_)) => problem(
+            "webhook_bind_address",
+            "serves the webhooks over HTTPS, which needs webhook_cert_path: a directory with tls.crt and tls.key".to_owned(),
+        ),
+        _ => {}
+    }
     if config.max_concurrent_reconciles == 0 {
         problem("max_concurrent_reconciles", "must be at least 1".to_owned());
     }
@@ -978,11 +1016,52 @@ mod tests {
     }
 
     #[test]
+    fn webhooks_need_an_address_and_a_certificate_together() {
+        let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
+        assert_eq!(config.webhook_bind_address, BindAddress::Disabled);
+        assert_eq!(config.webhook_cert_path, None);
+        let p = one_problem(load(
+            &flags(&["--webhook-bind-address=:9443"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("webhook_bind_address", "flag --webhook-bind-address")
+        );
+        assert!(p.message.contains("webhook_cert_path"), "{p}");
+        let config = load(
+            &flags(&[
+                "--webhook-bind-address=127.0.0.1:0",
+                "--webhook-cert-path=/certs",
+            ]),
+            env(&[]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(config.webhook_cert_path, Some(PathBuf::from("/certs")));
+        let p = one_problem(load(
+            &flags(&["--webhook-cert-path=/certs"]),
+            env(&[("MANAGER_WEBHOOK_BIND_ADDRESS", "0")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("webhook_cert_path", "flag --webhook-cert-path")
+        );
+        assert!(
+            p.message.contains("env var MANAGER_WEBHOOK_BIND_ADDRESS"),
+            "{p}"
+        );
+    }
+
+    #[test]
     fn keys_cover_every_field() {
         let mut serialized: Vec<String> = defaults().unwrap().into_keys().collect();
         // The optional keys with no default.
         serialized.push("leader_election_namespace".to_owned());
         serialized.push("metrics_cert_path".to_owned());
+        serialized.push("webhook_cert_path".to_owned());
         serialized.sort();
         let mut keys: Vec<String> = KEYS.iter().map(|k| (*k).to_owned()).collect();
         keys.sort();

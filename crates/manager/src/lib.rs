@@ -7,7 +7,8 @@
 //! - [`config`]: defaults < file < `MANAGER_*` environment < flags, checked as a whole.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`fence`]: the check every controller write passes: this replica leads, on time.
-//! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`server`]: `/metrics`, `/healthz`, `/readyz`, and the listeners of the webhooks.
+//! - [`webhooks`]: the admission webhook endpoints.
 //! - [`telemetry`]: logs and the metrics registry.
 //! - [`manager`]: the start-up and shutdown order.
 
@@ -23,6 +24,7 @@ pub mod metrics_auth;
 pub mod server;
 pub mod telemetry;
 pub mod tls;
+pub mod webhooks;
 
 pub use config::Config;
 pub use error::Error;

@@ -12,6 +12,15 @@ fn main() -> ExitCode {
     let flags = Flags::parse();
     let all = controllers::all();
     let names: Vec<&str> = all.iter().map(|c| c.name()).collect();
+    // Every registered controller's webhooks are served, enabled or not: the cluster calls
+    // them for every write of their types.
+    let webhooks = match controllers::webhooks(&all) {
+        Ok(webhooks) => webhooks,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
     let config = match config::load(&flags, env, &names) {
@@ -42,7 +51,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(manager::manager::run(config, enabled)) {
+    match runtime.block_on(manager::manager::run(config, enabled, webhooks)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             let code = error.exit_code();

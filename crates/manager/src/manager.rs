@@ -1,11 +1,11 @@
 //! The lifecycle: start in a fixed order, run controllers only while leading, shut down in
 //! reverse.
 //!
-//! Start: signal handlers, metrics registry, HTTP endpoints, cluster connection (readiness
-//! turns on), leader election, controllers. Stop on SIGTERM/SIGINT: readiness turns off,
-//! controllers finish in-flight reconciles (bounded by the shutdown timeout, then aborted)
-//! while the Lease is still renewed, the Lease is released once every controller task has
-//! returned, the HTTP endpoints close; exit 0. A second signal exits at once with status 1.
+//! Start: signal handlers, metrics registry, HTTP endpoints, cluster connection, the webhook
+//! server (readiness turns on once it serves), leader election, controllers. Stop on
+//! SIGTERM/SIGINT: readiness turns off, controllers finish in-flight reconciles (bounded by
+//! the shutdown timeout, then aborted) while the Lease is still renewed, the Lease is released
+//! once every controller task has returned, the HTTP endpoints close; exit 0. A second signal exits at once with status 1.
 //! Lost leadership aborts the controllers at once (a standby may lead already) and, like a
 //! failed controller, ends the process with status 1.
 //!
@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use controllers::webhook::AdmissionWebhook;
 use controllers::{ManagedController, RunOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,7 @@ const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 pub async fn run(
     config: Config,
     controllers: Vec<Box<dyn ManagedController>>,
+    webhooks: Vec<AdmissionWebhook>,
 ) -> Result<(), Error> {
     let shutdown = install_signal_handlers()?;
     log_configuration(&config, &controllers);
@@ -62,6 +64,13 @@ pub async fn run(
         Some(_) if config.metrics_secure => Some(serving_cert(&config)?),
         _ => None,
     };
+    let webhook_files = match (
+        config.webhook_bind_address.socket_addr(),
+        &config.webhook_cert_path,
+    ) {
+        (Some(_), Some(dir)) => Some(ServingCert::from_dir(dir)?),
+        _ => None,
+    };
     let identity = leader::default_identity();
     let connection = Connection::new(&identity, &registry).await?;
     let metrics_endpoint =
@@ -75,7 +84,7 @@ pub async fn run(
                     auth: Arc::new(MetricsAuth::new(connection.client.clone())),
                 }),
             });
-    let servers = Servers::start(
+    let mut servers = Servers::start(
         metrics_endpoint,
         config.health_probe_bind_address.socket_addr(),
         registry.clone(),
@@ -91,11 +100,17 @@ pub async fn run(
         });
     }
 
+    let webhooks = Webhooks {
+        list: webhooks,
+        files: webhook_files,
+    };
     let result = run_connected(
         &config,
         identity,
         connection,
         controllers,
+        webhooks,
+        &mut servers,
         metrics,
         fence.clone(),
         &health,
@@ -117,12 +132,20 @@ pub async fn run(
     result
 }
 
+/// The admission webhooks to serve, and their certificate (none when the server is off).
+struct Webhooks {
+    list: Vec<AdmissionWebhook>,
+    files: Option<Arc<ServingCert>>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_connected(
     config: &Config,
     identity: String,
     connection: Connection,
     controllers: Vec<Box<dyn ManagedController>>,
+    webhooks: Webhooks,
+    servers: &mut Servers,
     metrics: Arc<controllers::Metrics>,
     fence: Option<WriteFence>,
     health: &Health,
@@ -135,6 +158,10 @@ async fn run_connected(
     } = connection;
     if !wait_for_api_server(&client, shutdown).await {
         return Ok(());
+    }
+    if let (Some(address), Some(cert)) = (config.webhook_bind_address.socket_addr(), webhooks.files)
+    {
+        servers.serve_webhooks(address, webhooks.list, cert).await?;
     }
     health.set_ready(!shutdown.is_cancelled());
     let options = RunOptions {
@@ -472,6 +499,7 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
     tracing::info!(
         metrics_bind_address = %config.metrics_bind_address,
         health_probe_bind_address = %config.health_probe_bind_address,
+        webhook_bind_address = %config.webhook_bind_address,
         leader_elect = config.leader_elect,
         leader_election_id = %config.leader_election_id,
         leader_election_namespace = config.leader_election_namespace.as_deref().unwrap_or("(auto)"),

@@ -1,5 +1,5 @@
 //! The HTTP endpoints: `/metrics` on the metrics address, `/healthz` and `/readyz` on the
-//! probe address. They run on every replica, leader or not.
+//! probe address, the admission webhooks on theirs. They run on every replica, leader or not.
 //!
 //! With `--metrics-secure`, `/metrics` is served over TLS ([`crate::tls`]) to scrapers whose
 //! token the API server authenticates and authorizes ([`crate::metrics_auth`]); the probes stay
@@ -84,6 +84,8 @@ pub struct Servers {
     pub metrics: Option<SocketAddr>,
     /// Where the probes listen, when enabled.
     pub probes: Option<SocketAddr>,
+    /// Where the admission webhooks listen, once served ([`Servers::serve_webhooks`]).
+    pub webhooks: Option<SocketAddr>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -103,6 +105,7 @@ impl Servers {
         let mut servers = Self {
             metrics: None,
             probes: None,
+            webhooks: None,
             stop: stop.clone(),
             tasks: Vec::new(),
         };
@@ -117,9 +120,10 @@ impl Servers {
                 )),
                 None => router,
             };
+            let cert = endpoint.secure.map(|secure| secure.cert);
             servers.metrics = Some(
                 servers
-                    .serve("metrics", endpoint.address, router, endpoint.secure)
+                    .serve("metrics", endpoint.address, router, cert)
                     .await?,
             );
         }
@@ -137,12 +141,36 @@ impl Servers {
         Ok(servers)
     }
 
+    /// Serves the admission `webhooks` over HTTPS with `cert` on `address` (see
+    /// [`crate::webhooks`]); returns where it listens.
+    ///
+    /// # Errors
+    /// [`Error::Bind`] when the address cannot be bound, [`Error::Tls`] when the TLS
+    /// configuration is refused.
+    pub async fn serve_webhooks(
+        &mut self,
+        address: SocketAddr,
+        webhooks: Vec<controllers::webhook::AdmissionWebhook>,
+        cert: Arc<ServingCert>,
+    ) -> Result<SocketAddr, Error> {
+        let local = self
+            .serve(
+                "webhooks",
+                address,
+                crate::webhooks::router(webhooks),
+                Some(cert),
+            )
+            .await?;
+        self.webhooks = Some(local);
+        Ok(local)
+    }
+
     async fn serve(
         &mut self,
         endpoint: &'static str,
         address: SocketAddr,
         router: Router,
-        secure: Option<Secure>,
+        cert: Option<Arc<ServingCert>>,
     ) -> Result<SocketAddr, Error> {
         let bind_error = |source| Error::Bind {
             endpoint,
@@ -154,7 +182,7 @@ impl Servers {
             .map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
         let stop = self.stop.clone();
-        let Some(secure) = secure else {
+        let Some(cert) = cert else {
             tracing::info!(%endpoint, address = %local, "serving over HTTP");
             self.tasks.push(tokio::spawn(async move {
                 if let Err(error) = axum::serve(listener, router)
@@ -166,10 +194,10 @@ impl Servers {
             }));
             return Ok(local);
         };
-        let config = tls::server_config(secure.cert.clone())?;
+        let config = tls::server_config(cert.clone())?;
         let listener = TlsListener::new(listener, config).map_err(bind_error)?;
-        tracing::info!(%endpoint, address = %local, "serving over HTTPS, to authorized scrapers only");
-        self.tasks.extend(secure.cert.watch(stop.clone()));
+        tracing::info!(%endpoint, address = %local, "serving over HTTPS");
+        self.tasks.extend(cert.watch(stop.clone()));
         self.tasks.push(tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router)
                 .with_graceful_shutdown(stop.cancelled_owned())
@@ -279,12 +307,63 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn webhooks_are_served_over_tls_with_the_given_certificate() {
+        use rustls::pki_types::ServerName;
+
+        let registry = crate::telemetry::registry().unwrap();
+        let mut servers = Servers::start(None, None, registry, Arc::new(Health::default()))
+            .await
+            .unwrap();
+        let cert = ServingCert::self_signed(&["localhost".to_owned()]).unwrap();
+        let webhooks = controllers::webhooks(&controllers::all()).unwrap();
+        let address = servers
+            .serve_webhooks(([127, 0, 0, 1], 0).into(), webhooks, cert.clone())
+            .await
+            .unwrap();
+        assert_eq!(servers.webhooks, Some(address));
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.chain()[0].clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#;
+        let request = format!(
+            "POST /validate-cache-example-com-v1alpha1-memcached HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        tls.write_all(body).await.unwrap();
+        let mut response = Vec::new();
+        // The server closes without a TLS close_notify when it shuts the connection; what
+        // arrived before is the answer.
+        let _ = tls.read_to_end(&mut response).await;
+        let response = String::from_utf8_lossy(&response);
+        assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+        assert!(response.contains("has no request"), "{response}");
+
+        servers.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
     async fn disabled_endpoints_bind_nothing() {
         let registry = crate::telemetry::registry().unwrap();
         let servers = Servers::start(None, None, registry, Arc::new(Health::default()))
             .await
             .unwrap();
-        assert_eq!((servers.metrics, servers.probes), (None, None));
+        assert_eq!(
+            (servers.metrics, servers.probes, servers.webhooks),
+            (None, None, None)
+        );
         servers.shutdown(Duration::from_secs(1)).await;
     }
 }
