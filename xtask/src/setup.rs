@@ -1,16 +1,23 @@
 //! `cargo xtask setup`: installs the distribution packages the local cluster's real node and the
 //! in-cluster tests need (containerd, runc, CNI plugins, iptables, memcached, a C compiler for
-//! the pod sandbox, skopeo and podman), so a fresh machine needs nothing done by hand.
+//! the pod sandbox, skopeo, podman and Docker), so a fresh machine needs nothing done by hand.
 
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
 /// Packages beyond the real node's own: the C toolchain that compiles `pause`, memcached (the
-/// image the tests run), and skopeo and podman, which the tests load the built images with as
-/// users without containerd would. (Prometheus is built from source with the control plane: the
+/// image the tests run), and skopeo, podman and Docker, which the tests load the built images
+/// with as users without containerd would. (Prometheus is built from source with the control plane: the
 /// distribution's lacks Kubernetes service discovery.)
-const EXTRA_PACKAGES: [&str; 5] = ["gcc", "libc6-dev", "memcached", "skopeo", "podman"];
+const EXTRA_PACKAGES: [&str; 6] = [
+    "gcc",
+    "libc6-dev",
+    "memcached",
+    "skopeo",
+    "podman",
+    "docker.io",
+];
 
 /// Every package, in install order.
 pub fn packages() -> Vec<&'static str> {

@@ -1,10 +1,12 @@
 //! The archive loads with the tools users load images with, not only with containerd: Docker's
 //! archive format (`manifest.json`, what `docker load` reads) through `skopeo`'s
-//! `docker-archive:` transport, the OCI layout through `oci-archive:`, and `podman load` into a
-//! throwaway store. No daemon is needed for any of them; `cargo xtask setup` installs both.
+//! `docker-archive:` transport, the OCI layout through `oci-archive:`, `podman load` into a
+//! throwaway store, and `docker load` into a Docker daemon of the test's own. `cargo xtask setup`
+//! installs all three.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use ociimage::{Image, ImageConfig, ImageFile, Metadata, Platform, Port, Reference, User};
 use serde_json::Value;
@@ -176,4 +178,98 @@ fn podman_loads_the_archive_under_its_name() {
         format!("sha256:{}", inspected["Id"].as_str().unwrap_or_default()),
         image.config_digest
     );
+}
+
+/// A Docker daemon of the test's own: its state, socket and managed containerd live in a temp
+/// directory, and it touches neither the host's network (no bridge, no iptables) nor a daemon the
+/// machine may already run. Stopped (SIGTERM, then waited for) when dropped.
+struct PrivateDocker {
+    daemon: Child,
+    socket: PathBuf,
+}
+
+impl PrivateDocker {
+    fn start(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).expect("creating the daemon's directory");
+        let socket = dir.join("docker.sock");
+        let log = std::fs::File::create(dir.join("dockerd.log")).expect("creating the daemon log");
+        let daemon = Command::new("dockerd")
+            .arg("--host")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("exec"))
+            .arg("--pidfile")
+            .arg(dir.join("dockerd.pid"))
+            .args(["--bridge=none", "--iptables=false", "--ip6tables=false"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("cloning the log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run dockerd ({e}); install it with `cargo xtask setup` (as root)")
+            });
+        let docker = Self { daemon, socket };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let answered = Command::new("docker")
+                .args(["--host", &docker.host(), "version"])
+                .output()
+                .is_ok_and(|out| out.status.success());
+            if answered {
+                return docker;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dockerd did not answer on {} within 60 s; read {}",
+                docker.socket.display(),
+                dir.join("dockerd.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let host = self.host();
+        let mut all = vec!["--host", host.as_str()];
+        all.extend_from_slice(args);
+        run("docker", &all)
+    }
+}
+
+impl Drop for PrivateDocker {
+    fn drop(&mut self) {
+        // SIGTERM lets dockerd stop the containerd it started and unmount its state.
+        if let Ok(pid) = i32::try_from(self.daemon.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let _ = self.daemon.wait();
+    }
+}
+
+#[test]
+fn docker_loads_the_archive_under_its_name() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let image = built(dir.path());
+    let docker = PrivateDocker::start(&dir.path().join("docker"));
+
+    let loaded = docker.run(&["load", "--input", &image.archive.display().to_string()]);
+    let said = String::from_utf8_lossy(&loaded.stdout);
+    let name = format!("{TITLE}:{VERSION}");
+    assert!(said.contains(&name), "docker load says: {said}");
+
+    let inspected = json(&docker.run(&["image", "inspect", &name]));
+    let inspected = &inspected[0];
+    assert_labels(&inspected["Config"]["Labels"], "docker");
+    assert_eq!(inspected["Config"]["User"], "65532:65532");
+    assert_eq!(inspected["Config"]["Entrypoint"][0], "/program");
+    assert_eq!(inspected["Id"], image.config_digest.as_str());
 }
