@@ -194,8 +194,41 @@ fn cluster_service_version(
             "customresourcedefinitions": {
                 "owned": crds.iter().flat_map(owned_crd).collect::<Vec<_>>(),
             },
+            "webhookdefinitions": webhook_definitions()?,
         },
     }))
+}
+
+/// Where OLM mounts the serving certificate it makes for the webhooks it installs.
+pub const OLM_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+
+/// The declared admission webhooks, for OLM to install: it makes their configurations, Service
+/// and certificate itself (mounted at [`OLM_WEBHOOK_CERT_DIR`]), so the manager provisions none.
+fn webhook_definitions() -> Result<Value, Error> {
+    let definitions: Vec<Value> = crate::webhooks::declared()?
+        .iter()
+        .map(|hook| {
+            let kind = match hook.kind {
+                controllers::webhook::AdmissionKind::Defaulting => "MutatingAdmissionWebhook",
+                controllers::webhook::AdmissionKind::Validating => "ValidatingAdmissionWebhook",
+            };
+            json!({
+                "type": kind,
+                "generateName": hook.name,
+                "deploymentName": MANAGER_NAME,
+                "containerPort": crate::webhooks::SERVICE_PORT,
+                "targetPort": controllers::webhook::PORT,
+                "webhookPath": hook.path,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "timeoutSeconds": controllers::webhook::TIMEOUT_SECONDS,
+                "rules": crate::webhooks::rules(hook),
+            })
+        })
+        .collect();
+    Ok(Value::Array(definitions))
 }
 
 /// Every mode: the manager watches the namespaces OLM's OperatorGroup targets (all of them,
@@ -240,6 +273,10 @@ fn install_spec(controllers: &[Box<dyn controllers::ManagedController>]) -> Resu
         .as_mut()
         .and_then(|s| s.containers.first_mut())
     {
+        container
+            .args
+            .get_or_insert_with(Vec::new)
+            .push(format!("--webhook-cert-path={OLM_WEBHOOK_CERT_DIR}"));
         container.env.get_or_insert_with(Vec::new).push(EnvVar {
             name: WATCHED_NAMESPACES_ENV.to_owned(),
             value_from: Some(EnvVarSource {
@@ -418,7 +455,17 @@ mod tests {
         let rendered = &deployment["spec"]["template"]["spec"]["containers"][0];
         let expected_container = &expected["template"]["spec"]["containers"][0];
         assert!(expected_container["image"].is_string(), "{expected}");
-        assert_eq!(rendered["args"], expected_container["args"]);
+        let mut expected_args = expected_container["args"].as_array().expect("args").clone();
+        expected_args.push(json!(format!("--webhook-cert-path={OLM_WEBHOOK_CERT_DIR}")));
+        assert_eq!(rendered["args"], Value::Array(expected_args));
+        let webhooks = csv["spec"]["webhookdefinitions"]
+            .as_array()
+            .expect("webhook definitions");
+        assert_eq!(
+            webhooks.len(),
+            crate::webhooks::declared().expect("declared").len()
+        );
+        assert!(webhooks.iter().all(|w| w["deploymentName"] == MANAGER_NAME));
         assert_eq!(rendered["image"], expected_container["image"]);
         assert_eq!(
             deployment["spec"]["template"]["metadata"]["labels"][MANAGED_BY],

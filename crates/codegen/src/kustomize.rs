@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::{Error, GeneratedFile, MANAGER_IMAGE, MANAGER_NAME, yaml};
+use crate::{Error, GeneratedFile, MANAGER_IMAGE, MANAGER_NAME, NAMESPACE, yaml};
 
 /// Directories that the top-level kustomization installs, each with its own kustomization.
 /// Samples, and the monitoring objects (`prometheus/` needs the Prometheus Operator's CRDs,
 /// `grafana/` a Grafana that loads dashboards from ConfigMaps), are applied separately.
-const INSTALLED: &[&str] = &["crds", "rbac", "manager"];
+const INSTALLED: &[&str] = &["crds", "rbac", "manager", "webhook"];
 
 /// The namespaced overlay's directory; it holds the Role and its binding.
 const NAMESPACED: &str = "namespaced";
@@ -42,7 +42,7 @@ pub(crate) fn render(files: &[GeneratedFile]) -> Result<Vec<GeneratedFile>, Erro
     let mut main = kustomization(INSTALLED.iter().map(|d| (*d).to_owned()).collect());
     main["images"] = images.clone();
     rendered.push(("kustomization.yaml".to_owned(), main));
-    let mut namespaced = namespaced(files_in(NAMESPACED));
+    let mut namespaced = namespaced(files_in(NAMESPACED))?;
     namespaced["images"] = images;
     rendered.push((format!("{NAMESPACED}/kustomization.yaml"), namespaced));
     rendered
@@ -67,8 +67,9 @@ fn kustomization(resources: Vec<String>) -> serde_json::Value {
 /// The namespaced overlay: the installed directories minus the ClusterRole and its binding,
 /// plus the Role and its binding (`own`), and the manager told to watch its own namespace
 /// (Kubernetes expands `$(POD_NAMESPACE)` in container arguments from the container's
-/// environment, which the generated Deployment sets).
-fn namespaced(own: Vec<String>) -> serde_json::Value {
+/// environment, which the generated Deployment sets), and the webhooks called only for objects
+/// in that namespace.
+fn namespaced(own: Vec<String>) -> Result<serde_json::Value, Error> {
     let delete = |kind: &str| {
         json!({"patch": format!(
             "$patch: delete\napiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata:\n  name: {MANAGER_NAME}\n"
@@ -80,10 +81,12 @@ fn namespaced(own: Vec<String>) -> serde_json::Value {
     });
     let bases = INSTALLED.iter().map(|d| format!("../{d}"));
     let mut overlay = kustomization(bases.chain(own).collect());
-    overlay["patches"] = json!([
+    let mut patches = vec![
         delete("ClusterRole"),
         delete("ClusterRoleBinding"),
-        watch_own_namespace
-    ]);
-    overlay
+        watch_own_namespace,
+    ];
+    patches.extend(crate::webhooks::namespace_selector_patches(NAMESPACE)?);
+    overlay["patches"] = serde_json::Value::Array(patches);
+    Ok(overlay)
 }

@@ -2,7 +2,8 @@
 //!
 //! CRDs come from `apis`, the ClusterRole from the controllers' own RBAC declarations
 //! ([`controllers::all`]), and the manager's Deployment, Service and policies from the constants
-//! here, so what a user installs can never drift from what the code does. `cargo xtask manifests`
+//! here, and the webhook configurations from the webhooks the controllers declare
+//! ([`controllers::webhooks`]), so what a user installs can never drift from what the code does. `cargo xtask manifests`
 //! writes the result under `deploy/`; [`generate`] in [`Mode::Check`] is what CI (and a test in
 //! this crate) runs to catch files that were not regenerated.
 
@@ -15,12 +16,14 @@ pub mod monitoring;
 pub mod project;
 pub mod rbac;
 mod samples;
+mod webhooks;
 mod yaml;
 
 use std::path::{Path, PathBuf};
 
 pub use files::{Mode, Outcome};
 pub use project::Project;
+pub use webhooks::{WebhookTarget, webhook_configurations};
 
 /// Namespace the manager is installed into.
 pub const NAMESPACE: &str = "operator-system";
@@ -70,6 +73,9 @@ pub enum Error {
         /// `apiGroups`, `resources` or `verbs`.
         field: &'static str,
     },
+    /// The controllers' webhook declarations cannot be rendered (two share a name or a path).
+    #[error("admission webhooks: {0}")]
+    Webhooks(String),
     /// The project metadata the bundle needs is missing or malformed.
     #[error("project metadata: `{field}` {problem}")]
     Metadata {
@@ -120,6 +126,7 @@ pub fn render() -> Result<Vec<GeneratedFile>, Error> {
     files.extend(crds::render()?);
     files.extend(rbac::render(&controllers)?);
     files.extend(manager::render()?);
+    files.extend(webhooks::render()?);
     files.extend(samples::render()?);
     files.extend(monitoring::render()?);
     files.extend(kustomize::render(&files)?);

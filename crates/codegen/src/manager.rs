@@ -50,7 +50,7 @@ pub(crate) fn labels() -> BTreeMap<String, String> {
 }
 
 /// The subset of labels that selects the manager's pods.
-fn selector_labels() -> BTreeMap<String, String> {
+pub(crate) fn selector_labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), MANAGER_NAME.to_owned()),
         (
@@ -188,6 +188,11 @@ pub(crate) fn deployment() -> Deployment {
             ContainerPort {
                 name: Some("health".to_owned()),
                 container_port: HEALTH_PORT,
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some(controllers::webhook::PORT_NAME.to_owned()),
+                container_port: i32::from(controllers::webhook::PORT),
                 ..ContainerPort::default()
             },
         ]),

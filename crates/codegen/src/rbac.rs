@@ -1,15 +1,18 @@
 //! RBAC: the ServiceAccount, a ClusterRole that is exactly the union of what the registered
-//! controllers declare, the leader-election Role in the manager's namespace, and the bindings;
-//! and for a namespaced install (`deploy/namespaced/`), the same rules as a Role.
+//! controllers declare, the leader-election Role in the manager's namespace, what the webhook
+//! certificates need (their Secret, and the named objects that carry their CA), and the
+//! bindings; and for a namespaced install (`deploy/namespaced/`), the controllers' rules as a
+//! Role.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use controllers::ManagedController;
+use controllers::{ManagedController, webhook};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
+use kube::CustomResourceExt as _;
 
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::meta, yaml};
 
@@ -58,6 +61,28 @@ pub(crate) fn render(
         (
             "rbac/metrics_reader_role.yaml",
             doc("rbac/metrics_reader_role.yaml", &metrics_reader_role()),
+        ),
+        (
+            "rbac/webhook_role.yaml",
+            doc("rbac/webhook_role.yaml", &webhook_role()),
+        ),
+        (
+            "rbac/webhook_role_binding.yaml",
+            doc(
+                "rbac/webhook_role_binding.yaml",
+                &cluster_role_binding_to(WEBHOOK_ROLE),
+            ),
+        ),
+        (
+            "rbac/webhook_cert_role.yaml",
+            doc("rbac/webhook_cert_role.yaml", &webhook_cert_role()),
+        ),
+        (
+            "rbac/webhook_cert_role_binding.yaml",
+            doc(
+                "rbac/webhook_cert_role_binding.yaml",
+                &role_binding_to(WEBHOOK_CERT_ROLE),
+            ),
         ),
         (
             "namespaced/role.yaml",
@@ -262,6 +287,95 @@ pub(crate) fn metrics_reader_role() -> ClusterRole {
     }
 }
 
+/// Name of the ClusterRole that lets the manager put its CA into its webhook configurations.
+pub const WEBHOOK_ROLE: &str = "operator-manager-webhook";
+/// Name of the Role that lets the manager keep its webhook certificates in a Secret.
+pub const WEBHOOK_CERT_ROLE: &str = "operator-manager-webhook-certs";
+
+/// The manager's own webhook configurations, and the CRDs (for their conversion webhook), by
+/// name: it reads them and writes their `caBundle`, nothing else. Cluster-scoped objects, so a
+/// ClusterRole even for a namespaced install.
+pub(crate) fn webhook_role() -> ClusterRole {
+    let named = |group: &str, resource: &str, names: Vec<String>| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.to_owned()]),
+        resource_names: Some(names),
+        verbs: ["get", "patch", "update"].map(String::from).to_vec(),
+        ..PolicyRule::default()
+    };
+    let crds = vec![
+        apis::Memcached::crd_name().to_owned(),
+        apis::MyApp::crd_name().to_owned(),
+    ];
+    ClusterRole {
+        metadata: meta(WEBHOOK_ROLE, None),
+        rules: Some(vec![
+            named(
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                vec![webhook::MUTATING_CONFIGURATION.to_owned()],
+            ),
+            named(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                vec![webhook::VALIDATING_CONFIGURATION.to_owned()],
+            ),
+            named("apiextensions.k8s.io", "customresourcedefinitions", crds),
+        ]),
+        ..ClusterRole::default()
+    }
+}
+
+/// The webhook certificates' Secret in the manager's namespace. Kubernetes cannot limit
+/// `create` to a name (the object has none until created), so `create` is granted on Secrets
+/// in this one namespace, and everything else only on the Secret the manager names.
+pub(crate) fn webhook_cert_role() -> Role {
+    Role {
+        metadata: meta(WEBHOOK_CERT_ROLE, Some(NAMESPACE)),
+        rules: Some(vec![
+            PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["secrets".to_owned()]),
+                verbs: vec!["create".to_owned()],
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["secrets".to_owned()]),
+                resource_names: Some(vec![webhook::CERT_SECRET_NAME.to_owned()]),
+                verbs: ["get", "list", "patch", "update", "watch"]
+                    .map(String::from)
+                    .to_vec(),
+                ..PolicyRule::default()
+            },
+        ]),
+    }
+}
+
+fn cluster_role_binding_to(role: &str) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(role, None),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: role.to_owned(),
+        },
+        subjects: Some(manager_subject()),
+    }
+}
+
+fn role_binding_to(role: &str) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(role, Some(NAMESPACE)),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: role.to_owned(),
+        },
+        subjects: Some(manager_subject()),
+    }
+}
+
 /// Leases for leader election and Events about them, only in the manager's own namespace.
 pub(crate) fn leader_election_role() -> Role {
     let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
@@ -443,6 +557,28 @@ mod tests {
             union_of_rules(&[Box::new(Declares("lazy", EMPTY)) as Box<dyn ManagedController>])
                 .expect_err("empty refused");
         assert!(err.to_string().contains("verbs"), "{err}");
+    }
+
+    #[test]
+    fn the_webhook_rules_name_the_objects_they_cover() {
+        for rule in webhook_role().rules.expect("rules") {
+            let names = rule.resource_names.expect("resource names");
+            assert!(!names.is_empty(), "{:?}", rule.resources);
+            assert!(!rule.verbs.iter().any(|v| v == "create" || v == "delete"));
+        }
+        let secrets = webhook_cert_role().rules.expect("rules");
+        for rule in &secrets {
+            if rule.verbs != ["create"] {
+                assert_eq!(
+                    rule.resource_names,
+                    Some(vec![webhook::CERT_SECRET_NAME.to_owned()])
+                );
+            }
+        }
+        assert_eq!(
+            webhook_cert_role().metadata.namespace.as_deref(),
+            Some(NAMESPACE)
+        );
     }
 
     #[test]
