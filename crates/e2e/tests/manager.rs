@@ -45,6 +45,7 @@ fn run_binary(args: &[&str], env: &[(&str, &str)]) -> Result<Output> {
         .env("RUST_LOG", "info")
         .env("MANAGER_METRICS_BIND_ADDRESS", "0")
         .env("MANAGER_HEALTH_PROBE_BIND_ADDRESS", "0")
+        .env("MANAGER_WEBHOOK_BIND_ADDRESS", "0")
         .env("MANAGER_LOG_FORMAT", "json")
         .args(args)
         .envs(env.iter().copied());
@@ -159,11 +160,11 @@ fn each_bad_value_exits_2_naming_key_and_source() -> Result<()> {
             ],
         ),
         (
-            vec!["--webhook-bind-address=127.0.0.1:0"],
+            vec!["--webhook-cert-validity=10s"],
             vec![],
             vec![
-                "webhook_bind_address (from flag --webhook-bind-address)".into(),
-                "needs webhook_cert_path".into(),
+                "webhook_cert_validity (from flag --webhook-cert-validity)".into(),
+                "shorter than the minimum of 30s".into(),
             ],
         ),
         (
@@ -253,7 +254,7 @@ fn each_bad_value_exits_2_naming_key_and_source() -> Result<()> {
                 "--metrics-cert-path=/nonexistent/certs",
             ],
             vec![],
-            vec!["metrics TLS: cannot read /nonexistent/certs/tls.crt".into()],
+            vec!["TLS: cannot read /nonexistent/certs/tls.crt".into()],
         ),
         (
             vec![

@@ -8,8 +8,9 @@
 //! | `metrics_secure`             | `MANAGER_METRICS_SECURE`             | `--metrics-secure[=BOOL]`       | `false`                      |
 //! | `metrics_cert_path`          | `MANAGER_METRICS_CERT_PATH`          | `--metrics-cert-path`           | none (self-signed)           |
 //! | `health_probe_bind_address`  | `MANAGER_HEALTH_PROBE_BIND_ADDRESS`  | `--health-probe-bind-address`   | `:8081` (`0` disables)       |
-//! | `webhook_bind_address`       | `MANAGER_WEBHOOK_BIND_ADDRESS`       | `--webhook-bind-address`        | `0` (disabled)               |
-//! | `webhook_cert_path`          | `MANAGER_WEBHOOK_CERT_PATH`          | `--webhook-cert-path`           | none                         |
+//! | `webhook_bind_address`       | `MANAGER_WEBHOOK_BIND_ADDRESS`       | `--webhook-bind-address`        | `:9443` (`0` disables)       |
+//! | `webhook_cert_path`          | `MANAGER_WEBHOOK_CERT_PATH`          | `--webhook-cert-path`           | none (provisioned)           |
+//! | `webhook_cert_validity`      | `MANAGER_WEBHOOK_CERT_VALIDITY`      | `--webhook-cert-validity`       | `8760h` (a year)             |
 //! | `leader_elect`               | `MANAGER_LEADER_ELECT`               | `--leader-elect[=BOOL]`         | `false`                      |
 //! | `leader_election_id`         | `MANAGER_LEADER_ELECTION_ID`         | `--leader-election-id`          | `operator-manager-leader`    |
 //! | `leader_election_namespace`  | `MANAGER_LEADER_ELECTION_NAMESPACE`  | `--leader-election-namespace`   | see below                    |
@@ -38,9 +39,13 @@
 //!   again when they change); without it the certificate is self-signed at start.
 //! - `webhook_bind_address` serves the admission webhooks the controllers declare, over HTTPS,
 //!   on every replica (admission is not leader-gated), e.g. `:9443` (Kubebuilder's port);
-//!   `/readyz` fails until it serves. It takes `webhook_cert_path`, a directory with `tls.crt`
-//!   and `tls.key` (read again when they change), whose CA the webhook configurations must
-//!   carry (cert-manager's CA injector, OLM).
+//!   `/readyz` fails until it serves. By default the manager provisions its certificate: a CA
+//!   and a serving certificate for the webhook Service, kept in a Secret in its namespace (the
+//!   leader election namespace), the CA put into the webhook configurations, renewed with a
+//!   third of `webhook_cert_validity` left (the CA lives four times as long). With
+//!   `webhook_cert_path`, a directory with `tls.crt` and `tls.key` (read again when they
+//!   change), it serves those instead, and their CA is the configurations' business
+//!   (cert-manager's CA injector, OLM).
 //! - `leader_elect` defaults to `false`, as in Kubebuilder's scaffold, so a developer running
 //!   the manager against their own cluster does not need a Lease; the generated Deployment
 //!   passes `--leader-elect`.
@@ -80,6 +85,10 @@ pub const ENV_PREFIX: &str = "MANAGER_";
 /// The environment variable that names the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "MANAGER_CONFIG";
 
+/// The shortest webhook certificate validity: renewal starts with a third left and is
+/// checked every tenth, at least every second.
+pub const MIN_WEBHOOK_CERT_VALIDITY: Duration = Duration::from_secs(30);
+
 /// Every key of [`Config`], in the order of its fields.
 pub const KEYS: &[&str] = &[
     "metrics_bind_address",
@@ -88,6 +97,7 @@ pub const KEYS: &[&str] = &[
     "health_probe_bind_address",
     "webhook_bind_address",
     "webhook_cert_path",
+    "webhook_cert_validity",
     "leader_elect",
     "leader_election_id",
     "leader_election_namespace",
@@ -120,6 +130,9 @@ pub struct Config {
     /// A directory with the webhooks' `tls.crt` and `tls.key`; provisioned without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_cert_path: Option<PathBuf>,
+    /// How long a provisioned webhook serving certificate is valid.
+    #[serde(with = "duration::serde")]
+    pub webhook_cert_validity: Duration,
     /// Run controllers only while holding the leader-election Lease.
     pub leader_elect: bool,
     /// Name of the Lease.
@@ -170,8 +183,12 @@ impl Default for Config {
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 8081,
             )),
-            webhook_bind_address: BindAddress::Disabled,
+            webhook_bind_address: BindAddress::Listen(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                controllers::webhook::PORT,
+            )),
             webhook_cert_path: None,
+            webhook_cert_validity: Duration::from_secs(365 * 24 * 60 * 60),
             leader_elect: false,
             leader_election_id: "operator-manager-leader".to_owned(),
             leader_election_namespace: None,
@@ -218,9 +235,12 @@ pub struct Flags {
     /// Address of the admission webhook server (HTTPS), e.g. `:9443`; `0` disables it
     #[arg(long, value_name = "ADDR")]
     pub webhook_bind_address: Option<String>,
-    /// Directory holding the webhooks' `tls.crt` and `tls.key`
+    /// Directory holding the webhooks' `tls.crt` and `tls.key` (provisioned without it)
     #[arg(long, value_name = "DIR")]
     pub webhook_cert_path: Option<String>,
+    /// Validity of a provisioned webhook serving certificate, e.g. `8760h`
+    #[arg(long, value_name = "DURATION")]
+    pub webhook_cert_validity: Option<String>,
     /// Enable leader election (`--leader-elect` or `--leader-elect=false`)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub leader_elect: Option<String>,
@@ -269,6 +289,7 @@ impl Flags {
             ("health_probe_bind_address", &self.health_probe_bind_address),
             ("webhook_bind_address", &self.webhook_bind_address),
             ("webhook_cert_path", &self.webhook_cert_path),
+            ("webhook_cert_validity", &self.webhook_cert_validity),
             ("leader_elect", &self.leader_elect),
             ("leader_election_id", &self.leader_election_id),
             ("leader_election_namespace", &self.leader_election_namespace),
@@ -864,19 +885,24 @@ fn check(
             ),
         );
     }
-    match (&config.webhook_cert_path, config.webhook_bind_address) {
-        (Some(_), BindAddress::Disabled) => problem(
+    if config.webhook_cert_path.is_some() && config.webhook_bind_address == BindAddress::Disabled {
+        problem(
             "webhook_cert_path",
             format!(
                 "is set, but webhook_bind_address is 0 (from {}): the certificate would not be used",
                 from("webhook_bind_address")
             ),
-        ),
-        (None, BindAddress::Listen(_)) => problem(
-            "webhook_bind_address",
-            "serves the webhooks over HTTPS, which needs webhook_cert_path: a directory with tls.crt and tls.key".to_owned(),
-        ),
-        _ => {}
+        );
+    }
+    if config.webhook_cert_validity < MIN_WEBHOOK_CERT_VALIDITY {
+        problem(
+            "webhook_cert_validity",
+            format!(
+                "{} is shorter than the minimum of {}",
+                show(config.webhook_cert_validity),
+                show(MIN_WEBHOOK_CERT_VALIDITY)
+            ),
+        );
     }
     if config.max_concurrent_reconciles == 0 {
         problem("max_concurrent_reconciles", "must be at least 1".to_owned());
@@ -1016,30 +1042,29 @@ mod tests {
     }
 
     #[test]
-    fn webhooks_need_an_address_and_a_certificate_together() {
+    fn webhooks_are_served_on_9443_with_a_provisioned_certificate_by_default() {
         let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
-        assert_eq!(config.webhook_bind_address, BindAddress::Disabled);
-        assert_eq!(config.webhook_cert_path, None);
-        let p = one_problem(load(
-            &flags(&["--webhook-bind-address=:9443"]),
-            env(&[]),
-            KNOWN,
-        ));
         assert_eq!(
-            (p.key.as_str(), p.origin.as_str()),
-            ("webhook_bind_address", "flag --webhook-bind-address")
+            config.webhook_bind_address,
+            BindAddress::Listen(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9443))
         );
-        assert!(p.message.contains("webhook_cert_path"), "{p}");
+        assert_eq!(config.webhook_cert_path, None);
+        assert_eq!(
+            config.webhook_cert_validity,
+            Duration::from_secs(365 * 24 * 3600)
+        );
         let config = load(
             &flags(&[
                 "--webhook-bind-address=127.0.0.1:0",
                 "--webhook-cert-path=/certs",
+                "--webhook-cert-validity=1m",
             ]),
             env(&[]),
             KNOWN,
         )
         .unwrap();
         assert_eq!(config.webhook_cert_path, Some(PathBuf::from("/certs")));
+        assert_eq!(config.webhook_cert_validity, Duration::from_secs(60));
         let p = one_problem(load(
             &flags(&["--webhook-cert-path=/certs"]),
             env(&[("MANAGER_WEBHOOK_BIND_ADDRESS", "0")]),
@@ -1052,6 +1077,18 @@ mod tests {
         assert!(
             p.message.contains("env var MANAGER_WEBHOOK_BIND_ADDRESS"),
             "{p}"
+        );
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_WEBHOOK_CERT_VALIDITY", "10s")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.message.as_str()),
+            (
+                "webhook_cert_validity",
+                "10s is shorter than the minimum of 30s"
+            )
         );
     }
 

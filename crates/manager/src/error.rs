@@ -32,9 +32,20 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The metrics endpoint's TLS certificate or configuration is unusable.
-    #[error("metrics TLS: {0}")]
+    /// A TLS certificate (metrics or webhooks) or the TLS configuration is unusable.
+    #[error("TLS: {0}")]
     Tls(String),
+
+    /// The webhook certificates' Secret, or an object that carries their CA bundle, could not
+    /// be read or written.
+    #[error("webhook certificates: cannot {action}")]
+    WebhookCerts {
+        /// What was being done, naming the object.
+        action: String,
+        /// The API server's answer.
+        #[source]
+        source: kube::Error,
+    },
 
     /// The signal handlers could not be installed.
     #[error("cannot install signal handlers")]

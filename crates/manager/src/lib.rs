@@ -9,9 +9,12 @@
 //! - [`fence`]: the check every controller write passes: this replica leads, on time.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`, and the listeners of the webhooks.
 //! - [`webhooks`]: the admission webhook endpoints.
+//! - [`webhook_certs`]: their certificates, kept in a Secret ([`cert_authority`] decides when
+//!   each is renewed).
 //! - [`telemetry`]: logs and the metrics registry.
 //! - [`manager`]: the start-up and shutdown order.
 
+pub mod cert_authority;
 pub mod client_metrics;
 pub mod config;
 pub mod duration;
@@ -24,6 +27,7 @@ pub mod metrics_auth;
 pub mod server;
 pub mod telemetry;
 pub mod tls;
+pub mod webhook_certs;
 pub mod webhooks;
 
 pub use config::Config;

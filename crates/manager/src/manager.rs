@@ -27,6 +27,7 @@ use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
 use crate::metrics_auth::MetricsAuth;
 use crate::server::{Health, MetricsEndpoint, Secure, Servers};
 use crate::tls::ServingCert;
+use crate::webhook_certs::{CertSettings, InjectionTargets, WebhookCerts, service_names};
 use crate::{Error, telemetry};
 
 /// How long HTTP connections get to finish once the manager stops.
@@ -68,7 +69,7 @@ pub async fn run(
         config.webhook_bind_address.socket_addr(),
         &config.webhook_cert_path,
     ) {
-        (Some(_), Some(dir)) => Some(ServingCert::from_dir(dir)?),
+        (Some(_), Some(dir)) if !webhooks.is_empty() => Some(ServingCert::from_dir(dir)?),
         _ => None,
     };
     let identity = leader::default_identity();
@@ -132,7 +133,8 @@ pub async fn run(
     result
 }
 
-/// The admission webhooks to serve, and their certificate (none when the server is off).
+/// The admission webhooks to serve, and their certificate from `--webhook-cert-path` (none
+/// when the manager provisions its own, or serves no webhooks).
 struct Webhooks {
     list: Vec<AdmissionWebhook>,
     files: Option<Arc<ServingCert>>,
@@ -159,9 +161,28 @@ async fn run_connected(
     if !wait_for_api_server(&client, shutdown).await {
         return Ok(());
     }
-    if let (Some(address), Some(cert)) = (config.webhook_bind_address.socket_addr(), webhooks.files)
-    {
-        servers.serve_webhooks(address, webhooks.list, cert).await?;
+    let namespace = own_namespace(config, &client);
+    match config.webhook_bind_address.socket_addr() {
+        Some(_) if webhooks.list.is_empty() => {
+            tracing::info!("no controller declares an admission webhook: no webhook server");
+        }
+        Some(address) => {
+            let cert = match webhooks.files {
+                Some(cert) => cert,
+                None => {
+                    let certs = WebhookCerts::provision(
+                        client.clone(),
+                        webhook_cert_settings(config, &namespace, &webhooks.list),
+                    )
+                    .await?;
+                    let cert = certs.serving();
+                    servers.maintain_webhook_certs(certs);
+                    cert
+                }
+            };
+            servers.serve_webhooks(address, webhooks.list, cert).await?;
+        }
+        None => {}
     }
     health.set_ready(!shutdown.is_cancelled());
     let options = RunOptions {
@@ -202,15 +223,6 @@ async fn run_connected(
         .with_layer(&requests)
         .with_layer(&fence)
         .build();
-    let namespace = config
-        .leader_election_namespace
-        .clone()
-        .or_else(|| {
-            std::env::var("POD_NAMESPACE")
-                .ok()
-                .filter(|ns| !ns.trim().is_empty())
-        })
-        .unwrap_or_else(|| client.default_namespace().to_owned());
     let settings = Settings {
         lease_name: config.leader_election_id.clone(),
         namespace,
@@ -225,6 +237,52 @@ async fn run_connected(
     let result = runner.run_elected(elector, shutdown).await;
     publisher.finish(controllers::events::EVENTS_FLUSH).await;
     result
+}
+
+/// The manager's own namespace, where its Lease and webhook certificates live:
+/// `leader_election_namespace`, else `$POD_NAMESPACE`, else the client's default namespace.
+fn own_namespace(config: &Config, client: &kube::Client) -> String {
+    config
+        .leader_election_namespace
+        .clone()
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|ns| !ns.trim().is_empty())
+        })
+        .unwrap_or_else(|| client.default_namespace().to_owned())
+}
+
+/// Where the provisioned webhook certificates live, what they name, and which configurations
+/// get their CA: those named in the generated manifests, for the kinds of webhook declared.
+fn webhook_cert_settings(
+    config: &Config,
+    namespace: &str,
+    webhooks: &[AdmissionWebhook],
+) -> CertSettings {
+    use controllers::webhook::{
+        AdmissionKind, CERT_SECRET_NAME, MUTATING_CONFIGURATION, SERVICE_NAME,
+        VALIDATING_CONFIGURATION,
+    };
+    let declares = |kind: AdmissionKind| webhooks.iter().any(|hook| hook.kind == kind);
+    let named = |kind: AdmissionKind, name: &str| {
+        if declares(kind) {
+            vec![name.to_owned()]
+        } else {
+            Vec::new()
+        }
+    };
+    CertSettings {
+        secret_name: CERT_SECRET_NAME.to_owned(),
+        namespace: namespace.to_owned(),
+        names: service_names(SERVICE_NAME, namespace),
+        validity: config.webhook_cert_validity,
+        targets: InjectionTargets {
+            mutating: named(AdmissionKind::Defaulting, MUTATING_CONFIGURATION),
+            validating: named(AdmissionKind::Validating, VALIDATING_CONFIGURATION),
+            crds: Vec::new(),
+        },
+    }
 }
 
 /// The user agent of leader election's Events: `operator-manager-leader-election/<version>
@@ -500,6 +558,8 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         metrics_bind_address = %config.metrics_bind_address,
         health_probe_bind_address = %config.health_probe_bind_address,
         webhook_bind_address = %config.webhook_bind_address,
+        webhook_cert_path = config.webhook_cert_path.as_ref().map_or("(provisioned)".into(), |p| p.display().to_string()),
+        webhook_cert_validity = %show(config.webhook_cert_validity),
         leader_elect = config.leader_elect,
         leader_election_id = %config.leader_election_id,
         leader_election_namespace = config.leader_election_namespace.as_deref().unwrap_or("(auto)"),

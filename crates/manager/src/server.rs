@@ -165,6 +165,12 @@ impl Servers {
         Ok(local)
     }
 
+    /// Keeps the webhook server's provisioned certificates current until the servers stop.
+    pub fn maintain_webhook_certs(&mut self, certs: crate::webhook_certs::WebhookCerts) {
+        self.tasks
+            .push(tokio::spawn(certs.maintain(self.stop.clone())));
+    }
+
     async fn serve(
         &mut self,
         endpoint: &'static str,

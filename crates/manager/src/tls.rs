@@ -1,7 +1,9 @@
-//! TLS for the metrics endpoint: the serving certificate and a listener that does the handshakes.
+//! TLS for the metrics and webhook endpoints: the serving certificate and a listener that does
+//! the handshakes.
 //!
-//! The certificate is self-signed at start, or read from `tls.crt` and `tls.key` in a directory
-//! (`--metrics-cert-path`, for example a cert-manager Secret mounted there) and read again when
+//! The certificate is self-signed at start, given as PEM (the webhook certificate the manager
+//! keeps in a Secret, see [`crate::webhook_certs`]), or read from `tls.crt` and `tls.key` in a directory
+//! (`--metrics-cert-path` or `--webhook-cert-path`, for example a cert-manager Secret mounted there) and read again when
 //! those files change, as controller-runtime's certificate watcher does: rotation needs no
 //! restart, and a half-written or broken pair keeps the previous certificate in service.
 
@@ -82,6 +84,53 @@ impl ServingCert {
         }))
     }
 
+    /// The certificate in PEM `cert` (a chain, leaf first) and `key`, for example from a Secret
+    /// the manager keeps; errors call them by `source`. Change it with [`Self::replace_pem`].
+    ///
+    /// # Errors
+    /// [`Error::Tls`] when either is unusable or they do not belong together.
+    pub fn from_pem(cert: &[u8], key: &[u8], source: &str) -> Result<Arc<Self>, Error> {
+        let key_pair = parse_pair(
+            cert,
+            key,
+            &format!("{source} certificate"),
+            &format!("{source} key"),
+        )?;
+        Ok(Arc::new(Self {
+            current: RwLock::new(Loaded {
+                key: key_pair,
+                source: [cert, key].concat(),
+            }),
+            dir: None,
+        }))
+    }
+
+    /// Serves PEM `cert` and `key` from now on; `Ok(true)` when they differ from what was
+    /// served. Connections already open keep the certificate they were made with.
+    ///
+    /// # Errors
+    /// [`Error::Tls`] when they are unusable; the previous certificate stays.
+    pub fn replace_pem(&self, cert: &[u8], key: &[u8], source: &str) -> Result<bool, Error> {
+        let bytes = [cert, key].concat();
+        if self.read_lock().source == bytes {
+            return Ok(false);
+        }
+        let key_pair = parse_pair(
+            cert,
+            key,
+            &format!("{source} certificate"),
+            &format!("{source} key"),
+        )?;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Loaded {
+            key: key_pair,
+            source: bytes,
+        };
+        Ok(true)
+    }
+
     /// Reads the files again; `Ok(true)` when a new certificate is now served. A certificate
     /// that is not from files never changes.
     ///
@@ -160,37 +209,45 @@ fn pair_bytes(dir: &Path) -> Result<Vec<u8>, Error> {
 }
 
 fn read_pair(dir: &Path) -> Result<(Arc<CertifiedKey>, Vec<u8>), Error> {
-    let source = pair_bytes(dir)?;
     let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
-    let chain = CertificateDer::pem_file_iter(&cert_path)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| {
-            Error::Tls(format!(
-                "{}: not a PEM certificate: {e}",
-                cert_path.display()
-            ))
-        })?;
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| Error::Tls(format!("cannot read {}: {e}", path.display())))
+    };
+    let (cert, key) = (read(&cert_path)?, read(&key_path)?);
+    let certified = parse_pair(
+        &cert,
+        &key,
+        &cert_path.display().to_string(),
+        &key_path.display().to_string(),
+    )?;
+    let mut source = cert;
+    source.extend(key);
+    Ok((certified, source))
+}
+
+/// A PEM certificate chain and its PEM private key, checked to belong together; errors name
+/// them as `cert_name` and `key_name`.
+fn parse_pair(
+    cert: &[u8],
+    key: &[u8],
+    cert_name: &str,
+    key_name: &str,
+) -> Result<Arc<CertifiedKey>, Error> {
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Tls(format!("{cert_name}: not a PEM certificate: {e}")))?;
     if chain.is_empty() {
-        return Err(Error::Tls(format!(
-            "{}: holds no certificate",
-            cert_path.display()
-        )));
+        return Err(Error::Tls(format!("{cert_name}: holds no certificate")));
     }
-    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| {
-        Error::Tls(format!(
-            "{}: not a PEM private key: {e}",
-            key_path.display()
-        ))
-    })?;
+    let key = PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| Error::Tls(format!("{key_name}: not a PEM private key: {e}")))?;
     let certified = certified(chain, &key)?;
     certified.keys_match().map_err(|e| {
         Error::Tls(format!(
-            "{} and {} do not belong together: {e}",
-            cert_path.display(),
-            key_path.display()
+            "{cert_name} and {key_name} do not belong together: {e}"
         ))
     })?;
-    Ok((certified, source))
+    Ok(certified)
 }
 
 fn certified(
@@ -353,6 +410,43 @@ mod tests {
             .expect_err("broken")
             .to_string();
         assert!(error.contains(CERT_FILE), "{error}");
+    }
+
+    #[test]
+    fn a_pem_pair_is_served_and_replaced_only_by_a_usable_one() {
+        let first = rcgen::generate_simple_self_signed(vec!["first.example".to_owned()])
+            .expect("generated");
+        let (cert, key) = (first.cert.pem(), first.signing_key.serialize_pem());
+        let served = ServingCert::from_pem(cert.as_bytes(), key.as_bytes(), "Secret s")
+            .expect("a usable pair");
+        assert_eq!(served.chain()[0].as_ref(), first.cert.der().as_ref());
+        assert!(
+            !served
+                .replace_pem(cert.as_bytes(), key.as_bytes(), "Secret s")
+                .expect("the same pair")
+        );
+
+        let second = rcgen::generate_simple_self_signed(vec!["second.example".to_owned()])
+            .expect("generated");
+        let error = served
+            .replace_pem(second.cert.pem().as_bytes(), key.as_bytes(), "Secret s")
+            .expect_err("the first key does not sign the second certificate")
+            .to_string();
+        assert!(
+            error.contains("Secret s certificate and Secret s key do not belong together"),
+            "{error}"
+        );
+        assert_eq!(served.chain()[0].as_ref(), first.cert.der().as_ref());
+        assert!(
+            served
+                .replace_pem(
+                    second.cert.pem().as_bytes(),
+                    second.signing_key.serialize_pem().as_bytes(),
+                    "Secret s"
+                )
+                .expect("a usable pair")
+        );
+        assert_eq!(served.chain()[0].as_ref(), second.cert.der().as_ref());
     }
 
     #[test]

@@ -49,7 +49,9 @@ pub struct ManagerProcess {
 
 /// Starts the `manager` binary with `KUBECONFIG=kubeconfig`, the given arguments and extra
 /// environment, its stdout and stderr going to a fresh file in [`log_dir`]. `RUST_LOG`
-/// defaults to `info` unless set in `env` or the test's environment.
+/// defaults to `info` unless set in `env` or the test's environment. The webhook server is
+/// off (`MANAGER_WEBHOOK_BIND_ADDRESS=0`): tests run managers side by side, and only a test of
+/// the webhooks turns it on, with a loopback address of its own.
 ///
 /// ```no_run
 /// # async fn demo(kubeconfig: &std::path::Path) -> testkit::Result<()> {
@@ -94,6 +96,7 @@ pub async fn spawn_manager_binary(
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "info");
     }
+    cmd.env("MANAGER_WEBHOOK_BIND_ADDRESS", "0");
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -1,0 +1,546 @@
+//! The webhook server's certificates, provisioned by the manager itself, with no cert-manager.
+//!
+//! Every replica reads one Secret in the manager's namespace: a CA, and a serving certificate
+//! for the webhook Service's DNS names that it signed. Whichever replica first finds the Secret
+//! missing or due for renewal writes it (creates race on the name, updates on the
+//! resourceVersion, so concurrent replicas agree on one), and every replica re-reads it every
+//! [`WebhookCerts::check_every`] and serves what it holds. The CA bundle goes into the
+//! `caBundle` of the webhook configurations and of the CRDs that convert through a webhook,
+//! and is put back there when something (a `kubectl replace`, a reinstall) drops it.
+//! [`crate::cert_authority`] decides when each certificate is renewed so that no replica
+//! serves a certificate the API server does not trust yet.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::cert_authority::{self, Change, Material, Policy};
+use crate::tls::ServingCert;
+
+/// How often the Secret and the `caBundle`s are checked, at most.
+pub const CHECK_EVERY_AT_MOST: Duration = Duration::from_secs(60);
+
+/// How many times a write that lost a race to another replica is tried again at once.
+const RACE_RETRIES: usize = 3;
+
+/// Where the certificates live and what they must cover.
+#[derive(Clone, Debug)]
+pub struct CertSettings {
+    /// The Secret's name.
+    pub secret_name: String,
+    /// Its namespace: the manager's own.
+    pub namespace: String,
+    /// Names and addresses the serving certificate carries.
+    pub names: Vec<String>,
+    /// How long a serving certificate is valid.
+    pub validity: Duration,
+    /// Which objects get the CA bundle.
+    pub targets: InjectionTargets,
+}
+
+/// The objects whose `caBundle` the manager keeps current.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InjectionTargets {
+    /// MutatingWebhookConfigurations, by name.
+    pub mutating: Vec<String>,
+    /// ValidatingWebhookConfigurations, by name.
+    pub validating: Vec<String>,
+    /// CustomResourceDefinitions whose conversion goes through the webhook, by name.
+    pub crds: Vec<String>,
+}
+
+/// The names a serving certificate for Service `service` in `namespace` carries: the
+/// Service's DNS names, and loopback for a manager run as a local process.
+pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+        format!("{service}.{namespace}"),
+        service.to_owned(),
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+    ]
+}
+
+/// The certificates this replica serves, kept current with the Secret.
+pub struct WebhookCerts {
+    client: Client,
+    settings: CertSettings,
+    serving: Arc<ServingCert>,
+}
+
+impl std::fmt::Debug for WebhookCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookCerts")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What injecting the bundle into one object found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Injection {
+    /// It already carried the bundle.
+    Current,
+    /// It carries the bundle now.
+    Updated,
+    /// It does not exist (not installed, or installed under other names).
+    Missing,
+}
+
+impl WebhookCerts {
+    /// Reads the Secret, writing it first if it is missing or due for renewal, puts its CA
+    /// bundle into every target, and returns the certificate to serve.
+    ///
+    /// # Errors
+    /// [`Error::WebhookCerts`] when the Secret cannot be read or written (a 403 names the
+    /// permission); [`Error::Tls`] when a certificate cannot be made. A target that cannot be
+    /// updated is only logged: the webhooks are served anyway and the next check tries again.
+    pub async fn provision(client: Client, settings: CertSettings) -> Result<Self, Error> {
+        let material = sync_secret(&client, &settings, false).await?;
+        let serving = serving_pair(&material, &settings)?;
+        let serving = ServingCert::from_pem(
+            serving.cert.as_bytes(),
+            serving.key.as_bytes(),
+            &secret_label(&settings),
+        )?;
+        let certs = Self {
+            client,
+            settings,
+            serving,
+        };
+        certs.inject_logged(&material.trust_bundle()).await;
+        Ok(certs)
+    }
+
+    /// The certificate the webhook server serves; it changes in place on renewal.
+    pub fn serving(&self) -> Arc<ServingCert> {
+        self.serving.clone()
+    }
+
+    /// How often [`Self::maintain`] looks: a tenth of the validity, at most a minute, so a
+    /// short validity (for a rotation test) is still renewed well before it ends.
+    pub fn check_every(&self) -> Duration {
+        (self.settings.validity / 10).clamp(Duration::from_secs(1), CHECK_EVERY_AT_MOST)
+    }
+
+    /// Renews, reloads and re-injects every [`Self::check_every`] until `stop`; failures are
+    /// logged and tried again at the next check.
+    pub async fn maintain(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.check_every());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(error) = self.check().await {
+                tracing::warn!(error = %error.report(), "webhook certificates: the check failed; trying again at the next one");
+            }
+        }
+    }
+
+    async fn check(&self) -> Result<(), Error> {
+        // Not knowing only delays the next CA's takeover; the serving certificate's renewal
+        // must not wait on it.
+        let next_is_trusted = self.next_is_trusted().await.unwrap_or_else(|error| {
+            tracing::warn!(error = %error.report(), "webhook certificates: cannot tell whether the next CA is trusted everywhere");
+            false
+        });
+        let material = sync_secret(&self.client, &self.settings, next_is_trusted).await?;
+        let serving = serving_pair(&material, &self.settings)?;
+        let label = secret_label(&self.settings);
+        if self
+            .serving
+            .replace_pem(serving.cert.as_bytes(), serving.key.as_bytes(), &label)?
+        {
+            tracing::info!(secret = %label, "serving the renewed webhook certificate");
+        }
+        self.inject_logged(&material.trust_bundle()).await;
+        Ok(())
+    }
+
+    /// Whether the Secret's next CA is in every target's `caBundle`, and has been in the
+    /// Secret for two checks, so the API server's own caches of the configurations hold it.
+    async fn next_is_trusted(&self) -> Result<bool, Error> {
+        let material = read_secret(&self.client, &self.settings)
+            .await?
+            .map(|secret| material_of(&secret))
+            .unwrap_or_default();
+        let Some(next) = material.next else {
+            return Ok(false);
+        };
+        let settled = cert_authority::Summary::of_pem(&next.cert).is_some_and(|summary| {
+            let made = summary.not_before + cert_authority::BACKDATE;
+            SystemTime::now()
+                .duration_since(made)
+                .is_ok_and(|age| age >= 2 * self.check_every())
+        });
+        if !settled {
+            return Ok(false);
+        }
+        let bundles = self.bundles().await?;
+        Ok(bundles
+            .iter()
+            .flatten()
+            .flatten()
+            .all(|bundle| bundle.contains(&next.cert)))
+    }
+
+    /// The bundles of each target (one per webhook), `None` for targets that do not exist.
+    async fn bundles(&self) -> Result<Vec<Option<Vec<String>>>, Error> {
+        let targets = &self.settings.targets;
+        let text = |bytes: Option<&ByteString>| {
+            bytes
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .unwrap_or_default()
+        };
+        let mut found = Vec::new();
+        for name in &targets.mutating {
+            let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+            found.push(get_opt(&api, name).await?.map(|config| {
+                let hooks = config.webhooks.unwrap_or_default();
+                hooks
+                    .iter()
+                    .map(|hook| text(hook.client_config.ca_bundle.as_ref()))
+                    .collect()
+            }));
+        }
+        for name in &targets.validating {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+            found.push(get_opt(&api, name).await?.map(|config| {
+                let hooks = config.webhooks.unwrap_or_default();
+                hooks
+                    .iter()
+                    .map(|hook| text(hook.client_config.ca_bundle.as_ref()))
+                    .collect()
+            }));
+        }
+        for name in &targets.crds {
+            let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+            found.push(get_opt(&api, name).await?.map(|crd| {
+                let client_config = crd
+                    .spec
+                    .conversion
+                    .as_ref()
+                    .and_then(|c| c.webhook.as_ref())
+                    .and_then(|w| w.client_config.as_ref());
+                // A CRD without webhook conversion never calls the webhook.
+                client_config
+                    .map(|c| vec![text(c.ca_bundle.as_ref())])
+                    .unwrap_or_default()
+            }));
+        }
+        Ok(found)
+    }
+
+    async fn inject_logged(&self, bundle: &str) {
+        match inject(&self.client, &self.settings.targets, bundle).await {
+            Ok(outcomes) => {
+                for (target, outcome) in outcomes {
+                    match outcome {
+                        Injection::Updated => {
+                            tracing::info!(object = %target, "put the webhook CA bundle in place");
+                        }
+                        Injection::Missing => {
+                            tracing::debug!(object = %target, "not installed: no CA bundle to put in place");
+                        }
+                        Injection::Current => {}
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::error!(error = %error.report(), "cannot put the webhook CA bundle in place; the API server cannot call the webhooks until it is");
+            }
+        }
+    }
+}
+
+fn secret_label(settings: &CertSettings) -> String {
+    format!("Secret {}/{}", settings.namespace, settings.secret_name)
+}
+
+fn material_of(secret: &Secret) -> Material {
+    let data = secret
+        .data
+        .as_ref()
+        .map(|data| {
+            data.iter()
+                .map(|(key, value)| (key.clone(), value.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Material::from_data(&data)
+}
+
+fn serving_pair<'a>(
+    material: &'a Material,
+    settings: &CertSettings,
+) -> Result<&'a cert_authority::KeyedCert, Error> {
+    material.serving.as_ref().ok_or_else(|| {
+        Error::Tls(format!(
+            "{} holds no serving certificate",
+            secret_label(settings)
+        ))
+    })
+}
+
+fn policy(settings: &CertSettings) -> Policy {
+    Policy {
+        names: settings.names.clone(),
+        validity: settings.validity,
+    }
+}
+
+async fn read_secret(client: &Client, settings: &CertSettings) -> Result<Option<Secret>, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    get_opt(&api, &settings.secret_name).await
+}
+
+/// The Secret's certificates, renewed and written back first when due. A write that loses a
+/// race to another replica reads again and goes by what that replica wrote.
+async fn sync_secret(
+    client: &Client,
+    settings: &CertSettings,
+    next_is_trusted: bool,
+) -> Result<Material, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let label = secret_label(settings);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let existing = read_secret(client, settings).await?;
+        let current = existing.as_ref().map(material_of).unwrap_or_default();
+        let (renewed, changes) = cert_authority::renew(
+            &current,
+            &policy(settings),
+            SystemTime::now(),
+            next_is_trusted,
+        )?;
+        if changes.is_empty() {
+            return Ok(renewed);
+        }
+        let written = match existing {
+            None => {
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(settings.secret_name.clone()),
+                        namespace: Some(settings.namespace.clone()),
+                        labels: Some(
+                            [(
+                                "app.kubernetes.io/managed-by".to_owned(),
+                                "operator-manager".to_owned(),
+                            )]
+                            .into(),
+                        ),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some("kubernetes.io/tls".to_owned()),
+                    data: Some(byte_strings(&renewed)),
+                    ..Secret::default()
+                };
+                api.create(&PostParams::default(), &secret).await
+            }
+            Some(mut secret) => {
+                // The resourceVersion read above makes this fail if another replica wrote
+                // in between, instead of overwriting its certificates.
+                secret.data = Some(byte_strings(&renewed));
+                secret.string_data = None;
+                api.replace(&settings.secret_name, &PostParams::default(), &secret)
+                    .await
+            }
+        };
+        match written {
+            Ok(_) => {
+                for change in &changes {
+                    log_change(change, &label);
+                }
+                return Ok(renewed);
+            }
+            Err(kube::Error::Api(status)) if (status.code == 409) && attempt <= RACE_RETRIES => {
+                tracing::debug!(secret = %label, "another replica wrote the webhook certificates first; reading them");
+            }
+            Err(source) => {
+                return Err(Error::WebhookCerts {
+                    action: format!("write {label}"),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+fn log_change(change: &Change, secret: &str) {
+    match change {
+        Change::NewSigner => tracing::info!(%secret, "made a new webhook CA"),
+        Change::NextCaTrusted => {
+            tracing::info!(%secret, "made the next webhook CA and added it to the trusted bundle")
+        }
+        Change::NextCaSigns => tracing::info!(%secret, "the next webhook CA signs from now on"),
+        Change::ExpiredCaDropped => {
+            tracing::info!(%secret, "dropped an expired CA from the trusted bundle")
+        }
+        Change::ServingIssued(reason) => {
+            tracing::info!(%secret, reason, "issued a webhook serving certificate")
+        }
+    }
+}
+
+fn byte_strings(material: &Material) -> std::collections::BTreeMap<String, ByteString> {
+    material
+        .to_data()
+        .into_iter()
+        .map(|(key, value)| (key, ByteString(value)))
+        .collect()
+}
+
+async fn get_opt<K>(api: &Api<K>, name: &str) -> Result<Option<K>, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    api.get_opt(name)
+        .await
+        .map_err(|source| Error::WebhookCerts {
+            action: format!("read {} {name}", K::kind(&K::DynamicType::default())),
+            source,
+        })
+}
+
+/// Puts `bundle` into every target that lacks it; each write carries the resourceVersion it
+/// read, so a concurrent change makes it fail and the next check try again.
+async fn inject(
+    client: &Client,
+    targets: &InjectionTargets,
+    bundle: &str,
+) -> Result<Vec<(String, Injection)>, Error> {
+    let wanted = ByteString(bundle.as_bytes().to_vec());
+    let mut outcomes = Vec::new();
+    for name in &targets.mutating {
+        let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+        let outcome = update_if(&api, name, |config| {
+            let mut changed = false;
+            for hook in config.webhooks.iter_mut().flatten() {
+                changed |= set_bundle(&mut hook.client_config.ca_bundle, &wanted);
+            }
+            changed
+        })
+        .await?;
+        outcomes.push((format!("MutatingWebhookConfiguration {name}"), outcome));
+    }
+    for name in &targets.validating {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        let outcome = update_if(&api, name, |config| {
+            let mut changed = false;
+            for hook in config.webhooks.iter_mut().flatten() {
+                changed |= set_bundle(&mut hook.client_config.ca_bundle, &wanted);
+            }
+            changed
+        })
+        .await?;
+        outcomes.push((format!("ValidatingWebhookConfiguration {name}"), outcome));
+    }
+    for name in &targets.crds {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let outcome = update_if(&api, name, |crd| {
+            // Only a CRD installed with webhook conversion calls the webhook.
+            match crd
+                .spec
+                .conversion
+                .as_mut()
+                .and_then(|c| c.webhook.as_mut())
+                .and_then(|w| w.client_config.as_mut())
+            {
+                Some(config) => set_bundle(&mut config.ca_bundle, &wanted),
+                None => false,
+            }
+        })
+        .await?;
+        outcomes.push((format!("CustomResourceDefinition {name}"), outcome));
+    }
+    Ok(outcomes)
+}
+
+fn set_bundle(field: &mut Option<ByteString>, wanted: &ByteString) -> bool {
+    if field.as_ref() == Some(wanted) {
+        return false;
+    }
+    *field = Some(wanted.clone());
+    true
+}
+
+/// Reads `name`, lets `change` edit it, and writes it back if it changed. A write that loses
+/// a race (another replica injecting the same bundle at once) reads again and retries.
+async fn update_if<K>(
+    api: &Api<K>,
+    name: &str,
+    change: impl Fn(&mut K) -> bool,
+) -> Result<Injection, Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(mut object) = get_opt(api, name).await? else {
+            return Ok(Injection::Missing);
+        };
+        if !change(&mut object) {
+            return Ok(Injection::Current);
+        }
+        match api.replace(name, &PostParams::default(), &object).await {
+            Ok(_) => return Ok(Injection::Updated),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt <= RACE_RETRIES => {}
+            Err(source) => {
+                return Err(Error::WebhookCerts {
+                    action: format!("update {} {name}", K::kind(&K::DynamicType::default())),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_certificate_names_the_service_and_loopback() {
+        let names = service_names("hooks", "system");
+        assert_eq!(
+            names,
+            vec![
+                "hooks.system.svc",
+                "hooks.system.svc.cluster.local",
+                "hooks.system",
+                "hooks",
+                "localhost",
+                "127.0.0.1"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bundle_is_only_written_where_it_differs() {
+        let wanted = ByteString(b"bundle".to_vec());
+        let mut field = None;
+        assert!(set_bundle(&mut field, &wanted));
+        assert!(!set_bundle(&mut field, &wanted));
+        let mut stale = Some(ByteString(b"old".to_vec()));
+        assert!(set_bundle(&mut stale, &wanted));
+        assert_eq!(stale, Some(wanted));
+    }
+}
