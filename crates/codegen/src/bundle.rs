@@ -19,7 +19,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use serde_json::{Value, json};
 
 use crate::project::Project;
-use crate::{Error, GeneratedFile, MANAGER_IMAGE, MANAGER_NAME, manager, rbac, samples, yaml};
+use crate::{
+    Error, GeneratedFile, MANAGER_IMAGE, MANAGER_NAME, WEBHOOK_CERT_DIR, manager, rbac, samples,
+    yaml,
+};
 
 /// First line of every file of the bundle.
 pub const HEADER: &str =
@@ -199,11 +202,8 @@ fn cluster_service_version(
     }))
 }
 
-/// Where OLM mounts the serving certificate it makes for the webhooks it installs.
-pub const OLM_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
-
 /// The declared admission webhooks, for OLM to install: it makes their configurations, Service
-/// and certificate itself (mounted at [`OLM_WEBHOOK_CERT_DIR`]), so the manager provisions none.
+/// and certificate itself (mounted at [`WEBHOOK_CERT_DIR`]), so the manager provisions none.
 fn webhook_definitions() -> Result<Value, Error> {
     let definitions: Vec<Value> = crate::webhooks::declared()?
         .iter()
@@ -276,7 +276,7 @@ fn install_spec(controllers: &[Box<dyn controllers::ManagedController>]) -> Resu
         container
             .args
             .get_or_insert_with(Vec::new)
-            .push(format!("--webhook-cert-path={OLM_WEBHOOK_CERT_DIR}"));
+            .push(format!("--webhook-cert-path={WEBHOOK_CERT_DIR}"));
         container.env.get_or_insert_with(Vec::new).push(EnvVar {
             name: WATCHED_NAMESPACES_ENV.to_owned(),
             value_from: Some(EnvVarSource {
@@ -456,7 +456,7 @@ mod tests {
         let expected_container = &expected["template"]["spec"]["containers"][0];
         assert!(expected_container["image"].is_string(), "{expected}");
         let mut expected_args = expected_container["args"].as_array().expect("args").clone();
-        expected_args.push(json!(format!("--webhook-cert-path={OLM_WEBHOOK_CERT_DIR}")));
+        expected_args.push(json!(format!("--webhook-cert-path={WEBHOOK_CERT_DIR}")));
         assert_eq!(rendered["args"], Value::Array(expected_args));
         let webhooks = csv["spec"]["webhookdefinitions"]
             .as_array()

@@ -8,6 +8,7 @@
 //! this crate) runs to catch files that were not regenerated.
 
 pub mod bundle;
+mod certmanager;
 mod crds;
 mod files;
 mod kustomize;
@@ -40,6 +41,9 @@ pub const MANAGER_USER: u32 = 65532;
 pub const METRICS_PORT: i32 = 8443;
 /// Name of the metrics port on the container and the Service.
 pub const METRICS_PORT_NAME: &str = "https";
+/// Where a given webhook certificate is mounted (`--webhook-cert-path`): controller-runtime's
+/// default directory, which OLM mounts its certificate into.
+pub const WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 /// Port of `/healthz` and `/readyz`.
 pub const HEALTH_PORT: i32 = 8081;
 
@@ -127,6 +131,7 @@ pub fn render() -> Result<Vec<GeneratedFile>, Error> {
     files.extend(rbac::render(&controllers)?);
     files.extend(manager::render()?);
     files.extend(webhooks::render()?);
+    files.extend(certmanager::render()?);
     files.extend(samples::render()?);
     files.extend(monitoring::render()?);
     files.extend(kustomize::render(&files)?);

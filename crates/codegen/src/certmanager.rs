@@ -1,0 +1,137 @@
+//! `certmanager/`: a kustomize Component for clusters that issue certificates with
+//! cert-manager, as Kubebuilder's `config/certmanager` does. It adds a self-signed Issuer and a
+//! Certificate for the webhook Service's names, mounts the Secret cert-manager writes into the
+//! manager at [`WEBHOOK_CERT_DIR`] (`--webhook-cert-path`, so the manager provisions nothing),
+//! and has cert-manager's CA injector fill in the configurations' `caBundle`.
+//!
+//! Use it from an overlay of your own:
+//!
+//! ```yaml
+//! resources: [<path to deploy>]
+//! components: [<path to deploy>/certmanager]
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use controllers::webhook::{MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION};
+use serde_json::{Value, json};
+
+use crate::manager::labels;
+use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, WEBHOOK_CERT_DIR, yaml};
+
+/// The Certificate, and the Secret cert-manager keeps it in (not the one the manager
+/// provisions, so switching between the two never mixes them).
+pub const CERTIFICATE: &str = "operator-manager-webhook-serving-cert";
+/// The self-signed Issuer.
+pub const ISSUER: &str = "operator-manager-selfsigned";
+/// The pod volume holding the certificate.
+const VOLUME: &str = "webhook-certs";
+
+pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
+    [
+        ("certmanager/issuer.yaml", issuer()),
+        ("certmanager/certificate.yaml", certificate()),
+        ("certmanager/kustomization.yaml", component()),
+    ]
+    .into_iter()
+    .map(|(path, value)| {
+        Ok(GeneratedFile {
+            path: PathBuf::from(path),
+            contents: yaml::render_documents(Path::new(path), &[value])?,
+        })
+    })
+    .collect()
+}
+
+fn issuer() -> Value {
+    json!({
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Issuer",
+        "metadata": {"name": ISSUER, "namespace": NAMESPACE, "labels": labels()},
+        "spec": {"selfSigned": {}},
+    })
+}
+
+fn certificate() -> Value {
+    json!({
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": {"name": CERTIFICATE, "namespace": NAMESPACE, "labels": labels()},
+        "spec": {
+            "dnsNames": [
+                format!("{SERVICE_NAME}.{NAMESPACE}.svc"),
+                format!("{SERVICE_NAME}.{NAMESPACE}.svc.cluster.local"),
+            ],
+            "issuerRef": {"kind": "Issuer", "name": ISSUER},
+            "secretName": CERTIFICATE,
+        },
+    })
+}
+
+fn component() -> Value {
+    let inject = json!({
+        "metadata": {"annotations": {
+            "cert-manager.io/inject-ca-from": format!("{NAMESPACE}/{CERTIFICATE}"),
+        }},
+    });
+    let annotate = |kind: &str, name: &str| {
+        let mut patch = inject.clone();
+        patch["apiVersion"] = json!("admissionregistration.k8s.io/v1");
+        patch["kind"] = json!(kind);
+        patch["metadata"]["name"] = json!(name);
+        json!({"patch": serde_json::to_string(&patch).unwrap_or_default()})
+    };
+    let mount = format!(
+        "- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: --webhook-cert-path={WEBHOOK_CERT_DIR}\n\
+         - op: add\n  path: /spec/template/spec/volumes\n  value:\n  - name: {VOLUME}\n    secret:\n      secretName: {CERTIFICATE}\n\
+         - op: add\n  path: /spec/template/spec/containers/0/volumeMounts\n  value:\n  - name: {VOLUME}\n    mountPath: {WEBHOOK_CERT_DIR}\n    readOnly: true\n"
+    );
+    json!({
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+        "kind": "Component",
+        "resources": ["issuer.yaml", "certificate.yaml"],
+        "patches": [
+            {
+                "target": {"group": "apps", "version": "v1", "kind": "Deployment", "name": MANAGER_NAME},
+                "patch": mount,
+            },
+            annotate("MutatingWebhookConfiguration", MUTATING_CONFIGURATION),
+            annotate("ValidatingWebhookConfiguration", VALIDATING_CONFIGURATION),
+        ],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_certificate_names_the_webhook_service() {
+        let names = certificate()["spec"]["dnsNames"].clone();
+        assert_eq!(
+            names,
+            json!([
+                "operator-manager-webhook.operator-system.svc",
+                "operator-manager-webhook.operator-system.svc.cluster.local"
+            ])
+        );
+    }
+
+    #[test]
+    fn the_component_mounts_the_certificate_where_the_manager_reads_it() {
+        let component = component();
+        let patch = component["patches"][0]["patch"].as_str().expect("a patch");
+        assert!(patch.contains(&format!("--webhook-cert-path={WEBHOOK_CERT_DIR}")));
+        assert!(patch.contains(&format!("mountPath: {WEBHOOK_CERT_DIR}")));
+        assert!(patch.contains(&format!("secretName: {CERTIFICATE}")));
+        for index in [1, 2] {
+            let annotation = component["patches"][index]["patch"]
+                .as_str()
+                .expect("a patch");
+            assert!(
+                annotation.contains("cert-manager.io/inject-ca-from"),
+                "{annotation}"
+            );
+        }
+    }
+}
