@@ -11,7 +11,8 @@
 //! 5. prints what the tutorial shows, then what to try next and how to stop everything.
 //!
 //! Where the real node cannot run (not root, packages missing), it says why and runs the
-//! manager as a local process against the fake nodes instead, as its ServiceAccount.
+//! manager as a local process against the fake nodes instead, as its ServiceAccount, its
+//! admission webhooks on loopback and the generated webhook configurations pointed there.
 //!
 //! `cargo xtask demo --stop` ([`stop`]) removes the demo's manager and namespace; the cluster
 //! keeps running until `cargo xtask cluster down`. The demo's files (pid, log, kubeconfig,
@@ -35,6 +36,8 @@ const SERVICE_ACCOUNT: &str = "operator-manager";
 const MANAGER_NAMESPACE: &str = "operator-system";
 /// How long the sample may take to converge.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long a local manager may take to serve its admission webhooks.
+const WEBHOOKS_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the manager gets to stop gracefully before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -141,6 +144,10 @@ Scale the cluster to 5 and watch the pods and status.nodes follow:
   kubectl patch memcached {SAMPLE} -p '{{\"spec\":{{\"size\":5}}}}' --type=merge
   kubectl get memcached {SAMPLE} -o jsonpath='{{.status.nodes}}'
 
+Ask for an image that is no image reference, and see the validating webhook refuse it:
+
+  kubectl patch memcached {SAMPLE} -p '{{\"spec\":{{\"image\":\"memcached:1.6 -alpine\"}}}}' --type=merge
+
 Scale the Deployment by hand, or delete it or a pod, and see it put back:
 
   kubectl scale deployment {SAMPLE} --replicas=1
@@ -179,6 +186,20 @@ pub fn stop() -> anyhow::Result<()> {
             "--wait=true",
         ])?;
         stopped |= !deleted.trim().is_empty();
+        // With no manager to answer them, the webhook configurations would refuse every write
+        // of the platform's types.
+        for (kind, name) in [
+            (
+                "mutatingwebhookconfiguration",
+                controllers::webhook::MUTATING_CONFIGURATION,
+            ),
+            (
+                "validatingwebhookconfiguration",
+                controllers::webhook::VALIDATING_CONFIGURATION,
+            ),
+        ] {
+            kubectl.run(&["delete", kind, name, "--ignore-not-found"])?;
+        }
         kubectl.run(&[
             "delete",
             "namespace",
@@ -188,7 +209,9 @@ pub fn stop() -> anyhow::Result<()> {
         ])?;
     }
     if stopped {
-        println!("Stopped the demo's manager and removed namespace {DEMO_NAMESPACE}.");
+        println!(
+            "Stopped the demo's manager, removed its webhook configurations and namespace {DEMO_NAMESPACE}."
+        );
     } else {
         println!("No demo manager is running.");
     }
@@ -313,12 +336,43 @@ fn local_process(
 
     step("Building the manager");
     let binary = build_manager()?;
+    let webhook_port = free_port()?;
+    // Installed before the manager starts, so the manager finds them and puts its CA into
+    // them before it serves.
+    step(&format!(
+        "Pointing the generated webhook configurations at the manager on https://127.0.0.1:{webhook_port}"
+    ));
+    let (mutating, validating) = codegen::webhook_configurations(&codegen::WebhookTarget::Url {
+        base: format!("https://127.0.0.1:{webhook_port}"),
+    })?;
+    let list = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            serde_json::to_value(&mutating)?,
+            serde_json::to_value(&validating)?,
+        ],
+    });
+    std::fs::write(&files.webhooks, serde_json::to_string_pretty(&list)?)
+        .with_context(|| format!("writing {}", files.webhooks.display()))?;
+    // A server-side apply under a manager of its own leaves the CA the manager puts in to it.
+    print!(
+        "{}",
+        kubectl.run(&[
+            "apply",
+            "--server-side",
+            "--field-manager=demo",
+            "-f",
+            path_str(&files.webhooks)?,
+        ])?
+    );
+
     step("Starting the manager in the background, as its ServiceAccount");
     write_manager_kubeconfig(kubectl, state, &files.kubeconfig)?;
     let metrics_port = free_port()?;
     std::fs::write(&files.metrics_port, metrics_port.to_string())
         .with_context(|| format!("writing {}", files.metrics_port.display()))?;
-    let pid = start_manager(&binary, files, metrics_port)?;
+    let pid = start_manager(&binary, files, metrics_port, webhook_port)?;
     println!("manager pid {pid}, log {}", files.log.display());
 
     step(&format!(
@@ -332,7 +386,27 @@ fn local_process(
     )?;
     kubectl.run(&["apply", "-f", path_str(&files.demo_namespace)?])?;
     let sample = deploy.join(SAMPLE_FILE);
-    print!("{}", kubectl.demo(&["apply", "-f", path_str(&sample)?])?);
+    // Admission needs the manager serving: until then the API server cannot call it.
+    let deadline = Instant::now() + WEBHOOKS_TIMEOUT;
+    loop {
+        match kubectl.demo(&["apply", "-f", path_str(&sample)?]) {
+            Ok(out) => {
+                print!("{out}");
+                break;
+            }
+            Err(error)
+                if error.to_string().contains("failed calling webhook")
+                    && Instant::now() < deadline
+                    && manager_running(files)? =>
+            {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(error) => {
+                return Err(error)
+                    .with_context(|| format!("the manager's log:\n{}", log_tail(&files.log)));
+            }
+        }
+    }
     wait_for_sample(kubectl, || {
         if manager_running(files)? {
             Ok(())
@@ -453,6 +527,7 @@ struct DemoFiles {
     manager_namespace: PathBuf,
     demo_namespace: PathBuf,
     sample: PathBuf,
+    webhooks: PathBuf,
 }
 
 impl DemoFiles {
@@ -467,6 +542,7 @@ impl DemoFiles {
             manager_namespace: dir.join("manager-namespace.json"),
             demo_namespace: dir.join("demo-namespace.json"),
             sample: dir.join("sample.json"),
+            webhooks: dir.join("webhook-configurations.json"),
         })
     }
 }
@@ -607,7 +683,12 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// Starts the manager detached from this process (its own process group, so a Ctrl-C in this
 /// terminal does not reach it) and records its pid.
-fn start_manager(binary: &Path, files: &DemoFiles, metrics_port: u16) -> anyhow::Result<u32> {
+fn start_manager(
+    binary: &Path,
+    files: &DemoFiles,
+    metrics_port: u16,
+    webhook_port: u16,
+) -> anyhow::Result<u32> {
     use std::os::unix::process::CommandExt as _;
     let log = std::fs::File::create(&files.log)
         .with_context(|| format!("creating {}", files.log.display()))?;
@@ -617,6 +698,7 @@ fn start_manager(binary: &Path, files: &DemoFiles, metrics_port: u16) -> anyhow:
             "--health-probe-bind-address=127.0.0.1:{}",
             free_port()?
         ))
+        .arg(format!("--webhook-bind-address=127.0.0.1:{webhook_port}"))
         .arg("--log-format=text")
         .env("KUBECONFIG", &files.kubeconfig)
         .env(

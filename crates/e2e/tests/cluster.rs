@@ -191,17 +191,38 @@ async fn the_namespaced_overlay_grants_a_role_and_watches_its_own_namespace() ->
     let objects = testkit::parse_yaml(&String::from_utf8_lossy(&rendered.stdout), &dir)?;
     let kind = |o: &DynamicObject| o.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
     let kinds: Vec<String> = objects.iter().map(kind).collect();
-    // Only what secure metrics need is cluster-wide: TokenReviews and SubjectAccessReviews
-    // have no namespace, and scrapers are granted a non-resource URL.
+    // Only what secure metrics and the webhooks' certificates need is cluster-wide:
+    // TokenReviews and SubjectAccessReviews have no namespace, scrapers are granted a
+    // non-resource URL, and the webhook configurations and CRDs are cluster-scoped objects
+    // (granted by name).
     let cluster_wide: Vec<&str> = objects
         .iter()
         .filter(|o| kind(o).starts_with("Cluster"))
         .filter_map(|o| o.metadata.name.as_deref())
         .collect();
     ensure!(
-        cluster_wide.iter().all(|name| name.contains("-metrics-")),
-        "no cluster-wide RBAC but the metrics roles: {cluster_wide:?}"
+        cluster_wide
+            .iter()
+            .all(|name| name.contains("-metrics-") || name.ends_with("-webhook")),
+        "no cluster-wide RBAC but the metrics and webhook roles: {cluster_wide:?}"
     );
+    for configuration in objects
+        .iter()
+        .filter(|o| kind(o).ends_with("WebhookConfiguration"))
+    {
+        let hooks = configuration.data["webhooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        ensure!(
+            !hooks.is_empty()
+                && hooks.iter().all(|hook| {
+                    hook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                        == "operator-system"
+                }),
+            "the webhooks are called for the manager's namespace only: {hooks:?}"
+        );
+    }
     let manager_role = objects
         .iter()
         .find(|o| kind(o) == "Role" && o.metadata.name.as_deref() == Some("operator-manager"));
@@ -217,6 +238,76 @@ async fn the_namespaced_overlay_grants_a_role_and_watches_its_own_namespace() ->
         "the manager watches its own namespace: {args}"
     );
     Ok(())
+}
+
+/// The cert-manager component, added to `deploy/` by an overlay as a user would: the manager
+/// serves the mounted certificate instead of provisioning one, and cert-manager's CA injector
+/// is asked to fill in both configurations.
+#[tokio::test]
+async fn the_cert_manager_component_mounts_its_certificate_and_asks_for_injection() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    // kustomize only reads below the overlay's root: a copy of deploy/ next to the overlay.
+    let dir = std::env::temp_dir().join(testkit::unique_name("certmanager-overlay"));
+    let result = async {
+        std::fs::create_dir_all(dir.join("overlay"))?;
+        let copied = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(testkit::deploy_dir())
+            .arg(dir.join("deploy"))
+            .status()?;
+        ensure!(copied.success(), "copying deploy/ failed: {copied}");
+        std::fs::write(
+            dir.join("overlay/kustomization.yaml"),
+            "resources: [../deploy]\ncomponents: [../deploy/certmanager]\n",
+        )?;
+        let overlay = dir.join("overlay");
+        let rendered = cluster.kubectl().arg("kustomize").arg(&overlay).output()?;
+        ensure!(rendered.status.success(), "{}", output_text(&rendered));
+        let objects = testkit::parse_yaml(&String::from_utf8_lossy(&rendered.stdout), &overlay)?;
+        let kind = |o: &DynamicObject| o.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+        ensure!(
+            objects.iter().any(|o| kind(o) == "Certificate")
+                && objects.iter().any(|o| kind(o) == "Issuer"),
+            "an Issuer and a Certificate"
+        );
+        let deployment = objects
+            .iter()
+            .find(|o| kind(o) == "Deployment")
+            .context("the manager's Deployment")?;
+        let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
+        ensure!(
+            container["args"].as_array().is_some_and(|args| args
+                .iter()
+                .any(|a| a == "--webhook-cert-path=/tmp/k8s-webhook-server/serving-certs")),
+            "the manager serves the mounted certificate: {container}"
+        );
+        ensure!(
+            container["volumeMounts"][0]["mountPath"] == "/tmp/k8s-webhook-server/serving-certs",
+            "mounted where it is read: {container}"
+        );
+        for configuration in objects
+            .iter()
+            .filter(|o| kind(o).ends_with("WebhookConfiguration"))
+        {
+            let annotations = configuration
+                .metadata
+                .annotations
+                .clone()
+                .unwrap_or_default();
+            ensure!(
+                annotations
+                    .get("cert-manager.io/inject-ca-from")
+                    .map(String::as_str)
+                    == Some("operator-system/operator-manager-webhook-serving-cert"),
+                "{:?} asks for the CA: {annotations:?}",
+                configuration.metadata.name
+            );
+        }
+        Ok(())
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// Creates a Memcached with the given spec (no spec when `None`), returning the API server's

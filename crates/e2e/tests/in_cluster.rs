@@ -1,6 +1,7 @@
 //! The manager as users run it: its image loaded on the real node, installed with
 //! `kubectl apply -k deploy/`, probed by the kubelet, configured from its mounted
-//! ServiceAccount token, two replicas electing one leader.
+//! ServiceAccount token, two replicas electing one leader, every replica serving the admission
+//! webhooks through their Service with the certificate the replicas provisioned.
 //!
 //! The installation is cluster-wide (`operator-system`, the ClusterRole), so this binary runs
 //! one scenario from start to end. The in-cluster manager also reconciles the objects of tests
@@ -79,6 +80,10 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
     println!(
         "the tutorial flow converged ({:.1}s)",
         started.elapsed().as_secs_f64()
+    );
+    admission_through_the_service(cluster, &ns).await?;
+    println!(
+        "admission: the API server called the webhooks through their Service, trusting the provisioned CA"
     );
     let after = testkit::wait_for(
         "Prometheus to see the Memcached reconciles",
@@ -479,8 +484,20 @@ async fn install(cluster: &TestCluster) -> Result<()> {
     Ok(())
 }
 
-/// Deletes the manager's Deployment and waits for its pods to go.
+/// Deletes the webhook configurations (with no manager to answer them, every later write of a
+/// Memcached would be refused) and the manager's Deployment, and waits for its pods to go.
 async fn uninstall(cluster: &TestCluster) -> Result<()> {
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        let name = if kind.starts_with("mutating") {
+            controllers::webhook::MUTATING_CONFIGURATION
+        } else {
+            controllers::webhook::VALIDATING_CONFIGURATION
+        };
+        cluster_kubectl(cluster, &["delete", kind, name, "--ignore-not-found"])?;
+    }
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     match deployments
         .delete(MANAGER, &DeleteParams::foreground())
@@ -598,6 +615,52 @@ async fn tutorial(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Res
         },
     )
     .await?;
+    Ok(())
+}
+
+/// Through the webhook Service: a malformed image is refused with the field named, and a blank
+/// one is defaulted.
+async fn admission_through_the_service(cluster: &TestCluster, ns: &TestNamespace) -> Result<()> {
+    let apply = |name: &str, image: &str| -> Result<std::process::Output> {
+        use std::io::Write as _;
+        let yaml = format!(
+            "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
+        );
+        let mut child = cluster
+            .kubectl()
+            .args(["apply", "-n", ns.name(), "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(yaml.as_bytes())?;
+        }
+        Ok(child.wait_with_output()?)
+    };
+    let refused = apply("malformed", "memcached:1.6 -alpine")?;
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    ensure!(
+        !refused.status.success()
+            && said.contains("Memcached \"malformed\" is invalid")
+            && said.contains(
+                "spec.image: Invalid value: \"memcached:1.6 -alpine\": not an image reference"
+            ),
+        "a malformed image was not refused by the validating webhook: {said}"
+    );
+    let defaulted = apply("blank-image", " ")?;
+    ensure!(
+        defaulted.status.success(),
+        "a blank image was refused: {}",
+        String::from_utf8_lossy(&defaulted.stderr)
+    );
+    let mcs: Api<Memcached> = Api::namespaced(cluster.client.clone(), ns.name());
+    let image = mcs.get("blank-image").await?.spec.image;
+    ensure!(
+        image == apis::memcached::DEFAULT_IMAGE,
+        "the blank image was not defaulted: {image:?}"
+    );
+    mcs.delete("blank-image", &DeleteParams::default()).await?;
     Ok(())
 }
 

@@ -1,0 +1,462 @@
+//! Admission webhooks through the real API server, with the manager as a local process: the
+//! generated webhook configurations, pointed at the manager on loopback (a URL client config)
+//! and limited to this test's namespace, call it for every write of a Memcached or MyApp.
+//!
+//! One scenario in order, because the configurations are cluster-wide objects with fixed
+//! names: the manager provisions its certificate Secret and injects the CA; defaulting and
+//! each validation rule through `kubectl apply`; a restart keeps the certificate and admits
+//! at once after readiness; a validity shortened to 30 s rotates both the serving certificate
+//! and the CA, several times, under a steady stream of writes none of which fails; with the
+//! manager down, writes are refused (failure policy `Fail`).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use apis::Memcached;
+use controllers::webhook;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use testkit::{ManagerProcess, TestCluster, TestNamespace};
+
+/// The namespace of the manager's certificate Secret (its lease namespace), as in-cluster.
+const MANAGER_NAMESPACE: &str = "operator-system";
+
+/// How long writes are sent while certificates rotate: with a 30 s validity the serving
+/// certificate is renewed every 20 s and the CA (valid 120 s) starts its rotation at 60 s.
+const ROTATION_WINDOW: Duration = Duration::from_secs(90);
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn webhooks_default_validate_survive_a_restart_and_fail_closed() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
+    let ns = TestNamespace::create(&cluster, "webhooks").await?;
+    let port = testkit::free_port()?;
+
+    // A fresh start: no certificate from an earlier run.
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
+    gone(
+        secrets
+            .delete(webhook::CERT_SECRET_NAME, &DeleteParams::default())
+            .await,
+    )?;
+    install_configurations(&cluster, &ns, port).await?;
+
+    let mut manager = start(&identity.path, port, &[]).await?;
+    let result = scenario(&cluster, &ns, &identity.path, port, &mut manager).await;
+    let log = manager.log_text();
+    manager.terminate();
+    let removed = remove_configurations(&cluster).await;
+    result.with_context(|| format!("manager log:\n{}", tail(&log, 80)))?;
+    removed
+}
+
+async fn scenario(
+    cluster: &TestCluster,
+    ns: &TestNamespace,
+    kubeconfig: &Path,
+    port: u16,
+    manager: &mut Started,
+) -> Result<()> {
+    // Provisioned and injected: the Secret holds a CA, both configurations carry it.
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
+    let ca = secrets
+        .get(webhook::CERT_SECRET_NAME)
+        .await?
+        .data
+        .and_then(|data| data.get("ca.crt").cloned())
+        .context("the certificate Secret has a ca.crt")?;
+    let injected = injected_bundles(cluster).await?;
+    ensure!(
+        injected.iter().all(|bundle| bundle == &ca.0),
+        "every webhook carries the Secret's CA bundle"
+    );
+    println!(
+        "the manager provisioned its certificate and injected the CA into both configurations"
+    );
+
+    // Defaulting: a blank image becomes the default, with a warning to the user.
+    let applied = kubectl_apply(cluster, ns, &memcached_yaml("defaulted", " "))?;
+    ensure!(applied.status.success(), "applied: {}", text(&applied));
+    ensure!(
+        stderr(&applied).contains("Warning: spec.image: empty"),
+        "kubectl shows the defaulting warning: {}",
+        text(&applied)
+    );
+    let mcs: Api<Memcached> = Api::namespaced(cluster.client.clone(), ns.name());
+    let image = mcs.get("defaulted").await?.spec.image;
+    ensure!(
+        image == apis::memcached::DEFAULT_IMAGE,
+        "the blank image was defaulted, got {image:?}"
+    );
+
+    // Validation on create, for both types, naming the field and why.
+    let refused = kubectl_apply(cluster, ns, &memcached_yaml("bad", "memcached:1.6 -alpine"))?;
+    expect_refused(
+        &refused,
+        "Memcached \"bad\"",
+        "spec.image: Invalid value: \"memcached:1.6 -alpine\": not an image reference: it must not contain ' '",
+    )?;
+    let refused = kubectl_apply(cluster, ns, &myapp_yaml("bad-app", "nginx:"))?;
+    expect_refused(
+        &refused,
+        "MyApp \"bad-app\"",
+        "spec.image: Invalid value: \"nginx:\": not an image reference: it has a malformed tag",
+    )?;
+    // An untagged image is admitted, with a warning.
+    let warned = kubectl_apply(cluster, ns, &myapp_yaml("untagged", "nginx"))?;
+    ensure!(
+        warned.status.success() && stderr(&warned).contains("names no tag or digest"),
+        "an untagged image is admitted with a warning: {}",
+        text(&warned)
+    );
+    // Validation on update.
+    let patched = cluster
+        .kubectl()
+        .args([
+            "patch",
+            "memcached",
+            "defaulted",
+            "-n",
+            ns.name(),
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"image":"Memcached:1.6"}}"#,
+        ])
+        .output()?;
+    expect_refused(
+        &patched,
+        "Memcached \"defaulted\"",
+        "spec.image: Invalid value: \"Memcached:1.6\": not an image reference",
+    )?;
+    println!("defaulting and every validation rule answered through the API server");
+
+    // A restart keeps the certificate, and admits as soon as it is ready again.
+    manager.process.terminate();
+    manager.process.wait_timeout(TIMEOUT).await?;
+    *manager = start(kubeconfig, port, &[]).await?;
+    let after = secrets
+        .get(webhook::CERT_SECRET_NAME)
+        .await?
+        .data
+        .and_then(|data| data.get("ca.crt").cloned())
+        .context("the certificate Secret survives the restart")?;
+    ensure!(after == ca, "the restarted manager kept the CA");
+    let applied = kubectl_apply(
+        cluster,
+        ns,
+        &memcached_yaml("after-restart", "memcached:1.6"),
+    )?;
+    ensure!(
+        applied.status.success(),
+        "admitted right after readiness: {}",
+        text(&applied)
+    );
+    println!("restarted: the same certificate, admission at once after readiness");
+
+    // A shortened validity: both certificates are replaced, then renewed again and again,
+    // while every write keeps being admitted.
+    manager.process.terminate();
+    manager.process.wait_timeout(TIMEOUT).await?;
+    *manager = start(kubeconfig, port, &["--webhook-cert-validity=30s"]).await?;
+    let rotation = write_through_rotations(&mcs, &secrets, "after-restart").await?;
+    ensure!(
+        rotation.failed.is_empty(),
+        "{} of {} writes failed while the certificates rotated: {:?}",
+        rotation.failed.len(),
+        rotation.writes,
+        rotation.failed
+    );
+    ensure!(
+        rotation.signers.len() >= 3 && rotation.serving.len() >= 4,
+        "expected the CA to change at least twice and the serving certificate at least three \
+         times in {ROTATION_WINDOW:?}; saw {} CAs and {} serving certificates",
+        rotation.signers.len(),
+        rotation.serving.len()
+    );
+    let bundle = secrets
+        .get(webhook::CERT_SECRET_NAME)
+        .await?
+        .data
+        .and_then(|data| data.get("ca.crt").cloned())
+        .context("the Secret has a ca.crt")?;
+    ensure!(
+        injected_bundles(cluster)
+            .await?
+            .iter()
+            .all(|b| b == &bundle.0),
+        "the configurations carry the rotated bundle"
+    );
+    println!(
+        "rotation: {} writes admitted, none failed, while {} CAs and {} serving certificates took turns",
+        rotation.writes,
+        rotation.signers.len(),
+        rotation.serving.len()
+    );
+
+    // Down: the failure policy refuses, it does not admit unchecked.
+    manager.process.terminate();
+    manager.process.wait_timeout(TIMEOUT).await?;
+    let refused = kubectl_apply(cluster, ns, &memcached_yaml("while-down", "memcached:1.6"))?;
+    ensure!(
+        !refused.status.success() && stderr(&refused).contains("failed calling webhook"),
+        "with the manager down, a create is refused: {}",
+        text(&refused)
+    );
+    ensure!(
+        mcs.get_opt("while-down").await?.is_none(),
+        "nothing was admitted while the manager was down"
+    );
+    println!("with the manager down, writes are refused (failurePolicy Fail)");
+    Ok(())
+}
+
+/// What [`write_through_rotations`] saw.
+struct Rotation {
+    writes: usize,
+    failed: Vec<String>,
+    signers: BTreeSet<Vec<u8>>,
+    serving: BTreeSet<Vec<u8>>,
+}
+
+/// For [`ROTATION_WINDOW`], changes an annotation of Memcached `name` (an update every
+/// webhook is called for) every 250 ms, and notes each CA and serving certificate the
+/// Secret holds along the way.
+async fn write_through_rotations(
+    mcs: &Api<Memcached>,
+    secrets: &Api<Secret>,
+    name: &str,
+) -> Result<Rotation> {
+    let mut rotation = Rotation {
+        writes: 0,
+        failed: Vec::new(),
+        signers: BTreeSet::new(),
+        serving: BTreeSet::new(),
+    };
+    let start = Instant::now();
+    while start.elapsed() < ROTATION_WINDOW {
+        rotation.writes += 1;
+        let patch =
+            json!({"metadata": {"annotations": {"e2e/write": rotation.writes.to_string()}}});
+        if let Err(error) = mcs
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            rotation
+                .failed
+                .push(format!("at {:.1}s: {error}", start.elapsed().as_secs_f64()));
+        }
+        if let Some(data) = secrets.get(webhook::CERT_SECRET_NAME).await?.data {
+            rotation
+                .signers
+                .extend(data.get("ca-signer.crt").map(|b| b.0.clone()));
+            rotation
+                .serving
+                .extend(data.get("tls.crt").map(|b| b.0.clone()));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(rotation)
+}
+
+/// The manager with its webhooks on `port`, every other endpoint off or on a free port, and
+/// `extra` arguments; returns once `/readyz` answers, which it does only once the webhooks are
+/// served.
+async fn start(kubeconfig: &Path, port: u16, extra: &[&str]) -> Result<Started> {
+    let probes = testkit::free_port()?;
+    let mut args = vec![
+        format!("--webhook-bind-address=127.0.0.1:{port}"),
+        format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+        "--metrics-bind-address=0".to_owned(),
+        "--leader-elect=false".to_owned(),
+        format!("--leader-election-namespace={MANAGER_NAMESPACE}"),
+        "--controllers=memcached".to_owned(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let process = testkit::spawn_manager(kubeconfig, &args, &[]).await?;
+    let ready = testkit::wait_for("the manager to be ready", TIMEOUT, || {
+        localcluster::http::get_ok([127, 0, 0, 1].into(), probes, "/readyz")
+    })
+    .await;
+    if let Err(e) = ready {
+        return Err(e).with_context(|| format!("manager log:\n{}", tail(&process.log_text(), 60)));
+    }
+    Ok(Started { process })
+}
+
+/// A running manager (a struct so the scenario can replace it in place).
+struct Started {
+    process: ManagerProcess,
+}
+
+impl Started {
+    fn log_text(&self) -> String {
+        self.process.log_text()
+    }
+
+    fn terminate(&self) {
+        self.process.terminate();
+    }
+}
+
+/// The generated configurations, calling `https://127.0.0.1:port`, for this test's
+/// namespace only.
+async fn install_configurations(
+    cluster: &TestCluster,
+    ns: &TestNamespace,
+    port: u16,
+) -> Result<()> {
+    let (mut mutating, mut validating) =
+        codegen::webhook_configurations(&codegen::WebhookTarget::Url {
+            base: format!("https://127.0.0.1:{port}"),
+        })?;
+    let only_here = LabelSelector {
+        match_labels: Some(
+            [(
+                "kubernetes.io/metadata.name".to_owned(),
+                ns.name().to_owned(),
+            )]
+            .into(),
+        ),
+        ..LabelSelector::default()
+    };
+    for hook in mutating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_here.clone());
+    }
+    for hook in validating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_here.clone());
+    }
+    let apply = PatchParams::apply("e2e-webhooks").force();
+    Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
+        .patch(
+            webhook::MUTATING_CONFIGURATION,
+            &apply,
+            &Patch::Apply(&mutating),
+        )
+        .await?;
+    Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
+        .patch(
+            webhook::VALIDATING_CONFIGURATION,
+            &apply,
+            &Patch::Apply(&validating),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn remove_configurations(cluster: &TestCluster) -> Result<()> {
+    gone(
+        Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
+            .delete(webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
+            .await,
+    )?;
+    gone(
+        Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
+            .delete(webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
+            .await,
+    )
+}
+
+/// Every webhook's `caBundle`, from both configurations.
+async fn injected_bundles(cluster: &TestCluster) -> Result<Vec<Vec<u8>>> {
+    let mutating = Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
+        .get(webhook::MUTATING_CONFIGURATION)
+        .await?;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
+        .get(webhook::VALIDATING_CONFIGURATION)
+        .await?;
+    let bundles: Vec<Vec<u8>> = mutating
+        .webhooks
+        .iter()
+        .flatten()
+        .map(|w| w.client_config.ca_bundle.clone())
+        .chain(
+            validating
+                .webhooks
+                .iter()
+                .flatten()
+                .map(|w| w.client_config.ca_bundle.clone()),
+        )
+        .map(|bundle| bundle.map(|b| b.0).unwrap_or_default())
+        .collect();
+    ensure!(bundles.len() == 4, "four webhooks, got {}", bundles.len());
+    Ok(bundles)
+}
+
+fn gone<T>(result: Result<T, kube::Error>) -> Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn memcached_yaml(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
+    )
+}
+
+fn myapp_yaml(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: myscheme.example.com/v1\nkind: MyApp\nmetadata:\n  name: {name}\nspec:\n  replicas: 0\n  image: {image:?}\n"
+    )
+}
+
+/// `kubectl apply -f -` of `yaml` in `ns`, as the administrator.
+fn kubectl_apply(cluster: &TestCluster, ns: &TestNamespace, yaml: &str) -> Result<Output> {
+    use std::io::Write as _;
+    let mut child = cluster
+        .kubectl()
+        .args(["apply", "-n", ns.name(), "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(yaml.as_bytes())?;
+    }
+    Ok(child.wait_with_output()?)
+}
+
+/// A refusal by a validating webhook, which answers as the API server's own validation does
+/// (422 Invalid, the field and the reason) with a reason no schema could give.
+fn expect_refused(out: &Output, kind_and_name: &str, says: &str) -> Result<()> {
+    let err = stderr(out);
+    ensure!(
+        !out.status.success()
+            && err.contains(&format!("{kind_and_name} is invalid"))
+            && err.contains(says),
+        "expected {kind_and_name} to be refused with {says:?}, got: {}",
+        text(out)
+    );
+    Ok(())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr(out)
+    )
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
