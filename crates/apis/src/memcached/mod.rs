@@ -1,4 +1,9 @@
-//! `Memcached` (`cache.example.com/v1alpha1`): a memcached cluster of a given size.
+//! `Memcached` (`cache.example.com/v1alpha1`): a memcached cluster of a given size; and its
+//! second version, [`v1beta1`], with memory and resources per pod, and the [`conversion`]
+//! between the two.
+
+pub mod conversion;
+pub mod v1beta1;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -57,7 +62,7 @@ pub struct MemcachedSpec {
     pub image: String,
 }
 
-fn default_image() -> String {
+pub(crate) fn default_image() -> String {
     DEFAULT_IMAGE.to_owned()
 }
 
