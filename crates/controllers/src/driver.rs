@@ -664,6 +664,7 @@ mod tests {
             apis::MemcachedSpec {
                 size: 1,
                 image: "memcached".into(),
+                ..Default::default()
             },
         );
         mc.metadata.namespace = Some("ns".into());
@@ -787,6 +788,7 @@ mod tests {
             apis::MemcachedSpec {
                 size: 1,
                 image: "memcached".into(),
+                ..Default::default()
             },
         );
         mc.metadata.namespace = Some("ns".into());

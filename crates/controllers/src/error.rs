@@ -21,6 +21,16 @@ pub enum Error {
         field: &'static str,
     },
 
+    /// An object's spec holds a value the controller cannot act on (the validating webhook
+    /// refuses it; this is seen only for objects written while the webhook was not called).
+    #[error("{field} is invalid: {reason}")]
+    InvalidSpec {
+        /// The field, as a JSON path.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// Two declared admission webhooks share a name or a path.
     #[error(
         "controller {controller} declares webhook {name} at {path}, but webhook {twin} already has that name or path"
@@ -139,7 +149,9 @@ impl Error {
     /// `controller_runtime_terminal_reconcile_errors_total` and not retried.
     pub fn is_terminal(&self) -> bool {
         match self {
-            Error::MissingField { .. } | Error::Serialize { .. } => true,
+            Error::MissingField { .. } | Error::Serialize { .. } | Error::InvalidSpec { .. } => {
+                true
+            }
             Error::Controller { source, .. } => source.is_terminal(),
             _ => false,
         }
@@ -153,6 +165,7 @@ impl Error {
             Error::Kube(kube::Error::Api(status)) if status.code == 422 => "invalid",
             Error::Kube(_) => "kube",
             Error::MissingField { .. } => "missing_field",
+            Error::InvalidSpec { .. } => "invalid_spec",
             Error::Changed { .. } => "changed",
             Error::WatchStopped { .. } => "watch_stopped",
             Error::WatchRefused { .. } => "watch_refused",

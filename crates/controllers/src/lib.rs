@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod myapp;
 pub mod owned;
 pub mod pod_security;
+pub mod quantity;
 pub mod rbac;
 pub mod scope;
 pub mod status;
@@ -201,6 +202,12 @@ pub trait ManagedController: Send + Sync {
     fn webhooks(&self) -> Vec<webhook::AdmissionWebhook> {
         Vec::new()
     }
+
+    /// The conversion between the versions of the type this controller reconciles, if it has
+    /// more than one. Served by every replica, like the admission webhooks.
+    fn conversion(&self) -> Option<webhook::conversion::ConversionWebhook> {
+        None
+    }
 }
 
 /// A controller as its module declares it: a name, its RBAC rules and how to run it.
@@ -214,6 +221,8 @@ pub struct Registration {
     pub run: fn(RunContext) -> BoxFuture<'static, Result<(), Error>>,
     /// See [`ManagedController::webhooks`].
     pub webhooks: fn() -> Vec<webhook::AdmissionWebhook>,
+    /// See [`ManagedController::conversion`].
+    pub conversion: Option<fn() -> webhook::conversion::ConversionWebhook>,
 }
 
 impl Registration {
@@ -228,12 +237,24 @@ impl Registration {
             rbac_rules,
             run,
             webhooks: Vec::new,
+            conversion: None,
         }
     }
 
     /// The same controller, declaring the admission webhooks `webhooks` returns.
     pub const fn with_webhooks(self, webhooks: fn() -> Vec<webhook::AdmissionWebhook>) -> Self {
         Self { webhooks, ..self }
+    }
+
+    /// The same controller, declaring the conversion `conversion` returns.
+    pub const fn with_conversion(
+        self,
+        conversion: fn() -> webhook::conversion::ConversionWebhook,
+    ) -> Self {
+        Self {
+            conversion: Some(conversion),
+            ..self
+        }
     }
 }
 
@@ -253,6 +274,24 @@ impl ManagedController for Registration {
     fn webhooks(&self) -> Vec<webhook::AdmissionWebhook> {
         (self.webhooks)()
     }
+
+    fn conversion(&self) -> Option<webhook::conversion::ConversionWebhook> {
+        self.conversion.map(|conversion| conversion())
+    }
+}
+
+/// Every conversion `controllers` declare, one per CRD (two controllers of one type declare
+/// it once between them).
+pub fn conversions(
+    controllers: &[Box<dyn ManagedController>],
+) -> Vec<webhook::conversion::ConversionWebhook> {
+    let mut all: Vec<webhook::conversion::ConversionWebhook> = Vec::new();
+    for conversion in controllers.iter().filter_map(|c| c.conversion()) {
+        if !all.iter().any(|c| c.crd_name == conversion.crd_name) {
+            all.push(conversion);
+        }
+    }
+    all
 }
 
 /// Every admission webhook of `controllers`, in their order.
@@ -327,8 +366,8 @@ mod tests {
         assert_eq!(
             names,
             [
-                "mmemcached-v1alpha1.cache.example.com",
-                "vmemcached-v1alpha1.cache.example.com",
+                "mmemcached-v1beta1.cache.example.com",
+                "vmemcached-v1beta1.cache.example.com",
                 "mmyapp-v1.myscheme.example.com",
                 "vmyapp-v1.myscheme.example.com",
             ]
@@ -339,7 +378,7 @@ mod tests {
         ];
         let error = webhooks(&twice).expect_err("declared twice").to_string();
         assert!(
-            error.contains("mmemcached-v1alpha1.cache.example.com"),
+            error.contains("mmemcached-v1beta1.cache.example.com"),
             "{error}"
         );
     }

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use apis::{Memcached, MemcachedStatus};
+use apis::{Memcached, MemcachedSpec, MemcachedStatus};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -79,15 +79,44 @@ pub const PORT_NAME: &str = "memcached";
 /// The user memcached runs as: the `memcache` user of the official image, by number because the
 /// kubelet can only verify a numeric user against `runAsNonRoot`.
 pub const RUN_AS_USER: i64 = 11211;
-/// The memcached command line: 64 MB of memory, modern defaults, verbose.
+/// The memcached program, the command line's first word.
+pub const PROGRAM: &str = "memcached";
+
+/// The item memory when `spec.memory` is not set, in MiB: the seed's `-m=64`.
+pub const DEFAULT_MEMORY_MIB: u64 = 64;
+
+/// The memcached command line: `memory_mib` of memory for items, modern defaults, verbose.
 ///
 /// `-m 64`, not the tutorial's `-m=64`: memcached reads short options with getopt, which hands
 /// it `=64`; that parses as 0 MB and memcached 1.6 refuses to start.
-pub const COMMAND: [&str; 6] = ["memcached", "-m", "64", "-o", "modern", "-v"];
+pub fn command(memory_mib: u64) -> Vec<String> {
+    [PROGRAM, "-m", &memory_mib.to_string(), "-o", "modern", "-v"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+/// The item memory `spec.memory` asks for, in whole MiB (rounded down).
+///
+/// # Errors
+/// [`Error::InvalidSpec`] when it is no quantity or less than 1Mi.
+pub fn memory_mib(spec: &MemcachedSpec) -> Result<u64, Error> {
+    let Some(memory) = &spec.memory else {
+        return Ok(DEFAULT_MEMORY_MIB);
+    };
+    let invalid = |reason: String| Error::InvalidSpec {
+        field: "spec.memory",
+        reason,
+    };
+    match crate::quantity::mebibytes(&memory.0).map_err(invalid)? {
+        0 => Err(invalid(format!("{:?} is less than 1Mi", memory.0))),
+        mib => Ok(mib),
+    }
+}
 
 /// The Memcached controller, as registered in [`crate::all`].
 pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::pin(run(ctx)))
-    .with_webhooks(crate::admission::memcached::webhooks);
+    .with_webhooks(crate::admission::memcached::webhooks)
+    .with_conversion(crate::admission::memcached::conversion);
 
 static RULES: [PolicyRule; 9] = crate::controller_rules!(
     "cache.example.com",
@@ -206,7 +235,8 @@ pub fn desired_deployment(mc: &Memcached) -> Result<Deployment, Error> {
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(mc.spec.image.clone()),
-        command: Some(COMMAND.iter().map(|s| (*s).to_owned()).collect()),
+        command: Some(command(memory_mib(&mc.spec)?)),
+        resources: mc.spec.resources.clone(),
         ports: Some(vec![ContainerPort {
             container_port: PORT,
             name: Some(PORT_NAME.to_owned()),
@@ -382,7 +412,7 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apis::MemcachedSpec;
+
     use apis::condition::{AVAILABLE, DEGRADED};
     use k8s_openapi::api::apps::v1::DeploymentStatus;
     use kube::api::ObjectMeta;
@@ -394,6 +424,7 @@ mod tests {
             MemcachedSpec {
                 size,
                 image: apis::memcached::DEFAULT_IMAGE.into(),
+                ..Default::default()
             },
         );
         mc.metadata.namespace = Some("ns".into());

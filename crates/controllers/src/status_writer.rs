@@ -310,6 +310,7 @@ mod tests {
             apis::MemcachedSpec {
                 size,
                 image: "memcached".into(),
+                ..Default::default()
             },
         );
         mc.metadata.namespace = Some("ns".into());

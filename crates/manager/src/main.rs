@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     let names: Vec<&str> = all.iter().map(|c| c.name()).collect();
     // Every registered controller's webhooks are served, enabled or not: the cluster calls
     // them for every write of their types.
-    let webhooks = match controllers::webhooks(&all) {
+    let webhooks = match manager::webhooks::DeclaredWebhooks::of(&all) {
         Ok(webhooks) => webhooks,
         Err(error) => {
             eprintln!("error: {error}");

@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use controllers::webhook::AdmissionWebhook;
 use controllers::{ManagedController, RunOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +27,7 @@ use crate::metrics_auth::MetricsAuth;
 use crate::server::{Health, MetricsEndpoint, Secure, Servers};
 use crate::tls::ServingCert;
 use crate::webhook_certs::{CertSettings, InjectionTargets, WebhookCerts, service_names};
+use crate::webhooks::DeclaredWebhooks;
 use crate::{Error, telemetry};
 
 /// How long HTTP connections get to finish once the manager stops.
@@ -43,7 +43,7 @@ const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 pub async fn run(
     config: Config,
     controllers: Vec<Box<dyn ManagedController>>,
-    webhooks: Vec<AdmissionWebhook>,
+    webhooks: DeclaredWebhooks,
 ) -> Result<(), Error> {
     let shutdown = install_signal_handlers()?;
     log_configuration(&config, &controllers);
@@ -136,7 +136,7 @@ pub async fn run(
 /// The admission webhooks to serve, and their certificate from `--webhook-cert-path` (none
 /// when the manager provisions its own, or serves no webhooks).
 struct Webhooks {
-    list: Vec<AdmissionWebhook>,
+    list: DeclaredWebhooks,
     files: Option<Arc<ServingCert>>,
 }
 
@@ -164,7 +164,7 @@ async fn run_connected(
     let namespace = own_namespace(config, &client);
     match config.webhook_bind_address.socket_addr() {
         Some(_) if webhooks.list.is_empty() => {
-            tracing::info!("no controller declares an admission webhook: no webhook server");
+            tracing::info!("no controller declares a webhook: no webhook server");
         }
         Some(address) => {
             let cert = match webhooks.files {
@@ -258,13 +258,13 @@ fn own_namespace(config: &Config, client: &kube::Client) -> String {
 fn webhook_cert_settings(
     config: &Config,
     namespace: &str,
-    webhooks: &[AdmissionWebhook],
+    webhooks: &DeclaredWebhooks,
 ) -> CertSettings {
     use controllers::webhook::{
         AdmissionKind, CERT_SECRET_NAME, MUTATING_CONFIGURATION, SERVICE_NAME,
         VALIDATING_CONFIGURATION,
     };
-    let declares = |kind: AdmissionKind| webhooks.iter().any(|hook| hook.kind == kind);
+    let declares = |kind: AdmissionKind| webhooks.admission.iter().any(|hook| hook.kind == kind);
     let named = |kind: AdmissionKind, name: &str| {
         if declares(kind) {
             vec![name.to_owned()]
@@ -280,7 +280,11 @@ fn webhook_cert_settings(
         targets: InjectionTargets {
             mutating: named(AdmissionKind::Defaulting, MUTATING_CONFIGURATION),
             validating: named(AdmissionKind::Validating, VALIDATING_CONFIGURATION),
-            crds: Vec::new(),
+            crds: webhooks
+                .conversions
+                .iter()
+                .map(|conversion| conversion.crd_name.clone())
+                .collect(),
         },
     }
 }

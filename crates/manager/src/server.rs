@@ -150,7 +150,7 @@ impl Servers {
     pub async fn serve_webhooks(
         &mut self,
         address: SocketAddr,
-        webhooks: Vec<controllers::webhook::AdmissionWebhook>,
+        webhooks: crate::webhooks::DeclaredWebhooks,
         cert: Arc<ServingCert>,
     ) -> Result<SocketAddr, Error> {
         let local = self
@@ -321,7 +321,8 @@ mod tests {
             .await
             .unwrap();
         let cert = ServingCert::self_signed(&["localhost".to_owned()]).unwrap();
-        let webhooks = controllers::webhooks(&controllers::all()).unwrap();
+        let webhooks =
+            crate::webhooks::DeclaredWebhooks::of(&controllers::all()).expect("webhooks");
         let address = servers
             .serve_webhooks(([127, 0, 0, 1], 0).into(), webhooks, cert.clone())
             .await
@@ -344,7 +345,7 @@ mod tests {
             .unwrap();
         let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#;
         let request = format!(
-            "POST /validate-cache-example-com-v1alpha1-memcached HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "POST /validate-cache-example-com-v1beta1-memcached HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
         tls.write_all(request.as_bytes()).await.unwrap();

@@ -1,11 +1,12 @@
-//! The admission webhook endpoints: each webhook the controllers declare
-//! ([`controllers::webhooks`]) answers `POST` on its own path.
+//! The webhook endpoints: each admission webhook the controllers declare
+//! ([`controllers::webhooks`]) answers `POST` on its own path, and every declared CRD
+//! conversion ([`controllers::conversions`]) on [`CONVERSION_PATH`].
 //!
 //! A review is decided on a blocking thread within [`HANDLER_BUDGET`], well below the
 //! `timeoutSeconds` the configurations give the API server: a review that takes longer is
 //! refused with a message that says so, instead of leaving the API server to time out. A body
-//! that is no AdmissionReview gets 400 and the reason; nothing a client sends can panic the
-//! server (a panicking rule is answered with 500).
+//! that is no AdmissionReview (or ConversionReview) gets 400 and the reason; nothing a client
+//! sends can panic the server (a panicking rule is answered with 500).
 
 use std::sync::Arc;
 
@@ -15,20 +16,90 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use controllers::webhook::conversion::{self, CONVERSION_PATH, ConversionWebhook};
 use controllers::webhook::{AdmissionWebhook, HANDLER_BUDGET};
+use kube::core::Status;
+use kube::core::conversion::ConversionResponse;
+
+/// Every webhook the manager serves: admission, and CRD conversion.
+#[derive(Clone, Debug, Default)]
+pub struct DeclaredWebhooks {
+    /// Defaulting and validating webhooks.
+    pub admission: Vec<AdmissionWebhook>,
+    /// Conversions, one per CRD with more than one version.
+    pub conversions: Vec<ConversionWebhook>,
+}
+
+impl DeclaredWebhooks {
+    /// Every webhook of `controllers`.
+    ///
+    /// # Errors
+    /// When two admission webhooks share a name or a path.
+    pub fn of(
+        controllers: &[Box<dyn controllers::ManagedController>],
+    ) -> Result<Self, controllers::Error> {
+        Ok(Self {
+            admission: controllers::webhooks(controllers)?,
+            conversions: controllers::conversions(controllers),
+        })
+    }
+
+    /// Whether there is nothing to serve.
+    pub fn is_empty(&self) -> bool {
+        self.admission.is_empty() && self.conversions.is_empty()
+    }
+}
 
 /// The largest review accepted: an object and its old version, each up to the API server's
 /// own 3 MiB request limit, with room to spare.
 const BODY_LIMIT: usize = 8 << 20;
 
 /// The router answering every webhook on its path.
-pub fn router(webhooks: Vec<AdmissionWebhook>) -> Router {
+pub fn router(webhooks: DeclaredWebhooks) -> Router {
     let mut router = Router::new();
-    for webhook in webhooks {
+    for webhook in webhooks.admission {
         let path = webhook.path.clone();
         router = router.route(&path, post(review).with_state(Arc::new(webhook)));
     }
+    if !webhooks.conversions.is_empty() {
+        router = router.route(
+            CONVERSION_PATH,
+            post(convert).with_state(Arc::new(webhooks.conversions)),
+        );
+    }
     router.layer(DefaultBodyLimit::max(BODY_LIMIT))
+}
+
+async fn convert(State(conversions): State<Arc<Vec<ConversionWebhook>>>, body: Bytes) -> Response {
+    let uid = request_uid(&body);
+    let converting = tokio::task::spawn_blocking(move || conversion::review(&conversions, &body));
+    match tokio::time::timeout(HANDLER_BUDGET, converting).await {
+        Ok(Ok(Ok(review))) => axum::Json(review).into_response(),
+        Ok(Ok(Err(malformed))) => {
+            tracing::warn!(error = %malformed, "refused a malformed conversion review");
+            (StatusCode::BAD_REQUEST, format!("{malformed}\n")).into_response()
+        }
+        Ok(Err(panicked)) => {
+            tracing::error!(error = %panicked, "the conversion failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the conversion failed\n".to_owned(),
+            )
+                .into_response()
+        }
+        Err(_) => {
+            tracing::warn!(%uid, "no conversion within the budget");
+            let mut response = ConversionResponse::invalid(Status::failure(
+                &format!(
+                    "the conversion did not finish within {}s",
+                    HANDLER_BUDGET.as_secs()
+                ),
+                "Timeout",
+            ));
+            response.uid = uid;
+            axum::Json(response.into_review()).into_response()
+        }
+    }
 }
 
 async fn review(State(webhook): State<Arc<AdmissionWebhook>>, body: Bytes) -> Response {
@@ -83,7 +154,7 @@ mod tests {
     use super::*;
 
     fn router() -> Router {
-        super::router(controllers::webhooks(&controllers::all()).expect("webhooks"))
+        super::router(DeclaredWebhooks::of(&controllers::all()).expect("webhooks"))
     }
 
     async fn post(path: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
@@ -105,14 +176,14 @@ mod tests {
             "kind": "AdmissionReview",
             "request": {
                 "uid": "uid-1",
-                "kind": {"group": "cache.example.com", "version": "v1alpha1", "kind": "Memcached"},
-                "resource": {"group": "cache.example.com", "version": "v1alpha1", "resource": "memcacheds"},
+                "kind": {"group": "cache.example.com", "version": "v1beta1", "kind": "Memcached"},
+                "resource": {"group": "cache.example.com", "version": "v1beta1", "resource": "memcacheds"},
                 "name": "m",
                 "namespace": "ns",
                 "operation": "CREATE",
                 "userInfo": {"username": "alice"},
                 "object": {
-                    "apiVersion": "cache.example.com/v1alpha1",
+                    "apiVersion": "cache.example.com/v1beta1",
                     "kind": "Memcached",
                     "metadata": {"name": "m", "namespace": "ns"},
                     "spec": {"size": 1, "image": image},
@@ -126,7 +197,7 @@ mod tests {
     #[tokio::test]
     async fn each_declared_webhook_answers_on_its_path() {
         let (status, body) = post(
-            "/validate-cache-example-com-v1alpha1-memcached",
+            "/validate-cache-example-com-v1beta1-memcached",
             memcached_review("memcached:1.6 x"),
         )
         .await;
@@ -140,7 +211,7 @@ mod tests {
         );
 
         let (status, body) = post(
-            "/mutate-cache-example-com-v1alpha1-memcached",
+            "/mutate-cache-example-com-v1beta1-memcached",
             memcached_review(""),
         )
         .await;
@@ -153,7 +224,7 @@ mod tests {
     #[tokio::test]
     async fn a_malformed_review_gets_400_with_the_reason() {
         let (status, body) = post(
-            "/validate-cache-example-com-v1alpha1-memcached",
+            "/validate-cache-example-com-v1beta1-memcached",
             b"{\"kind\": 3".to_vec(),
         )
         .await;
@@ -166,7 +237,7 @@ mod tests {
     async fn unknown_paths_and_methods_are_refused() {
         let (status, _) = post("/validate-nothing", memcached_review("m:1")).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        let request = Request::get("/validate-cache-example-com-v1alpha1-memcached")
+        let request = Request::get("/validate-cache-example-com-v1beta1-memcached")
             .body(Body::empty())
             .expect("request");
         let response = router().oneshot(request).await.expect("answered");

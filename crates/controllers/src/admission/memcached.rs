@@ -1,13 +1,26 @@
-//! `Memcached` admission: the image defaulted when left empty, and refused when malformed.
+//! `Memcached` admission (v1beta1, the stored version; writes through v1alpha1 are converted
+//! first): the image defaulted when left empty and refused when malformed, the item memory
+//! checked against the container's memory limit, and the memory request defaulted from it.
 //!
 //! The schema defaults `spec.image` only when the field is absent; an empty or blank string
-//! would otherwise reach the pods and leave them in `InvalidImageName`.
+//! would otherwise reach the pods and leave them in `InvalidImageName`. A memory limit below
+//! memcached's `-m` gets the pod killed once the cache fills, which no schema can see.
 
 use apis::Memcached;
 use apis::memcached::DEFAULT_IMAGE;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{check_image, trim_image};
-use crate::webhook::{AdmissionWebhook, Defaulter, Validator, Verdict};
+use crate::quantity;
+use crate::webhook::conversion::ConversionWebhook;
+use crate::webhook::{AdmissionWebhook, Defaulter, FieldError, Validator, Verdict};
+
+/// The conversion between Memcached's versions, which the Memcached controller declares.
+pub fn conversion() -> ConversionWebhook {
+    ConversionWebhook::new::<Memcached>(apis::memcached::STORAGE_VERSION, |object, desired| {
+        apis::memcached::conversion::convert(object, desired).map_err(|e| e.to_string())
+    })
+}
 
 /// The webhooks the Memcached controller declares.
 pub fn webhooks() -> Vec<AdmissionWebhook> {
@@ -32,6 +45,19 @@ impl Defaulter for Memcached {
                 "spec.image: empty, so the default {DEFAULT_IMAGE:?} is used"
             ));
         }
+        // The scheduler places a pod by its requests: without a memory request, a node may
+        // take pods whose caches cannot all fill.
+        if let Some(memory) = self.spec.memory.clone() {
+            let resources = self.spec.resources.get_or_insert_with(Default::default);
+            let requests = resources.requests.get_or_insert_with(Default::default);
+            if !requests.contains_key("memory") {
+                requests.insert("memory".to_owned(), memory.clone());
+                warnings.push(format!(
+                    "spec.resources.requests.memory: not set, so spec.memory ({}) is requested",
+                    memory.0
+                ));
+            }
+        }
         warnings
     }
 }
@@ -40,7 +66,53 @@ impl Validator for Memcached {
     fn validate_create(&self) -> Verdict {
         let mut verdict = Verdict::default();
         check_image(&mut verdict, "spec.image", &self.spec.image);
+        check_memory(&mut verdict, &self.spec);
         verdict
+    }
+}
+
+/// `spec.memory` must be a quantity of at least 1Mi, and fit in the container's memory limit.
+fn check_memory(verdict: &mut Verdict, spec: &apis::MemcachedSpec) {
+    let Some(Quantity(memory)) = &spec.memory else {
+        return;
+    };
+    let items = match quantity::value(memory) {
+        Ok(bytes) if bytes < quantity::MIB => {
+            verdict.refuse(FieldError::invalid(
+                "spec.memory",
+                memory,
+                "must be at least 1Mi: memcached takes its memory in whole MiB",
+            ));
+            return;
+        }
+        Ok(bytes) => bytes,
+        Err(reason) => {
+            verdict.refuse(FieldError::invalid("spec.memory", memory, reason));
+            return;
+        }
+    };
+    let limit = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|limits| limits.get("memory"));
+    if let Some(Quantity(limit)) = limit {
+        match quantity::value(limit) {
+            Ok(limit_bytes) if limit_bytes < items => verdict.refuse(FieldError::invalid(
+                "spec.memory",
+                memory,
+                format!(
+                    "must fit in spec.resources.limits.memory ({limit}): memcached would be \
+                     killed for running out of memory once its cache filled"
+                ),
+            )),
+            Ok(_) => {}
+            Err(reason) => verdict.refuse(FieldError::invalid(
+                "spec.resources.limits.memory",
+                limit,
+                reason,
+            )),
+        }
     }
 }
 
@@ -56,6 +128,7 @@ mod tests {
             MemcachedSpec {
                 size: 1,
                 image: image.to_owned(),
+                ..Default::default()
             },
         )
     }
@@ -106,14 +179,82 @@ mod tests {
     }
 
     #[test]
-    fn both_webhooks_are_declared() {
+    fn both_webhooks_are_declared_for_the_stored_version() {
         let names: Vec<String> = webhooks().into_iter().map(|w| w.name).collect();
         assert_eq!(
             names,
             [
-                "mmemcached-v1alpha1.cache.example.com",
-                "vmemcached-v1alpha1.cache.example.com"
+                "mmemcached-v1beta1.cache.example.com",
+                "vmemcached-v1beta1.cache.example.com"
             ]
         );
+    }
+
+    fn with_memory(memory: &str, limit: Option<&str>) -> Memcached {
+        let mut mc = memcached(DEFAULT_IMAGE);
+        mc.spec.memory = Some(Quantity(memory.to_owned()));
+        if let Some(limit) = limit {
+            mc.spec.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                limits: Some([("memory".to_owned(), Quantity(limit.to_owned()))].into()),
+                ..Default::default()
+            });
+        }
+        mc
+    }
+
+    #[test]
+    fn memory_must_be_a_quantity_of_a_mebibyte_that_fits_the_limit() {
+        assert_eq!(
+            with_memory("256Mi", Some("512Mi")).validate_create(),
+            Verdict::default()
+        );
+        for (memory, limit, says) in [
+            (
+                "lots",
+                None,
+                "spec.memory: Invalid value: \"lots\": \"lots\" is no quantity",
+            ),
+            ("512Ki", None, "must be at least 1Mi"),
+            (
+                "1Gi",
+                Some("512Mi"),
+                "must fit in spec.resources.limits.memory (512Mi)",
+            ),
+            (
+                "64Mi",
+                Some("big"),
+                "spec.resources.limits.memory: Invalid value: \"big\"",
+            ),
+        ] {
+            let verdict = with_memory(memory, limit).validate_create();
+            let [refusal] = verdict.refusals.as_slice() else {
+                panic!("one refusal for {memory}/{limit:?}: {verdict:?}");
+            };
+            assert!(refusal.to_string().contains(says), "{refusal}");
+        }
+    }
+
+    #[test]
+    fn the_memory_request_defaults_to_the_item_memory() {
+        let mut mc = with_memory("256Mi", Some("512Mi"));
+        let warnings = mc.default_fields();
+        let requests = mc
+            .spec
+            .resources
+            .and_then(|r| r.requests)
+            .expect("requests");
+        assert_eq!(requests["memory"], Quantity("256Mi".into()));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        // A request set by hand stays.
+        let mut mc = with_memory("256Mi", None);
+        mc.spec.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            requests: Some([("memory".to_owned(), Quantity("300Mi".into()))].into()),
+            ..Default::default()
+        });
+        assert!(mc.default_fields().is_empty());
+        // Without spec.memory nothing is requested.
+        let mut mc = memcached(DEFAULT_IMAGE);
+        mc.default_fields();
+        assert!(mc.spec.resources.is_none());
     }
 }

@@ -14,6 +14,7 @@
 //! refusal is a 422 `Invalid` status whose causes name each field, as the API server's own
 //! validation reports them.
 
+pub mod conversion;
 pub mod image;
 
 use std::borrow::Cow;
