@@ -16,9 +16,13 @@ pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-/// Every CRD this workspace defines, in a stable order (manifests are written in this order).
-pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Memcached::crd(), MyApp::crd()]
+/// Every CRD this workspace defines, every version of each, in a stable order (manifests are
+/// written in this order).
+///
+/// # Errors
+/// When a type's versions cannot be merged into one CRD.
+pub fn crds() -> Result<Vec<CustomResourceDefinition>, kube::core::crd::MergeError> {
+    Ok(vec![memcached::crd()?, MyApp::crd()])
 }
 
 /// Condition types shared by the platform's resources, following the Kubernetes API conventions

@@ -63,7 +63,9 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
         path: icon_path,
         source,
     })?;
-    let crds = apis::crds();
+    let crds = crate::crds::crds(&crate::WebhookTarget::Service {
+        namespace: crate::NAMESPACE.to_owned(),
+    })?;
     let csv = cluster_service_version(project, &crds, &icon, &controllers)?;
     let mut files = vec![document(
         &format!("manifests/{}.clusterserviceversion.yaml", project.package),
@@ -228,22 +230,42 @@ fn webhook_definitions() -> Result<Value, Error> {
             })
         })
         .collect();
-    Ok(Value::Array(definitions))
+    let conversions = controllers::conversions(&controllers::all())
+        .into_iter()
+        .map(|conversion| {
+            json!({
+                "type": "ConversionWebhook",
+                "generateName": format!("c{}", conversion.crd_name),
+                "deploymentName": MANAGER_NAME,
+                "containerPort": crate::webhooks::SERVICE_PORT,
+                "targetPort": controllers::webhook::PORT,
+                "webhookPath": controllers::webhook::conversion::CONVERSION_PATH,
+                "conversionCRDs": [conversion.crd_name],
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+            })
+        });
+    Ok(Value::Array(
+        definitions.into_iter().chain(conversions).collect(),
+    ))
 }
 
-/// Every mode: the manager watches the namespaces OLM's OperatorGroup targets (all of them,
-/// one, several, or its own), read from the pod's `olm.targetNamespaces` annotation.
+/// Every mode the manager can run in: it watches the namespaces OLM's OperatorGroup targets
+/// (all of them, one, several, or its own), read from the pod's `olm.targetNamespaces`
+/// annotation. A CRD that converts through the manager's webhook is cluster-wide, and OLM
+/// then installs only for all namespaces (one manager converts for everyone).
 fn install_modes() -> Value {
+    let converts = !controllers::conversions(&controllers::all()).is_empty();
     let modes = [
-        "OwnNamespace",
-        "SingleNamespace",
-        "MultiNamespace",
-        "AllNamespaces",
+        ("OwnNamespace", !converts),
+        ("SingleNamespace", !converts),
+        ("MultiNamespace", !converts),
+        ("AllNamespaces", true),
     ];
     Value::Array(
         modes
             .iter()
-            .map(|mode| json!({"type": mode, "supported": true}))
+            .map(|(mode, supported)| json!({"type": mode, "supported": supported}))
             .collect(),
     )
 }
@@ -464,7 +486,10 @@ mod tests {
         assert_eq!(
             webhooks.len(),
             crate::webhooks::declared().expect("declared").len()
+                + controllers::conversions(&controllers::all()).len()
         );
+        assert!(webhooks.iter().any(|w| w["type"] == "ConversionWebhook"
+            && w["conversionCRDs"] == json!(["memcacheds.cache.example.com"])));
         assert!(webhooks.iter().all(|w| w["deploymentName"] == MANAGER_NAME));
         assert_eq!(rendered["image"], expected_container["image"]);
         assert_eq!(
@@ -506,7 +531,7 @@ mod tests {
         let owned = csv["spec"]["customresourcedefinitions"]["owned"]
             .as_array()
             .expect("owned");
-        for crd in apis::crds() {
+        for crd in apis::crds().expect("CRDs") {
             for version in &crd.spec.versions {
                 let name = format!("{}.{}", crd.spec.names.plural, crd.spec.group);
                 let entry = owned

@@ -2,7 +2,8 @@
 //! cert-manager, as Kubebuilder's `config/certmanager` does. It adds a self-signed Issuer and a
 //! Certificate for the webhook Service's names, mounts the Secret cert-manager writes into the
 //! manager at [`WEBHOOK_CERT_DIR`] (`--webhook-cert-path`, so the manager provisions nothing),
-//! and has cert-manager's CA injector fill in the configurations' `caBundle`.
+//! and has cert-manager's CA injector fill in the `caBundle` of the webhook configurations and
+//! of the CRDs that convert through the webhook.
 //!
 //! Use it from an overlay of your own:
 //!
@@ -74,9 +75,9 @@ fn component() -> Value {
             "cert-manager.io/inject-ca-from": format!("{NAMESPACE}/{CERTIFICATE}"),
         }},
     });
-    let annotate = |kind: &str, name: &str| {
+    let annotate = |api_version: &str, kind: &str, name: &str| {
         let mut patch = inject.clone();
-        patch["apiVersion"] = json!("admissionregistration.k8s.io/v1");
+        patch["apiVersion"] = json!(api_version);
         patch["kind"] = json!(kind);
         patch["metadata"]["name"] = json!(name);
         json!({"patch": serde_json::to_string(&patch).unwrap_or_default()})
@@ -86,18 +87,36 @@ fn component() -> Value {
          - op: add\n  path: /spec/template/spec/volumes\n  value:\n  - name: {VOLUME}\n    secret:\n      secretName: {CERTIFICATE}\n\
          - op: add\n  path: /spec/template/spec/containers/0/volumeMounts\n  value:\n  - name: {VOLUME}\n    mountPath: {WEBHOOK_CERT_DIR}\n    readOnly: true\n"
     );
+    let admission = "admissionregistration.k8s.io/v1";
+    let mut patches = vec![
+        json!({
+            "target": {"group": "apps", "version": "v1", "kind": "Deployment", "name": MANAGER_NAME},
+            "patch": mount,
+        }),
+        annotate(
+            admission,
+            "MutatingWebhookConfiguration",
+            MUTATING_CONFIGURATION,
+        ),
+        annotate(
+            admission,
+            "ValidatingWebhookConfiguration",
+            VALIDATING_CONFIGURATION,
+        ),
+    ];
+    // The CRDs that convert through the webhook get the CA the same way.
+    for conversion in controllers::conversions(&controllers::all()) {
+        patches.push(annotate(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            &conversion.crd_name,
+        ));
+    }
     json!({
         "apiVersion": "kustomize.config.k8s.io/v1alpha1",
         "kind": "Component",
         "resources": ["issuer.yaml", "certificate.yaml"],
-        "patches": [
-            {
-                "target": {"group": "apps", "version": "v1", "kind": "Deployment", "name": MANAGER_NAME},
-                "patch": mount,
-            },
-            annotate("MutatingWebhookConfiguration", MUTATING_CONFIGURATION),
-            annotate("ValidatingWebhookConfiguration", VALIDATING_CONFIGURATION),
-        ],
+        "patches": patches,
     })
 }
 
@@ -124,7 +143,7 @@ mod tests {
         assert!(patch.contains(&format!("--webhook-cert-path={WEBHOOK_CERT_DIR}")));
         assert!(patch.contains(&format!("mountPath: {WEBHOOK_CERT_DIR}")));
         assert!(patch.contains(&format!("secretName: {CERTIFICATE}")));
-        for index in [1, 2] {
+        for index in [1, 2, 3] {
             let annotation = component["patches"][index]["patch"]
                 .as_str()
                 .expect("a patch");

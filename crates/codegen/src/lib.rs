@@ -9,7 +9,7 @@
 
 pub mod bundle;
 mod certmanager;
-mod crds;
+pub mod crds;
 mod files;
 mod kustomize;
 mod manager;
@@ -77,6 +77,9 @@ pub enum Error {
         /// `apiGroups`, `resources` or `verbs`.
         field: &'static str,
     },
+    /// A type's CRD versions cannot be merged into one CRD.
+    #[error("CRDs: {0}")]
+    Crds(String),
     /// The controllers' webhook declarations cannot be rendered (two share a name or a path).
     #[error("admission webhooks: {0}")]
     Webhooks(String),

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use apis::{Memcached, MemcachedSpec, MyApp, MyAppSpec};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::{Error, GeneratedFile, yaml};
 
@@ -14,11 +16,27 @@ pub const MYAPP_SAMPLE: &str = "myapp-sample";
 /// The samples with their paths under `deploy/`: the tutorial's objects, and the bundle's
 /// `alm-examples`.
 pub(crate) fn objects() -> Result<Vec<(&'static str, serde_json::Value)>, Error> {
+    // The seed's object, through the version it was written for.
+    let memcached_v1alpha1 = apis::memcached::v1alpha1::Memcached::new(
+        MEMCACHED_SAMPLE,
+        apis::memcached::v1alpha1::MemcachedSpec {
+            size: 3,
+            image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+        },
+    );
+    // The same, with what only v1beta1 can say: the item memory, and a limit it fits in.
     let memcached = Memcached::new(
         MEMCACHED_SAMPLE,
         MemcachedSpec {
             size: 3,
             image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+            memory: Some(Quantity(
+                apis::memcached::v1beta1::DEFAULT_MEMORY.to_owned(),
+            )),
+            resources: Some(ResourceRequirements {
+                limits: Some([("memory".to_owned(), Quantity("96Mi".to_owned()))].into()),
+                ..ResourceRequirements::default()
+            }),
         },
     );
     let myapp = MyApp::new(
@@ -31,6 +49,10 @@ pub(crate) fn objects() -> Result<Vec<(&'static str, serde_json::Value)>, Error>
     let files = [
         (
             "samples/cache_v1alpha1_memcached.yaml",
+            serde_json::to_value(memcached_v1alpha1),
+        ),
+        (
+            "samples/cache_v1beta1_memcached.yaml",
             serde_json::to_value(memcached),
         ),
         (

@@ -321,7 +321,7 @@ mod tests {
         assert_eq!(entry.client_config.service, None);
         assert_eq!(
             entry.client_config.url.as_deref(),
-            Some("https://127.0.0.1:19443/mutate-cache-example-com-v1alpha1-memcached")
+            Some("https://127.0.0.1:19443/mutate-cache-example-com-v1beta1-memcached")
         );
     }
 

@@ -80,6 +80,13 @@ pub struct MemcachedSpec {
     pub resources: Option<ResourceRequirements>,
 }
 
+impl Default for MemcachedSpec {
+    /// No pods, the default image and memory, no resources.
+    fn default() -> Self {
+        Self::new(0, default_image())
+    }
+}
+
 impl MemcachedSpec {
     /// A spec of `size` pods of `image`, with the default memory and no resources.
     pub fn new(size: i32, image: impl Into<String>) -> Self {
