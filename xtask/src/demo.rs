@@ -27,6 +27,9 @@ use localcluster::{ClusterState, Credentials, KubeconfigSpec, LocalCluster, Path
 
 /// The sample the demo applies, its name, and the namespace it goes to.
 const SAMPLE_FILE: &str = "samples/cache_v1alpha1_memcached.yaml";
+/// The same sample in the stored version, which needs no conversion webhook: a local manager
+/// serves its webhooks on loopback, which the generated CRD does not point at.
+const SAMPLE_FILE_V1BETA1: &str = "samples/cache_v1beta1_memcached.yaml";
 const SAMPLE: &str = "memcached-sample";
 const DEMO_NAMESPACE: &str = "memcached-demo";
 /// The manager's Deployment, as generated in `deploy/manager`.
@@ -385,7 +388,7 @@ fn local_process(
         true,
     )?;
     kubectl.run(&["apply", "-f", path_str(&files.demo_namespace)?])?;
-    let sample = deploy.join(SAMPLE_FILE);
+    let sample = deploy.join(SAMPLE_FILE_V1BETA1);
     // Admission needs the manager serving: until then the API server cannot call it.
     let deadline = Instant::now() + WEBHOOKS_TIMEOUT;
     loop {

@@ -230,7 +230,7 @@ fn memcached_image(binary: &Path, version: &str, created: u64) -> anyhow::Result
             gid: uid,
         },
         // The program name the Deployment's command starts with, found on PATH.
-        entrypoint: vec![controllers::memcached::COMMAND[0].into()],
+        entrypoint: vec![controllers::memcached::PROGRAM.into()],
         cmd: Vec::new(),
         env: vec![("PATH".into(), PATH.into())],
         exposed_ports: vec![Port::Tcp(port)],
@@ -415,7 +415,7 @@ mod tests {
     #[test]
     fn memcached_runs_as_the_deployment_expects() {
         // The Deployment's command names the program without a directory: it must be on PATH.
-        let program = controllers::memcached::COMMAND[0];
+        let program = controllers::memcached::PROGRAM;
         let dir = Path::new(MEMCACHED_BINARY).parent().unwrap();
         assert_eq!(Path::new(MEMCACHED_BINARY).file_name().unwrap(), program);
         assert!(PATH.split(':').any(|p| Path::new(p) == dir), "{PATH}");

@@ -30,7 +30,7 @@ fn output_text(out: &Output) -> String {
 
 fn memcached_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "Memcached"),
+        &GroupVersionKind::gvk("cache.example.com", "v1beta1", "Memcached"),
         "memcacheds",
     )
 }
@@ -285,10 +285,10 @@ async fn the_cert_manager_component_mounts_its_certificate_and_asks_for_injectio
             container["volumeMounts"][0]["mountPath"] == "/tmp/k8s-webhook-server/serving-certs",
             "mounted where it is read: {container}"
         );
-        for configuration in objects
-            .iter()
-            .filter(|o| kind(o).ends_with("WebhookConfiguration"))
-        {
+        for configuration in objects.iter().filter(|o| {
+            kind(o).ends_with("WebhookConfiguration")
+                || o.metadata.name.as_deref() == Some("memcacheds.cache.example.com")
+        }) {
             let annotations = configuration
                 .metadata
                 .annotations
@@ -318,7 +318,7 @@ async fn create_memcached(
     spec: Option<Value>,
 ) -> kube::Result<DynamicObject> {
     let mut body = json!({
-        "apiVersion": "cache.example.com/v1alpha1",
+        "apiVersion": "cache.example.com/v1beta1",
         "kind": "Memcached",
         "metadata": { "name": name },
     });
@@ -394,7 +394,7 @@ async fn invalid_memcached_objects_are_rejected_with_the_validation_message() ->
         .collect();
     assert_eq!(
         header,
-        ["NAME", "SIZE", "READY", "AVAILABLE", "AGE"],
+        ["NAME", "SIZE", "MEMORY", "READY", "AVAILABLE", "AGE"],
         "printer columns:\n{table}"
     );
     let row: Vec<&str> = table

@@ -618,8 +618,8 @@ async fn tutorial(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Res
     Ok(())
 }
 
-/// Through the webhook Service: a malformed image is refused with the field named, and a blank
-/// one is defaulted.
+/// Through the webhook Service: a malformed image is refused with the field named, a blank one
+/// is defaulted, and the object written through v1alpha1 is listed through both versions.
 async fn admission_through_the_service(cluster: &TestCluster, ns: &TestNamespace) -> Result<()> {
     let apply = |name: &str, image: &str| -> Result<std::process::Output> {
         use std::io::Write as _;
@@ -660,6 +660,25 @@ async fn admission_through_the_service(cluster: &TestCluster, ns: &TestNamespace
         image == apis::memcached::DEFAULT_IMAGE,
         "the blank image was not defaulted: {image:?}"
     );
+    // The object was written through v1alpha1 and is stored as v1beta1: both versions list
+    // it, converted by the manager's webhook through the Service.
+    for version in ["v1alpha1", "v1beta1"] {
+        let listed = cluster_kubectl(
+            cluster,
+            &[
+                "get",
+                &format!("memcacheds.{version}.cache.example.com"),
+                "-n",
+                ns.name(),
+                "-o",
+                "jsonpath={range .items[*]}{.apiVersion} {.metadata.name}{\"\\n\"}{end}",
+            ],
+        )?;
+        ensure!(
+            listed.contains(&format!("cache.example.com/{version} blank-image")),
+            "kubectl get memcacheds.{version}.cache.example.com: {listed}"
+        );
+    }
     mcs.delete("blank-image", &DeleteParams::default()).await?;
     Ok(())
 }
@@ -670,6 +689,7 @@ fn memcached(name: &str, size: i32, image: &str) -> Memcached {
         MemcachedSpec {
             size,
             image: image.to_owned(),
+            ..Default::default()
         },
     )
 }

@@ -414,7 +414,7 @@ impl Harness {
 
 fn memcached_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "Memcached"),
+        &GroupVersionKind::gvk("cache.example.com", "v1beta1", "Memcached"),
         "memcacheds",
     )
 }

@@ -31,7 +31,7 @@ const PODS: &str = "app=memcached";
 async fn apply_sample(env: &Env) -> Result<()> {
     let path = testkit::deploy_dir()
         .join("samples")
-        .join("cache_v1alpha1_memcached.yaml");
+        .join("cache_v1beta1_memcached.yaml");
     let objects = testkit::read_yaml_file(&path)?;
     testkit::apply_objects(&env.cluster.client, objects, Some(env.namespace())).await?;
     Ok(())
@@ -44,6 +44,7 @@ async fn create(env: &Env, name: &str, size: i32) -> Result<Memcached> {
         MemcachedSpec {
             size,
             image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+            ..Default::default()
         },
     );
     Ok(env

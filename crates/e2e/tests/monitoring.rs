@@ -114,6 +114,7 @@ async fn every_dashboard_query_has_data_every_alert_is_valid_and_a_stopped_manag
                 MemcachedSpec {
                     size: 1,
                     image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+                    ..Default::default()
                 },
             );
             memcacheds.create(&PostParams::default(), &mc).await?;

@@ -120,6 +120,7 @@ async fn both_controllers_run_in_one_manager() -> Result<()> {
             MemcachedSpec {
                 size: 2,
                 image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+                ..Default::default()
             },
         );
         env.api::<Memcached>()

@@ -66,6 +66,7 @@ async fn create_memcached(env: &Env, name: &str) -> Result<()> {
         MemcachedSpec {
             size: 1,
             image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+            ..Default::default()
         },
     );
     env.api::<Memcached>()
@@ -110,6 +111,7 @@ async fn two_managers_scoped_to_two_namespaces_each_keep_to_their_own() -> Resul
             MemcachedSpec {
                 size: 1,
                 image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+                ..Default::default()
             },
         );
         Api::<Memcached>::namespaced(cluster.client.clone(), nobody.name())

@@ -53,6 +53,7 @@ async fn memcached_round_trips(env: &Env) -> Result<()> {
         MemcachedSpec {
             size: 2,
             image: image.clone(),
+            ..Default::default()
         },
     );
     env.api::<Memcached>()

@@ -2,9 +2,13 @@
 //! generated webhook configurations, pointed at the manager on loopback (a URL client config)
 //! and limited to this test's namespace, call it for every write of a Memcached or MyApp.
 //!
+//! The Memcached CRD's conversion is pointed there too for the test's duration, and put back
+//! as generated afterwards.
+//!
 //! One scenario in order, because the configurations are cluster-wide objects with fixed
 //! names: the manager provisions its certificate Secret and injects the CA; defaulting and
-//! each validation rule through `kubectl apply`; a restart keeps the certificate and admits
+//! each validation rule through `kubectl apply`; objects written through one version and read
+//! through the other, both versions listed; a restart keeps the certificate and admits
 //! at once after readiness; a validity shortened to 30 s rotates both the serving certificate
 //! and the CA, several times, under a steady stream of writes none of which fails; with the
 //! manager down, writes are refused (failure policy `Fail`).
@@ -21,9 +25,10 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
 use testkit::{ManagerProcess, TestCluster, TestNamespace};
 
 /// The namespace of the manager's certificate Secret (its lease namespace), as in-cluster.
@@ -50,12 +55,27 @@ async fn webhooks_default_validate_survive_a_restart_and_fail_closed() -> Result
             .await,
     )?;
     install_configurations(&cluster, &ns, port).await?;
+    convert_at(
+        &cluster,
+        &codegen::WebhookTarget::Url {
+            base: format!("https://127.0.0.1:{port}"),
+        },
+    )
+    .await?;
 
     let mut manager = start(&identity.path, port, &[]).await?;
     let result = scenario(&cluster, &ns, &identity.path, port, &mut manager).await;
     let log = manager.log_text();
     manager.terminate();
-    let removed = remove_configurations(&cluster).await;
+    let removed = remove_configurations(&cluster).await.and(
+        convert_at(
+            &cluster,
+            &codegen::WebhookTarget::Service {
+                namespace: MANAGER_NAMESPACE.to_owned(),
+            },
+        )
+        .await,
+    );
     result.with_context(|| format!("manager log:\n{}", tail(&log, 80)))?;
     removed
 }
@@ -79,6 +99,21 @@ async fn scenario(
     ensure!(
         injected.iter().all(|bundle| bundle == &ca.0),
         "every webhook carries the Secret's CA bundle"
+    );
+    let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone())
+        .get("memcacheds.cache.example.com")
+        .await?;
+    let crd_bundle = crd
+        .spec
+        .conversion
+        .and_then(|c| c.webhook)
+        .and_then(|w| w.client_config)
+        .and_then(|c| c.ca_bundle)
+        .map(|b| b.0)
+        .unwrap_or_default();
+    ensure!(
+        crd_bundle == ca.0,
+        "the CRD's conversion carries the Secret's CA bundle"
     );
     println!(
         "the manager provisioned its certificate and injected the CA into both configurations"
@@ -119,6 +154,44 @@ async fn scenario(
         "an untagged image is admitted with a warning: {}",
         text(&warned)
     );
+    // The item memory: at least 1Mi, within the memory limit; the request defaulted from it.
+    let refused = kubectl_apply(
+        cluster,
+        ns,
+        &memcached_with_memory("too-big", "1Gi", "512Mi"),
+    )?;
+    expect_refused(
+        &refused,
+        "Memcached \"too-big\"",
+        "spec.memory: Invalid value: \"1Gi\": must fit in spec.resources.limits.memory (512Mi)",
+    )?;
+    let refused = kubectl_apply(
+        cluster,
+        ns,
+        &memcached_with_memory("too-small", "512Ki", "512Mi"),
+    )?;
+    expect_refused(
+        &refused,
+        "Memcached \"too-small\"",
+        "spec.memory: Invalid value: \"512Ki\": must be at least 1Mi",
+    )?;
+    let applied = kubectl_apply(
+        cluster,
+        ns,
+        &memcached_with_memory("sized", "256Mi", "512Mi"),
+    )?;
+    ensure!(applied.status.success(), "applied: {}", text(&applied));
+    let requests = mcs
+        .get("sized")
+        .await?
+        .spec
+        .resources
+        .and_then(|r| r.requests)
+        .unwrap_or_default();
+    ensure!(
+        requests.get("memory").map(|q| q.0.as_str()) == Some("256Mi"),
+        "the memory request was defaulted from spec.memory: {requests:?}"
+    );
     // Validation on update.
     let patched = cluster
         .kubectl()
@@ -139,6 +212,8 @@ async fn scenario(
         "spec.image: Invalid value: \"Memcached:1.6\": not an image reference",
     )?;
     println!("defaulting and every validation rule answered through the API server");
+
+    conversion(cluster, ns, &mcs).await?;
 
     // A restart keeps the certificate, and admits as soon as it is ready again.
     manager.process.terminate();
@@ -367,6 +442,127 @@ async fn remove_configurations(cluster: &TestCluster) -> Result<()> {
     )
 }
 
+/// The installed Memcached CRD with the generated conversion, calling `target` (a replace:
+/// an apply would keep the other client config beside the new one).
+async fn convert_at(cluster: &TestCluster, target: &codegen::WebhookTarget) -> Result<()> {
+    let generated = codegen::crds::crds(target)?
+        .into_iter()
+        .find(|crd| crd.spec.names.kind == "Memcached")
+        .context("the Memcached CRD")?;
+    let name = generated.metadata.name.clone().unwrap_or_default();
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let mut installed = crds.get(&name).await?;
+    installed.spec.conversion = generated.spec.conversion;
+    crds.replace(&name, &PostParams::default(), &installed)
+        .await?;
+    Ok(())
+}
+
+/// Written through one version, read through the other, edited through the old one without
+/// losing what only the new one has; `kubectl get` lists both versions.
+async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcached>) -> Result<()> {
+    // Through v1alpha1, read as v1beta1.
+    let applied = kubectl_apply(
+        cluster,
+        ns,
+        &memcached_yaml_at("v1alpha1", "converted", "memcached:1.6"),
+    )?;
+    ensure!(
+        applied.status.success(),
+        "v1alpha1 write: {}",
+        text(&applied)
+    );
+    let stored = mcs.get("converted").await?;
+    ensure!(
+        stored.spec.size == 0
+            && stored.spec.image == "memcached:1.6"
+            && stored.spec.memory.is_none(),
+        "read through v1beta1: {:?}",
+        stored.spec
+    );
+    // v1beta1's own field, read through v1alpha1: kept in the annotation.
+    let patch = json!({"spec": {"memory": "128Mi"}});
+    mcs.patch("converted", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let old = kubectl_json(
+        cluster,
+        ns,
+        &["get", "memcacheds.v1alpha1.cache.example.com", "converted"],
+    )?;
+    ensure!(
+        old["apiVersion"] == "cache.example.com/v1alpha1" && old["spec"].get("memory").is_none(),
+        "read through v1alpha1: {old}"
+    );
+    let kept = old["metadata"]["annotations"][apis::memcached::conversion::PRESERVED_FIELDS]
+        .as_str()
+        .unwrap_or_default();
+    ensure!(
+        kept.contains("128Mi"),
+        "v1alpha1 carries the memory in its annotation: {old}"
+    );
+    // An edit through v1alpha1 keeps it.
+    let edited = cluster
+        .kubectl()
+        .args([
+            "patch",
+            "memcacheds.v1alpha1.cache.example.com",
+            "converted",
+            "-n",
+            ns.name(),
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"image":"memcached:1.6.39"}}"#,
+        ])
+        .output()?;
+    ensure!(edited.status.success(), "v1alpha1 patch: {}", text(&edited));
+    let after = mcs.get("converted").await?;
+    ensure!(
+        after.spec.image == "memcached:1.6.39"
+            && after.spec.memory.as_ref().map(|q| q.0.as_str()) == Some("128Mi"),
+        "the v1alpha1 edit kept the memory: {:?}",
+        after.spec
+    );
+    for version in ["v1alpha1", "v1beta1"] {
+        let resource = format!("memcacheds.{version}.cache.example.com");
+        let listed = kubectl_json(cluster, ns, &["get", &resource])?;
+        let names: Vec<&str> = listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item["metadata"]["name"].as_str())
+            .collect();
+        ensure!(
+            names.contains(&"converted")
+                && listed["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .all(|item| item["apiVersion"] == format!("cache.example.com/{version}")),
+            "kubectl get {resource}: {listed}"
+        );
+    }
+    println!(
+        "conversion: written through v1alpha1 and read through v1beta1, v1beta1's memory kept through a v1alpha1 edit, both versions listed"
+    );
+    Ok(())
+}
+
+/// `kubectl <args> -n ns -o json`, parsed.
+fn kubectl_json(cluster: &TestCluster, ns: &TestNamespace, args: &[&str]) -> Result<Value> {
+    let out = cluster
+        .kubectl()
+        .args(args)
+        .args(["-n", ns.name(), "-o", "json"])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        text(&out)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 /// Every webhook's `caBundle`, from both configurations.
 async fn injected_bundles(cluster: &TestCluster) -> Result<Vec<Vec<u8>>> {
     let mutating = Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
@@ -402,8 +598,19 @@ fn gone<T>(result: Result<T, kube::Error>) -> Result<()> {
 }
 
 fn memcached_yaml(name: &str, image: &str) -> String {
+    memcached_yaml_at("v1beta1", name, image)
+}
+
+fn memcached_with_memory(name: &str, memory: &str, limit: &str) -> String {
     format!(
-        "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
+        "{}  memory: {memory}\n  resources:\n    limits:\n      memory: {limit}\n",
+        memcached_yaml(name, "memcached:1.6")
+    )
+}
+
+fn memcached_yaml_at(version: &str, name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: cache.example.com/{version}\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
     )
 }
 

@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	cachev1alpha1 "operator-manager.dev/reference/memcached/api/v1alpha1"
+	cachev1beta1 "operator-manager.dev/reference/memcached/api/v1beta1"
 	"operator-manager.dev/reference/memcached/internal/controller"
 )
 
@@ -42,7 +42,7 @@ var (
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(cachev1alpha1.AddToScheme(scheme))
+	utilruntime.Must(cachev1beta1.AddToScheme(scheme))
 }
 
 // inClusterNamespacePath holds the pod's namespace in a cluster (controller-runtime's default

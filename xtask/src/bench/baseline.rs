@@ -56,6 +56,7 @@ pub async fn measure(
                             MemcachedSpec {
                                 size,
                                 image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+                                ..Default::default()
                             },
                         ),
                     )
@@ -101,6 +102,7 @@ async fn warm_up(memcacheds: &Api<Memcached>) -> anyhow::Result<()> {
     let spec = MemcachedSpec {
         size: 0,
         image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+        ..Default::default()
     };
     memcacheds
         .create(&PostParams::default(), &Memcached::new("warm-up", spec))

@@ -35,16 +35,16 @@ const SOURCES: [(&str, &str); 9] = [
     ("go.sum", include_str!("../../reference/memcached/go.sum")),
     ("main.go", include_str!("../../reference/memcached/main.go")),
     (
-        "api/v1alpha1/groupversion_info.go",
-        include_str!("../../reference/memcached/api/v1alpha1/groupversion_info.go"),
+        "api/v1beta1/groupversion_info.go",
+        include_str!("../../reference/memcached/api/v1beta1/groupversion_info.go"),
     ),
     (
-        "api/v1alpha1/memcached_types.go",
-        include_str!("../../reference/memcached/api/v1alpha1/memcached_types.go"),
+        "api/v1beta1/memcached_types.go",
+        include_str!("../../reference/memcached/api/v1beta1/memcached_types.go"),
     ),
     (
-        "api/v1alpha1/zz_generated.deepcopy.go",
-        include_str!("../../reference/memcached/api/v1alpha1/zz_generated.deepcopy.go"),
+        "api/v1beta1/zz_generated.deepcopy.go",
+        include_str!("../../reference/memcached/api/v1beta1/zz_generated.deepcopy.go"),
     ),
     (
         "internal/controller/memcached_controller.go",

@@ -383,6 +383,7 @@ pub fn new_memcached(name: &str, size: i32) -> Memcached {
     let spec = MemcachedSpec {
         size,
         image: apis::memcached::DEFAULT_IMAGE.to_owned(),
+        ..Default::default()
     };
     Memcached::new(name, spec)
 }
@@ -443,6 +444,7 @@ mod tests {
             MemcachedSpec {
                 size,
                 image: "i".into(),
+                ..Default::default()
             },
         );
         mc.metadata.generation = Some(generation);

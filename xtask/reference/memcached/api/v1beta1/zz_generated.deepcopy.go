@@ -3,7 +3,7 @@
 // DeepCopy functions in the shape controller-gen's `object` generator writes them, written out
 // once and committed so that building this module needs no code generator.
 
-package v1alpha1
+package v1beta1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

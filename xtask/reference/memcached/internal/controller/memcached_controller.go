@@ -36,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	cachev1alpha1 "operator-manager.dev/reference/memcached/api/v1alpha1"
+	cachev1beta1 "operator-manager.dev/reference/memcached/api/v1beta1"
 )
 
 // The Deployment's pod template, the same as the Rust controller's.
@@ -79,7 +79,7 @@ type MemcachedReconciler struct {
 // Reconcile makes the Memcached's Deployment match its spec and reports the Deployment and its
 // pods in the Memcached's status.
 func (r *MemcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	memcached := &cachev1alpha1.Memcached{}
+	memcached := &cachev1beta1.Memcached{}
 	if err := r.Get(ctx, req.NamespacedName, memcached); err != nil {
 		// Not found: deleted meanwhile; the garbage collector removes its Deployment.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -105,7 +105,7 @@ func (r *MemcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return result, err
 }
 
-func (r *MemcachedReconciler) reconcile(ctx context.Context, memcached *cachev1alpha1.Memcached) (ctrl.Result, error) {
+func (r *MemcachedReconciler) reconcile(ctx context.Context, memcached *cachev1beta1.Memcached) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 
 	// The Deployment: create it when missing, put it back when it drifted from the spec, and
@@ -166,7 +166,7 @@ func (r *MemcachedReconciler) reconcile(ctx context.Context, memcached *cachev1a
 
 // updateDeployment updates the owned Deployment when its replicas, labels or pod template differ
 // from what the Memcached asks for, and says so with Events.
-func (r *MemcachedReconciler) updateDeployment(ctx context.Context, memcached *cachev1alpha1.Memcached, found *appsv1.Deployment) error {
+func (r *MemcachedReconciler) updateDeployment(ctx context.Context, memcached *cachev1beta1.Memcached, found *appsv1.Deployment) error {
 	desired, err := r.deploymentForMemcached(memcached)
 	if err != nil {
 		return err
@@ -205,7 +205,7 @@ func (r *MemcachedReconciler) updateDeployment(ctx context.Context, memcached *c
 
 // reportNotOwned reports a Deployment of the Memcached's name that something else controls:
 // Degraded in the status, a Warning Event the first time, and a recheck every few minutes.
-func (r *MemcachedReconciler) reportNotOwned(ctx context.Context, memcached *cachev1alpha1.Memcached) (ctrl.Result, error) {
+func (r *MemcachedReconciler) reportNotOwned(ctx context.Context, memcached *cachev1beta1.Memcached) (ctrl.Result, error) {
 	if !meta.IsStatusConditionPresentAndEqual(memcached.Status.Conditions, typeDegraded, metav1.ConditionTrue) ||
 		meta.FindStatusCondition(memcached.Status.Conditions, typeDegraded).Reason != reasonNotOwned {
 		r.Recorder.Eventf(memcached, nil, corev1.EventTypeWarning, reasonNotOwned, "Reconcile",
@@ -229,7 +229,7 @@ func (r *MemcachedReconciler) reportNotOwned(ctx context.Context, memcached *cac
 // ensureService creates or updates the Memcached's Service (port memcached to its pods), the
 // idiomatic controllerutil way, and returns its name; "" when a Service of that name belongs to
 // something else (it is left alone).
-func (r *MemcachedReconciler) ensureService(ctx context.Context, memcached *cachev1alpha1.Memcached) (string, error) {
+func (r *MemcachedReconciler) ensureService(ctx context.Context, memcached *cachev1beta1.Memcached) (string, error) {
 	service := &corev1.Service{ObjectMeta: metav1.ObjectMeta{
 		Name: dnsLabel(memcached.Name), Namespace: memcached.Namespace,
 	}}
@@ -267,7 +267,7 @@ func (r *MemcachedReconciler) ensureService(ctx context.Context, memcached *cach
 
 // ensureBudget keeps a PodDisruptionBudget of at most one unavailable pod while the Memcached
 // has more than one, and deletes it (when it is the Memcached's own) otherwise.
-func (r *MemcachedReconciler) ensureBudget(ctx context.Context, memcached *cachev1alpha1.Memcached) error {
+func (r *MemcachedReconciler) ensureBudget(ctx context.Context, memcached *cachev1beta1.Memcached) error {
 	budget := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{
 		Name: memcached.Name, Namespace: memcached.Namespace,
 	}}
@@ -305,7 +305,7 @@ func (r *MemcachedReconciler) ensureBudget(ctx context.Context, memcached *cache
 }
 
 // podNames are the sorted names of the Memcached's pods, leaving out pods being deleted.
-func (r *MemcachedReconciler) podNames(ctx context.Context, memcached *cachev1alpha1.Memcached) ([]string, error) {
+func (r *MemcachedReconciler) podNames(ctx context.Context, memcached *cachev1beta1.Memcached) ([]string, error) {
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 	if err := r.List(ctx, pods, client.InNamespace(memcached.Namespace),
@@ -324,7 +324,7 @@ func (r *MemcachedReconciler) podNames(ctx context.Context, memcached *cachev1al
 
 // setConditions sets the status's observed generation and conditions; a condition whose status
 // holds keeps its lastTransitionTime (meta.SetStatusCondition's rule).
-func setConditions(status *cachev1alpha1.MemcachedStatus, conditions []metav1.Condition, generation int64) {
+func setConditions(status *cachev1beta1.MemcachedStatus, conditions []metav1.Condition, generation int64) {
 	status.ObservedGeneration = generation
 	for _, c := range conditions {
 		c.ObservedGeneration = generation
@@ -333,7 +333,7 @@ func setConditions(status *cachev1alpha1.MemcachedStatus, conditions []metav1.Co
 }
 
 // updateStatus writes status when it differs from what the Memcached reports.
-func (r *MemcachedReconciler) updateStatus(ctx context.Context, memcached *cachev1alpha1.Memcached, status *cachev1alpha1.MemcachedStatus) error {
+func (r *MemcachedReconciler) updateStatus(ctx context.Context, memcached *cachev1beta1.Memcached, status *cachev1beta1.MemcachedStatus) error {
 	if equality.Semantic.DeepEqual(&memcached.Status, status) {
 		return nil
 	}
@@ -342,7 +342,7 @@ func (r *MemcachedReconciler) updateStatus(ctx context.Context, memcached *cache
 }
 
 // deploymentForMemcached returns the Deployment a Memcached asks for.
-func (r *MemcachedReconciler) deploymentForMemcached(memcached *cachev1alpha1.Memcached) (*appsv1.Deployment, error) {
+func (r *MemcachedReconciler) deploymentForMemcached(memcached *cachev1beta1.Memcached) (*appsv1.Deployment, error) {
 	labels := objectLabels(memcached.Name)
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
@@ -420,10 +420,10 @@ func (r *MemcachedReconciler) memcachedForPod(ctx context.Context, pod client.Ob
 		return nil
 	}
 	direct := types.NamespacedName{Namespace: pod.GetNamespace(), Name: value}
-	if err := r.Get(ctx, direct, &cachev1alpha1.Memcached{}); err == nil {
+	if err := r.Get(ctx, direct, &cachev1beta1.Memcached{}); err == nil {
 		return []reconcile.Request{{NamespacedName: direct}}
 	}
-	memcacheds := &cachev1alpha1.MemcachedList{}
+	memcacheds := &cachev1beta1.MemcachedList{}
 	if err := r.List(ctx, memcacheds, client.InNamespace(pod.GetNamespace())); err != nil {
 		return nil
 	}
@@ -440,11 +440,11 @@ func (r *MemcachedReconciler) memcachedForPod(ctx context.Context, pod client.Ob
 // (Deployments a Memcached controls reach it through Owns.)
 func (r *MemcachedReconciler) memcachedForNamesake(ctx context.Context, deployment client.Object) []reconcile.Request {
 	if owner := metav1.GetControllerOf(deployment); owner != nil &&
-		owner.Kind == "Memcached" && owner.APIVersion == cachev1alpha1.GroupVersion.String() {
+		owner.Kind == "Memcached" && owner.APIVersion == cachev1beta1.GroupVersion.String() {
 		return nil
 	}
 	key := client.ObjectKeyFromObject(deployment)
-	if err := r.Get(ctx, key, &cachev1alpha1.Memcached{}); err != nil {
+	if err := r.Get(ctx, key, &cachev1beta1.Memcached{}); err != nil {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: key}}
@@ -462,7 +462,7 @@ var podNamesChanged = predicate.Funcs{
 // SetupWithManager sets up the controller with the Manager.
 func (r *MemcachedReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&cachev1alpha1.Memcached{}).
+		For(&cachev1beta1.Memcached{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	cachev1alpha1 "operator-manager.dev/reference/memcached/api/v1alpha1"
+	cachev1beta1 "operator-manager.dev/reference/memcached/api/v1beta1"
 )
 
 // The same cases as crates/controllers/src/status.rs.
@@ -81,7 +81,7 @@ func TestReplicaFailureIsDegradedWithItsReason(t *testing.T) {
 }
 
 func TestTransitionTimeIsKeptWhileStatusHolds(t *testing.T) {
-	status := &cachev1alpha1.MemcachedStatus{}
+	status := &cachev1beta1.MemcachedStatus{}
 	setConditions(status, rolloutOf(3, settled(1)).conditions(), 1)
 	first := byType(t, status.Conditions, typeDegraded).LastTransitionTime
 	first = metav1.NewTime(first.Add(-time.Minute))
