@@ -260,16 +260,26 @@ pub(crate) fn deployment() -> Deployment {
 }
 
 pub(crate) fn metrics_service() -> Service {
-    let mut metadata = meta(&format!("{MANAGER_NAME}-metrics"), Some(NAMESPACE));
-    metadata.annotations = Some(scrape_annotations());
+    let mut service = service_to_pods(
+        &format!("{MANAGER_NAME}-metrics"),
+        METRICS_PORT,
+        METRICS_PORT_NAME,
+    );
+    service.metadata.annotations = Some(scrape_annotations());
+    service
+}
+
+/// A Service `name` in the manager's namespace, `port` to the manager pods' port named
+/// `port_name`.
+pub(crate) fn service_to_pods(name: &str, port: i32, port_name: &str) -> Service {
     Service {
-        metadata,
+        metadata: meta(name, Some(NAMESPACE)),
         spec: Some(ServiceSpec {
             selector: Some(selector_labels()),
             ports: Some(vec![ServicePort {
-                name: Some(METRICS_PORT_NAME.to_owned()),
-                port: METRICS_PORT,
-                target_port: Some(IntOrString::String(METRICS_PORT_NAME.to_owned())),
+                name: Some(port_name.to_owned()),
+                port,
+                target_port: Some(IntOrString::String(port_name.to_owned())),
                 protocol: Some("TCP".to_owned()),
                 ..ServicePort::default()
             }]),

@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
-use kube::CustomResourceExt as _;
 
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::meta, yaml};
 
@@ -292,9 +291,10 @@ pub const WEBHOOK_ROLE: &str = "operator-manager-webhook";
 /// Name of the Role that lets the manager keep its webhook certificates in a Secret.
 pub const WEBHOOK_CERT_ROLE: &str = "operator-manager-webhook-certs";
 
-/// The manager's own webhook configurations, and the CRDs (for their conversion webhook), by
-/// name: it reads them and writes their `caBundle`, nothing else. Cluster-scoped objects, so a
-/// ClusterRole even for a namespaced install.
+/// The manager's own webhook configurations, and the CRDs that convert through its webhook
+/// ([`controllers::conversions`], the ones it injects its CA into), by name: it reads them and
+/// writes their `caBundle`, nothing else. Cluster-scoped objects, so a ClusterRole even for a
+/// namespaced install.
 pub(crate) fn webhook_role() -> ClusterRole {
     let named = |group: &str, resource: &str, names: Vec<String>| PolicyRule {
         api_groups: Some(vec![group.to_owned()]),
@@ -303,25 +303,33 @@ pub(crate) fn webhook_role() -> ClusterRole {
         verbs: ["get", "patch", "update"].map(String::from).to_vec(),
         ..PolicyRule::default()
     };
-    let crds = vec![
-        apis::Memcached::crd_name().to_owned(),
-        apis::MyApp::crd_name().to_owned(),
+    let mut rules = vec![
+        named(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            vec![webhook::MUTATING_CONFIGURATION.to_owned()],
+        ),
+        named(
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            vec![webhook::VALIDATING_CONFIGURATION.to_owned()],
+        ),
     ];
+    let crds: Vec<String> = controllers::conversions(&controllers::all())
+        .into_iter()
+        .map(|conversion| conversion.crd_name)
+        .collect();
+    // An empty `resourceNames` means every object, so no conversion means no rule at all.
+    if !crds.is_empty() {
+        rules.push(named(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            crds,
+        ));
+    }
     ClusterRole {
         metadata: meta(WEBHOOK_ROLE, None),
-        rules: Some(vec![
-            named(
-                "admissionregistration.k8s.io",
-                "mutatingwebhookconfigurations",
-                vec![webhook::MUTATING_CONFIGURATION.to_owned()],
-            ),
-            named(
-                "admissionregistration.k8s.io",
-                "validatingwebhookconfigurations",
-                vec![webhook::VALIDATING_CONFIGURATION.to_owned()],
-            ),
-            named("apiextensions.k8s.io", "customresourcedefinitions", crds),
-        ]),
+        rules: Some(rules),
         ..ClusterRole::default()
     }
 }
@@ -579,6 +587,35 @@ mod tests {
             webhook_cert_role().metadata.namespace.as_deref(),
             Some(NAMESPACE)
         );
+    }
+
+    /// The manager may write the `caBundle` of exactly the CRDs whose rendered conversion calls
+    /// its webhook, and of no other CRD.
+    #[test]
+    fn the_webhook_role_names_exactly_the_crds_that_convert_through_the_webhook() {
+        let converting: BTreeSet<String> = crate::crds::crds(&crate::WebhookTarget::Service {
+            namespace: NAMESPACE.to_owned(),
+        })
+        .expect("CRDs")
+        .into_iter()
+        .filter(|crd| {
+            crd.spec
+                .conversion
+                .as_ref()
+                .is_some_and(|c| c.strategy == "Webhook")
+        })
+        .filter_map(|crd| crd.metadata.name)
+        .collect();
+        assert!(!converting.is_empty(), "a CRD converts through the webhook");
+        let rules = webhook_role().rules.expect("rules");
+        let named: BTreeSet<String> = rules
+            .iter()
+            .filter(|rule| {
+                rule.resources.as_deref() == Some(&["customresourcedefinitions".to_owned()])
+            })
+            .flat_map(|rule| rule.resource_names.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(named, converting);
     }
 
     #[test]

@@ -15,14 +15,14 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::manager::{meta, selector_labels};
+use crate::manager::{meta, selector_labels, service_to_pods};
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, yaml};
 
 /// The port the webhook Service listens on (the API server calls HTTPS on 443 by default).
@@ -160,21 +160,7 @@ fn file<T: serde::Serialize>(path: &str, value: &T) -> Result<GeneratedFile, Err
 /// Port 443 in front of every replica's webhook server: the webhooks are not leader-gated,
 /// any Ready replica answers.
 pub(crate) fn service() -> Service {
-    Service {
-        metadata: meta(SERVICE_NAME, Some(NAMESPACE)),
-        spec: Some(ServiceSpec {
-            selector: Some(selector_labels()),
-            ports: Some(vec![ServicePort {
-                name: Some(PORT_NAME.to_owned()),
-                port: SERVICE_PORT,
-                target_port: Some(IntOrString::String(PORT_NAME.to_owned())),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    }
+    service_to_pods(SERVICE_NAME, SERVICE_PORT, PORT_NAME)
 }
 
 /// The webhook port is open to every source: the API server's address is the node's or the

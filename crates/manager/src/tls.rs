@@ -90,12 +90,7 @@ impl ServingCert {
     /// # Errors
     /// [`Error::Tls`] when either is unusable or they do not belong together.
     pub fn from_pem(cert: &[u8], key: &[u8], source: &str) -> Result<Arc<Self>, Error> {
-        let key_pair = parse_pair(
-            cert,
-            key,
-            &format!("{source} certificate"),
-            &format!("{source} key"),
-        )?;
+        let key_pair = parse_named_pair(cert, key, source)?;
         Ok(Arc::new(Self {
             current: RwLock::new(Loaded {
                 key: key_pair,
@@ -115,12 +110,7 @@ impl ServingCert {
         if self.read_lock().source == bytes {
             return Ok(false);
         }
-        let key_pair = parse_pair(
-            cert,
-            key,
-            &format!("{source} certificate"),
-            &format!("{source} key"),
-        )?;
+        let key_pair = parse_named_pair(cert, key, source)?;
         *self
             .current
             .write()
@@ -223,6 +213,16 @@ fn read_pair(dir: &Path) -> Result<(Arc<CertifiedKey>, Vec<u8>), Error> {
     let mut source = cert;
     source.extend(key);
     Ok((certified, source))
+}
+
+/// [`parse_pair`] of a pair kept together, named `<source> certificate` and `<source> key`.
+fn parse_named_pair(cert: &[u8], key: &[u8], source: &str) -> Result<Arc<CertifiedKey>, Error> {
+    parse_pair(
+        cert,
+        key,
+        &format!("{source} certificate"),
+        &format!("{source} key"),
+    )
 }
 
 /// A PEM certificate chain and its PEM private key, checked to belong together; errors name

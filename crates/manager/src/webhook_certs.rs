@@ -201,47 +201,14 @@ impl WebhookCerts {
     /// The bundles of each target (one per webhook), `None` for targets that do not exist.
     async fn bundles(&self) -> Result<Vec<Option<Vec<String>>>, Error> {
         let targets = &self.settings.targets;
-        let text = |bytes: Option<&ByteString>| {
-            bytes
-                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-                .unwrap_or_default()
-        };
         let mut found = Vec::new();
-        for name in &targets.mutating {
-            let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-            found.push(get_opt(&api, name).await?.map(|config| {
-                let hooks = config.webhooks.unwrap_or_default();
-                hooks
-                    .iter()
-                    .map(|hook| text(hook.client_config.ca_bundle.as_ref()))
-                    .collect()
-            }));
-        }
-        for name in &targets.validating {
-            let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
-            found.push(get_opt(&api, name).await?.map(|config| {
-                let hooks = config.webhooks.unwrap_or_default();
-                hooks
-                    .iter()
-                    .map(|hook| text(hook.client_config.ca_bundle.as_ref()))
-                    .collect()
-            }));
-        }
-        for name in &targets.crds {
-            let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-            found.push(get_opt(&api, name).await?.map(|crd| {
-                let client_config = crd
-                    .spec
-                    .conversion
-                    .as_ref()
-                    .and_then(|c| c.webhook.as_ref())
-                    .and_then(|w| w.client_config.as_ref());
-                // A CRD without webhook conversion never calls the webhook.
-                client_config
-                    .map(|c| vec![text(c.ca_bundle.as_ref())])
-                    .unwrap_or_default()
-            }));
-        }
+        found.extend(
+            bundles_of::<MutatingWebhookConfiguration>(&self.client, &targets.mutating).await?,
+        );
+        found.extend(
+            bundles_of::<ValidatingWebhookConfiguration>(&self.client, &targets.validating).await?,
+        );
+        found.extend(bundles_of::<CustomResourceDefinition>(&self.client, &targets.crds).await?);
         Ok(found)
     }
 
@@ -418,6 +385,74 @@ where
         })
 }
 
+/// An object whose `caBundle` fields the manager keeps.
+trait CarriesBundle:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+    /// Every `caBundle` of the object that the API server uses to call the manager.
+    fn ca_bundles(&mut self) -> Vec<&mut Option<ByteString>>;
+}
+
+impl CarriesBundle for MutatingWebhookConfiguration {
+    fn ca_bundles(&mut self) -> Vec<&mut Option<ByteString>> {
+        let hooks = self.webhooks.iter_mut().flatten();
+        hooks
+            .map(|hook| &mut hook.client_config.ca_bundle)
+            .collect()
+    }
+}
+
+impl CarriesBundle for ValidatingWebhookConfiguration {
+    fn ca_bundles(&mut self) -> Vec<&mut Option<ByteString>> {
+        let hooks = self.webhooks.iter_mut().flatten();
+        hooks
+            .map(|hook| &mut hook.client_config.ca_bundle)
+            .collect()
+    }
+}
+
+impl CarriesBundle for CustomResourceDefinition {
+    /// Only a CRD installed with webhook conversion calls the webhook.
+    fn ca_bundles(&mut self) -> Vec<&mut Option<ByteString>> {
+        let conversion = self.spec.conversion.as_mut();
+        let client_config = conversion
+            .and_then(|c| c.webhook.as_mut())
+            .and_then(|w| w.client_config.as_mut());
+        client_config
+            .map(|c| &mut c.ca_bundle)
+            .into_iter()
+            .collect()
+    }
+}
+
+/// The bundles of each of `names`, `None` for those that do not exist.
+async fn bundles_of<K: CarriesBundle>(
+    client: &Client,
+    names: &[String],
+) -> Result<Vec<Option<Vec<String>>>, Error> {
+    let api: Api<K> = Api::all(client.clone());
+    let mut found = Vec::new();
+    for name in names {
+        found.push(get_opt(&api, name).await?.map(|mut object| {
+            object
+                .ca_bundles()
+                .into_iter()
+                .map(|bundle| {
+                    bundle
+                        .as_ref()
+                        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                        .unwrap_or_default()
+                })
+                .collect()
+        }));
+    }
+    Ok(found)
+}
+
 /// Puts `bundle` into every target that lacks it; each write carries the resourceVersion it
 /// read, so a concurrent change makes it fail and the next check try again.
 async fn inject(
@@ -427,47 +462,33 @@ async fn inject(
 ) -> Result<Vec<(String, Injection)>, Error> {
     let wanted = ByteString(bundle.as_bytes().to_vec());
     let mut outcomes = Vec::new();
-    for name in &targets.mutating {
-        let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-        let outcome = update_if(&api, name, |config| {
+    outcomes.extend(
+        inject_into::<MutatingWebhookConfiguration>(client, &targets.mutating, &wanted).await?,
+    );
+    outcomes.extend(
+        inject_into::<ValidatingWebhookConfiguration>(client, &targets.validating, &wanted).await?,
+    );
+    outcomes.extend(inject_into::<CustomResourceDefinition>(client, &targets.crds, &wanted).await?);
+    Ok(outcomes)
+}
+
+async fn inject_into<K: CarriesBundle>(
+    client: &Client,
+    names: &[String],
+    wanted: &ByteString,
+) -> Result<Vec<(String, Injection)>, Error> {
+    let api: Api<K> = Api::all(client.clone());
+    let mut outcomes = Vec::new();
+    for name in names {
+        let outcome = update_if(&api, name, |object: &mut K| {
             let mut changed = false;
-            for hook in config.webhooks.iter_mut().flatten() {
-                changed |= set_bundle(&mut hook.client_config.ca_bundle, &wanted);
+            for field in object.ca_bundles() {
+                changed |= set_bundle(field, wanted);
             }
             changed
         })
         .await?;
-        outcomes.push((format!("MutatingWebhookConfiguration {name}"), outcome));
-    }
-    for name in &targets.validating {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-        let outcome = update_if(&api, name, |config| {
-            let mut changed = false;
-            for hook in config.webhooks.iter_mut().flatten() {
-                changed |= set_bundle(&mut hook.client_config.ca_bundle, &wanted);
-            }
-            changed
-        })
-        .await?;
-        outcomes.push((format!("ValidatingWebhookConfiguration {name}"), outcome));
-    }
-    for name in &targets.crds {
-        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let outcome = update_if(&api, name, |crd| {
-            // Only a CRD installed with webhook conversion calls the webhook.
-            match crd
-                .spec
-                .conversion
-                .as_mut()
-                .and_then(|c| c.webhook.as_mut())
-                .and_then(|w| w.client_config.as_mut())
-            {
-                Some(config) => set_bundle(&mut config.ca_bundle, &wanted),
-                None => false,
-            }
-        })
-        .await?;
-        outcomes.push((format!("CustomResourceDefinition {name}"), outcome));
+        outcomes.push((format!("{} {name}", K::kind(&())), outcome));
     }
     Ok(outcomes)
 }
