@@ -5,7 +5,9 @@
 //! server (readiness turns on once it serves), leader election, controllers. Stop on
 //! SIGTERM/SIGINT: readiness turns off, controllers finish in-flight reconciles (bounded by
 //! the shutdown timeout, then aborted) while the Lease is still renewed, the Lease is released
-//! once every controller task has returned, the HTTP endpoints close; exit 0. A second signal exits at once with status 1.
+//! once every controller task has returned, the webhooks keep answering until [`WEBHOOK_DRAIN`]
+//! after the signal, the HTTP endpoints close; exit 0. A second signal exits at once with
+//! status 1.
 //! Lost leadership aborts the controllers at once (a standby may lead already) and, like a
 //! failed controller, ends the process with status 1.
 //!
@@ -32,6 +34,10 @@ use crate::{Error, telemetry};
 
 /// How long HTTP connections get to finish once the manager stops.
 const HTTP_GRACE: Duration = Duration::from_secs(1);
+
+/// How long the webhook server keeps answering after shutdown starts (readiness is off by
+/// then), so requests still routed to this pod are answered rather than refused.
+pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
 
 /// How long releasing the Lease may take, retries included.
 const RELEASE_BUDGET: Duration = Duration::from_secs(5);
@@ -92,11 +98,15 @@ pub async fn run(
         health.clone(),
     )
     .await?;
+    // When shutdown started, for the webhooks' drain.
+    let shutdown_started = Arc::new(std::sync::OnceLock::new());
     {
         // Readiness drops the moment shutdown starts.
         let (health, shutdown) = (health.clone(), shutdown.clone());
+        let started = shutdown_started.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
+            let _ = started.set(tokio::time::Instant::now());
             health.set_ready(false);
         });
     }
@@ -125,6 +135,14 @@ pub async fn run(
         );
     }
     health.set_ready(false);
+    if let Some(address) = servers.webhooks {
+        // The Service's endpoints follow readiness only as fast as the endpoint controller and
+        // every node's proxy do: until then the API server may still be sent here, and a closed
+        // port fails its admission requests. The controllers' shutdown counts towards it.
+        let started = *shutdown_started.get_or_init(tokio::time::Instant::now);
+        tracing::info!(%address, drain = ?WEBHOOK_DRAIN, "still answering webhooks while the endpoints catch up");
+        tokio::time::sleep_until(started + WEBHOOK_DRAIN).await;
+    }
     servers.shutdown(HTTP_GRACE).await;
     match &result {
         Ok(()) => tracing::info!("stopped"),
