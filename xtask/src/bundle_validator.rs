@@ -26,6 +26,7 @@ const MODULE: GoModule = GoModule {
     cache_dir: "bundle-validator",
     repo_dir: "xtask/validate/bundle",
     binary: "validate-bundle",
+    main_package: ".",
     cold_build: "about 2 minutes",
     sources: &[
         ("go.mod", include_str!("../validate/bundle/go.mod")),

@@ -32,6 +32,10 @@ pub struct GoModule {
     pub repo_dir: &'static str,
     /// The name of the built binary.
     pub binary: &'static str,
+    /// The main package to build: `.` for a module of our own, or the import path of a
+    /// dependency's command (a `tool` line in `go.mod` pins it), such as
+    /// `helm.sh/helm/v3/cmd/helm`.
+    pub main_package: &'static str,
     /// How long a build with Go's caches cold takes on two cores, for the progress line
     /// ("about 2 minutes").
     pub cold_build: &'static str,
@@ -137,7 +141,7 @@ impl GoModule {
             go_command(&src)
                 .args(["build", "-trimpath", "-o"])
                 .arg(&partial)
-                .arg("."),
+                .arg(self.main_package),
             &log,
             None,
             progress,
@@ -347,6 +351,7 @@ mod tests {
         cache_dir: "example",
         repo_dir: "xtask/example",
         binary: "example",
+        main_package: ".",
         cold_build: "a moment",
         sources: &[
             ("go.mod", "module example\n\ngo 1.26.0\n"),

@@ -25,6 +25,7 @@ const MODULE: GoModule = GoModule {
     cache_dir: "reference",
     repo_dir: "xtask/reference/memcached",
     binary: "memcached-reference",
+    main_package: ".",
     cold_build: "about 2 minutes",
     sources: &SOURCES,
 };
