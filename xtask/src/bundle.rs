@@ -63,7 +63,7 @@ pub fn run(args: BundleArgs) -> anyhow::Result<()> {
 }
 
 /// The project metadata, read from the workspace's `Cargo.toml`.
-fn project(root: &Path) -> anyhow::Result<Project> {
+pub(crate) fn project(root: &Path) -> anyhow::Result<Project> {
     let path = root.join("Cargo.toml");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;

@@ -24,11 +24,11 @@ pub struct Outcome {
 }
 
 /// Brings `deploy_dir` in line with `files` (or reports what differs); files under it that start
-/// with `header` but are no longer rendered are ours and removed.
+/// with one of `headers` but are no longer rendered are ours and removed.
 pub(crate) fn sync(
     deploy_dir: &Path,
     files: &[GeneratedFile],
-    header: &str,
+    headers: &[&str],
     mode: Mode,
 ) -> Result<Outcome, Error> {
     if mode == Mode::Write {
@@ -51,7 +51,7 @@ pub(crate) fn sync(
             write(&path, &file.contents)?;
         }
     }
-    for orphan in orphaned_generated_files(deploy_dir, files, header)? {
+    for orphan in orphaned_generated_files(deploy_dir, files, headers)? {
         if mode == Mode::Write {
             let path = deploy_dir.join(&orphan);
             fs::remove_file(&path).map_err(|source| Error::Io {
@@ -98,7 +98,7 @@ fn write(path: &Path, contents: &str) -> Result<(), Error> {
 fn orphaned_generated_files(
     deploy_dir: &Path,
     files: &[GeneratedFile],
-    header: &str,
+    headers: &[&str],
 ) -> Result<Vec<PathBuf>, Error> {
     let mut dirs: Vec<PathBuf> = files
         .iter()
@@ -131,7 +131,8 @@ fn orphaned_generated_files(
             if !is_file || files.iter().any(|f| f.path == relative) {
                 continue;
             }
-            if read_if_exists(&entry.path())?.is_some_and(|text| text.starts_with(header)) {
+            let text = read_if_exists(&entry.path())?.unwrap_or_default();
+            if headers.iter().any(|header| text.starts_with(header)) {
                 orphans.push(relative);
             }
         }
@@ -156,7 +157,7 @@ mod tests {
     fn check_reports_missing_and_changed_then_write_fixes_them() {
         let dir = tempfile::tempdir().expect("tempdir");
         let files = [file("a/one.yaml", "x: 1\n"), file("two.yaml", "y: 2\n")];
-        let first = sync(dir.path(), &files, HEADER, Mode::Check).expect("check");
+        let first = sync(dir.path(), &files, &[HEADER], Mode::Check).expect("check");
         assert_eq!(
             first.stale,
             [PathBuf::from("a/one.yaml"), PathBuf::from("two.yaml")]
@@ -166,16 +167,16 @@ mod tests {
             "check mode writes nothing"
         );
 
-        sync(dir.path(), &files, HEADER, Mode::Write).expect("write");
+        sync(dir.path(), &files, &[HEADER], Mode::Write).expect("write");
         assert!(
-            sync(dir.path(), &files, HEADER, Mode::Check)
+            sync(dir.path(), &files, &[HEADER], Mode::Check)
                 .expect("check")
                 .stale
                 .is_empty()
         );
 
         fs::write(dir.path().join("two.yaml"), "edited by hand\n").expect("edit");
-        let after_edit = sync(dir.path(), &files, HEADER, Mode::Check).expect("check");
+        let after_edit = sync(dir.path(), &files, &[HEADER], Mode::Check).expect("check");
         assert_eq!(after_edit.stale, [PathBuf::from("two.yaml")]);
     }
 
@@ -183,7 +184,7 @@ mod tests {
     fn orphaned_generated_files_are_removed_but_user_files_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
         let files = [file("crds/new.yaml", "x: 1\n")];
-        sync(dir.path(), &files, HEADER, Mode::Write).expect("write");
+        sync(dir.path(), &files, &[HEADER], Mode::Write).expect("write");
         fs::write(
             dir.path().join("crds/old.yaml"),
             format!("{HEADER}old: 1\n"),
@@ -191,9 +192,9 @@ mod tests {
         .expect("old");
         fs::write(dir.path().join("crds/mine.yaml"), "mine: 1\n").expect("user file");
 
-        let check = sync(dir.path(), &files, HEADER, Mode::Check).expect("check");
+        let check = sync(dir.path(), &files, &[HEADER], Mode::Check).expect("check");
         assert_eq!(check.stale, [PathBuf::from("crds/old.yaml")]);
-        sync(dir.path(), &files, HEADER, Mode::Write).expect("write");
+        sync(dir.path(), &files, &[HEADER], Mode::Write).expect("write");
         assert!(!dir.path().join("crds/old.yaml").exists());
         assert!(dir.path().join("crds/mine.yaml").exists());
     }
@@ -206,7 +207,7 @@ mod tests {
         let err = sync(
             &blocker.join("deploy"),
             &[file("x.yaml", "")],
-            HEADER,
+            &[HEADER],
             Mode::Write,
         )
         .expect_err("cannot write under a file");

@@ -14,7 +14,7 @@ use crate::{Error, GeneratedFile, MANAGER_IMAGE, MANAGER_NAME, NAMESPACE, yaml};
 /// Directories that the top-level kustomization installs, each with its own kustomization.
 /// Samples, and the monitoring objects (`prometheus/` needs the Prometheus Operator's CRDs,
 /// `grafana/` a Grafana that loads dashboards from ConfigMaps), are applied separately.
-const INSTALLED: &[&str] = &["crds", "rbac", "manager", "webhook"];
+pub(crate) const INSTALLED: &[&str] = &["crds", "rbac", "manager", "webhook"];
 
 /// The namespaced overlay's directory; it holds the Role and its binding.
 const NAMESPACED: &str = "namespaced";

@@ -5,10 +5,12 @@
 //! here, and the webhook configurations from the webhooks the controllers declare
 //! ([`controllers::webhooks`]), so what a user installs can never drift from what the code does. `cargo xtask manifests`
 //! writes the result under `deploy/`; [`generate`] in [`Mode::Check`] is what CI (and a test in
-//! this crate) runs to catch files that were not regenerated.
+//! this crate) runs to catch files that were not regenerated. [`generate_chart`] renders the same
+//! objects as a Helm chart (`deploy/chart/`), with the project metadata in its `Chart.yaml`.
 
 pub mod bundle;
 mod certmanager;
+pub mod chart;
 pub mod crds;
 mod files;
 mod kustomize;
@@ -83,6 +85,9 @@ pub enum Error {
     /// The controllers' webhook declarations cannot be rendered (two share a name or a path).
     #[error("admission webhooks: {0}")]
     Webhooks(String),
+    /// A rendered object no longer has a field where the Helm chart templates one.
+    #[error("Helm chart: {0}")]
+    Chart(String),
     /// The project metadata the bundle needs is missing or malformed.
     #[error("project metadata: `{field}` {problem}")]
     Metadata {
@@ -148,7 +153,7 @@ pub fn render() -> Result<Vec<GeneratedFile>, Error> {
 /// Rendering errors from [`render`], or [`Error::Io`] when the directory cannot be read or written.
 pub fn generate(deploy_dir: &Path, mode: Mode) -> Result<Outcome, Error> {
     let files = render()?;
-    files::sync(deploy_dir, &files, yaml::HEADER, mode)
+    files::sync(deploy_dir, &files, &[yaml::HEADER], mode)
 }
 
 /// Renders the OLM bundle of `project` (whose files are relative to `root`) and writes it under
@@ -164,7 +169,28 @@ pub fn generate_bundle(
     mode: Mode,
 ) -> Result<Outcome, Error> {
     let files = bundle::render(project, root)?;
-    files::sync(bundle_dir, &files, bundle::HEADER, mode)
+    files::sync(bundle_dir, &files, &[bundle::HEADER], mode)
+}
+
+/// Renders the Helm chart of `project` (whose files are relative to `root`) and writes it under
+/// `chart_dir` ([`Mode::Write`]), or compares it with what is there ([`Mode::Check`]).
+///
+/// # Errors
+/// Rendering errors from [`chart::render`], or [`Error::Io`] when the directory cannot be read
+/// or written.
+pub fn generate_chart(
+    project: &Project,
+    root: &Path,
+    chart_dir: &Path,
+    mode: Mode,
+) -> Result<Outcome, Error> {
+    let files = chart::render(project, root)?;
+    files::sync(
+        chart_dir,
+        &files,
+        &[yaml::HEADER, chart::TEMPLATE_HEADER],
+        mode,
+    )
 }
 
 #[cfg(test)]
@@ -195,6 +221,22 @@ mod tests {
         assert!(
             outcome.stale.is_empty(),
             "not up to date: run `cargo xtask bundle` and commit. Stale files: {:?}",
+            outcome.stale
+        );
+    }
+
+    /// The committed Helm chart matches what the code and the project metadata render.
+    #[test]
+    fn chart_directory_is_up_to_date() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cargo_toml = root.join("Cargo.toml");
+        let text = std::fs::read_to_string(&cargo_toml).expect("Cargo.toml");
+        let project = Project::from_cargo_toml(&cargo_toml, &text).expect("project metadata");
+        let outcome = generate_chart(&project, &root, &root.join("deploy/chart"), Mode::Check)
+            .expect("chart renders");
+        assert!(
+            outcome.stale.is_empty(),
+            "not up to date: run `cargo xtask manifests` and commit. Stale files: {:?}",
             outcome.stale
         );
     }
