@@ -9,6 +9,7 @@ mod bundle_validator;
 mod cluster;
 mod demo;
 mod gomodule;
+mod helm;
 mod image;
 mod manifests;
 mod setup;
@@ -44,6 +45,12 @@ enum Command {
     /// Render the OLM bundle (ClusterServiceVersion, CRDs, metadata, bundle.Dockerfile) into
     /// `bundle/` from the Rust types and the project metadata in Cargo.toml.
     Bundle(bundle::BundleArgs),
+    /// Run the pinned helm, built from source once: `cargo xtask helm -- lint deploy/chart`.
+    Helm {
+        /// helm's arguments, after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Run a real local Kubernetes control plane (etcd, API server, controller manager,
     /// scheduler, kwok fake nodes) built from source.
     Cluster {
@@ -106,6 +113,7 @@ fn main() -> ExitCode {
         Command::Setup { check } => setup::run(check),
         Command::Image(args) => image::run(args),
         Command::Bundle(args) => bundle::run(args),
+        Command::Helm { args } => helm::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
