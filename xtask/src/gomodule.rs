@@ -166,6 +166,50 @@ impl GoModule {
         Ok(binary)
     }
 
+    /// The directory of `dependency` (a module path such as
+    /// `github.com/operator-framework/operator-lifecycle-manager`) in Go's module cache, at the
+    /// version this module pins; downloaded through the module proxy if it is not there yet.
+    /// For files a dependency ships beside its code, such as OLM's CRDs.
+    ///
+    /// # Errors
+    /// When Go cannot be run, the module is not among this module's requirements, or the
+    /// download fails.
+    pub fn dependency_dir(&self, dependency: &str) -> anyhow::Result<PathBuf> {
+        let Self { what, repo_dir, .. } = *self;
+        let work = tempfile::tempdir().context("creating a temporary directory")?;
+        for (file, text) in self.sources {
+            if file.starts_with("go.") {
+                std::fs::write(work.path().join(file), text)
+                    .with_context(|| format!("writing {file} of {repo_dir}"))?;
+            }
+        }
+        let out = go_command(work.path())
+            .args(["mod", "download", "-json", dependency])
+            .output()
+            .context("running `go mod download` (is Go installed and on PATH?)")?;
+        #[derive(serde::Deserialize)]
+        struct Download {
+            #[serde(rename = "Dir", default)]
+            dir: String,
+            #[serde(rename = "Error", default)]
+            error: String,
+        }
+        let download: Download = serde_json::from_slice(&out.stdout).with_context(|| {
+            format!(
+                "`go mod download {dependency}` for {what} ({repo_dir}) failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })?;
+        if !out.status.success() || download.dir.is_empty() {
+            bail!(
+                "`go mod download {dependency}` for {what} ({repo_dir}) failed: {}{}",
+                download.error,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(PathBuf::from(download.dir))
+    }
+
     /// The installed Go's version (`go1.26.8`), checked against `required`.
     fn go_version(&self, required: &str) -> anyhow::Result<String> {
         let Self { what, repo_dir, .. } = *self;

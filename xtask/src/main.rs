@@ -12,6 +12,7 @@ mod gomodule;
 mod helm;
 mod image;
 mod manifests;
+mod olm;
 mod setup;
 mod test;
 
@@ -50,6 +51,11 @@ enum Command {
         /// helm's arguments, after `--`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Run OLM on the local cluster (built from source) and install the bundle through it.
+    Olm {
+        #[command(subcommand)]
+        command: olm::OlmCommand,
     },
     /// Run a real local Kubernetes control plane (etcd, API server, controller manager,
     /// scheduler, kwok fake nodes) built from source.
@@ -114,6 +120,7 @@ fn main() -> ExitCode {
         Command::Image(args) => image::run(args),
         Command::Bundle(args) => bundle::run(args),
         Command::Helm { args } => helm::run(&args),
+        Command::Olm { command } => olm::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
