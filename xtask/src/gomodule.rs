@@ -1,6 +1,6 @@
 //! Go programs that xtask builds from source on demand: the controller-runtime reference the
-//! bench measures against, and the OLM bundle validator built from operator-framework's own
-//! module. Neither is shipped.
+//! bench measures against, the OLM bundle validator built from operator-framework's own module,
+//! Helm, and OLM's olm-operator. None is shipped.
 //!
 //! A [`GoModule`] embeds the module's files with `include_str!` rather than reading them from
 //! the work tree when it is built: the xtask binary is then tied to exactly the sources it was
