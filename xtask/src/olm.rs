@@ -333,9 +333,13 @@ async fn uninstall(client: &kube::Client) -> anyhow::Result<()> {
         }
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for namespace in [OLM_NAMESPACE, GLOBAL_NAMESPACE] {
-        delete(&namespaces, namespace).await?;
-    }
+    delete_all(
+        &namespaces,
+        &[OLM_NAMESPACE, GLOBAL_NAMESPACE],
+        "OLM's namespaces",
+        OLM_READY_TIMEOUT,
+    )
+    .await?;
     let cluster_objects = [
         (
             "rbac.authorization.k8s.io/v1",
@@ -354,42 +358,17 @@ async fn uninstall(client: &kube::Client) -> anyhow::Result<()> {
             delete(&api, name).await?;
         }
     }
-    testkit::wait_for("OLM's namespaces to be gone", OLM_READY_TIMEOUT, || async {
-        for namespace in [OLM_NAMESPACE, GLOBAL_NAMESPACE] {
-            if namespaces.get_opt(namespace).await?.is_some() {
-                return Err(anyhow::anyhow!("namespace {namespace} is still there"));
-            }
-        }
-        Ok(())
-    })
-    .await?;
     // What OLM made for its OperatorGroups is cluster-scoped and outlives their namespaces.
-    let owned_by_olm = ListParams::default().labels(&format!(
-        "olm.owner.namespace in ({OLM_NAMESPACE},{GLOBAL_NAMESPACE})"
-    ));
-    for kind in ["ClusterRoleBinding", "ClusterRole"] {
-        if let Some(api) = dynamic_api(client, "rbac.authorization.k8s.io/v1", kind, None).await? {
-            for object in api.list(&owned_by_olm).await? {
-                delete(&api, object.metadata.name.as_deref().unwrap_or_default()).await?;
-            }
-        }
-    }
+    delete_cluster_rbac(
+        client,
+        &format!("olm.owner.namespace in ({OLM_NAMESPACE},{GLOBAL_NAMESPACE})"),
+    )
+    .await?;
     let names: Vec<String> = olm_crds()?
         .into_iter()
         .filter_map(|crd| crd.metadata.name)
         .collect();
-    for name in &names {
-        delete(&crds, name).await?;
-    }
-    testkit::wait_for("OLM's CRDs to be gone", OLM_READY_TIMEOUT, || async {
-        for name in &names {
-            if crds.get_opt(name).await?.is_some() {
-                return Err(anyhow::anyhow!("CRD {name} is still there"));
-            }
-        }
-        Ok(())
-    })
-    .await?;
+    delete_all(&crds, &names, "OLM's CRDs", OLM_READY_TIMEOUT).await?;
     println!("OLM is uninstalled");
     Ok(())
 }
@@ -751,18 +730,7 @@ async fn cleanup_bundle(client: &kube::Client, args: &BundleArgs) -> anyhow::Res
         .iter()
         .filter_map(|crd| crd.metadata.name.as_deref())
         .collect();
-    for name in &crd_names {
-        delete(&crds, name).await?;
-    }
-    testkit::wait_for("the bundle's CRDs to be gone", timeout, || async {
-        for name in &crd_names {
-            if crds.get_opt(name).await?.is_some() {
-                return Err(anyhow::anyhow!("CRD {name} is still there"));
-            }
-        }
-        Ok(())
-    })
-    .await?;
+    delete_all(&crds, &crd_names, "the bundle's CRDs", timeout).await?;
 
     if let Some(csvs) = dynamic_api(
         client,
@@ -798,14 +766,7 @@ async fn cleanup_bundle(client: &kube::Client, args: &BundleArgs) -> anyhow::Res
         }
     }
     // Cluster-scoped RBAC has no owner to be collected with; find it by OLM's owner labels.
-    let owned = ListParams::default().labels(&owner_selector(bundle.csv_name(), namespace));
-    for kind in ["ClusterRoleBinding", "ClusterRole"] {
-        if let Some(api) = dynamic_api(client, "rbac.authorization.k8s.io/v1", kind, None).await? {
-            for object in api.list(&owned).await? {
-                delete(&api, object.metadata.name.as_deref().unwrap_or_default()).await?;
-            }
-        }
-    }
+    delete_cluster_rbac(client, &owner_selector(bundle.csv_name(), namespace)).await?;
     if let Some(groups) = dynamic_api(
         client,
         "operators.coreos.com/v1",
@@ -848,6 +809,45 @@ async fn dynamic_api(
         }
         _ => Api::all_with(client.clone(), &resource),
     }))
+}
+
+/// Deletes the named objects and waits until they are gone.
+async fn delete_all<K, N>(
+    api: &Api<K>,
+    names: &[N],
+    what: &str,
+    timeout: Duration,
+) -> anyhow::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    N: AsRef<str>,
+{
+    for name in names {
+        delete(api, name.as_ref()).await?;
+    }
+    testkit::wait_for(&format!("{what} to be gone"), timeout, || async {
+        for name in names {
+            if api.get_opt(name.as_ref()).await?.is_some() {
+                return Err(anyhow::anyhow!("{} is still there", name.as_ref()));
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Deletes the ClusterRoleBindings and ClusterRoles that match `selector`.
+async fn delete_cluster_rbac(client: &kube::Client, selector: &str) -> anyhow::Result<()> {
+    let matching = ListParams::default().labels(selector);
+    for kind in ["ClusterRoleBinding", "ClusterRole"] {
+        if let Some(api) = dynamic_api(client, "rbac.authorization.k8s.io/v1", kind, None).await? {
+            for object in api.list_metadata(&matching).await? {
+                delete(&api, object.metadata.name.as_deref().unwrap_or_default()).await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Deletes `name` in the foreground (its dependents first); gone already is fine.
