@@ -53,10 +53,15 @@ async fn olm_installs_the_bundle_and_removes_the_operator_with_its_csv() -> Resu
 }
 
 async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
+    let refused = xtask_fails(&["olm", "run-bundle"])?;
+    ensure!(refused.contains("cargo xtask olm install"), "{refused}");
     let installed = xtask(&["olm", "install"])?;
     ensure!(installed.contains("OLM v0."), "{installed}");
     let ran = xtask(&["olm", "run-bundle"])?;
     ensure!(ran.contains("Succeeded"), "{ran}");
+    // Removing OLM under an operator it manages would orphan it.
+    let refused = xtask_fails(&["olm", "uninstall"])?;
+    ensure!(refused.contains(&format!("{NAMESPACE}/{CSV}")), "{refused}");
 
     let csvs = csv_api(cluster);
     let csv = csvs.get(CSV).await?;
@@ -303,6 +308,26 @@ fn xtask(args: &[&str]) -> Result<String> {
         bail!("`cargo xtask {}` failed:\n{stdout}{stderr}", args.join(" "));
     }
     Ok(stdout)
+}
+
+/// Runs an xtask command that must fail, and returns what it said.
+fn xtask_fails(args: &[&str]) -> Result<String> {
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .output()
+        .with_context(|| format!("running xtask {}", args.join(" ")))?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("$ cargo xtask {} (must fail)\n{said}", args.join(" "));
+    ensure!(
+        !output.status.success(),
+        "`cargo xtask {}` succeeded",
+        args.join(" ")
+    );
+    Ok(said)
 }
 
 fn kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String> {
