@@ -13,8 +13,8 @@
 //!
 //! # Caveats
 //! Helm installs `crds/` verbatim: a CRD that converts through the webhook names the webhook
-//! Service in [`NAMESPACE`], so a release in another namespace serves only the CRDs' stored
-//! versions. `NOTES.txt` says so when that happens.
+//! Service in [`NAMESPACE`], so with a release in another namespace, requests through the
+//! CRDs' older versions fail. `NOTES.txt` says so when that happens.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -730,8 +730,8 @@ fn notes() -> GeneratedFile {
   kubectl -n {{{{ .Release.Namespace }}}} rollout status deployment/{MANAGER_NAME}
 {{{{- if ne .Release.Namespace "{NAMESPACE}" }}}}
 
-The CRDs convert their older versions through the webhook Service in {NAMESPACE}, and Helm
-installs CRDs unchanged: only the stored versions are served until the release is in {NAMESPACE}.
+The CRDs, which Helm installs unchanged, convert their older versions through the webhook
+Service in {NAMESPACE}: requests through those versions fail while the manager runs elsewhere.
 {{{{- end }}}}
 "#
     );
