@@ -27,6 +27,7 @@ const MODULE: GoModule = GoModule {
     repo_dir: "xtask/validate/bundle",
     binary: "validate-bundle",
     main_package: ".",
+    ldflags: "",
     cold_build: "about 2 minutes",
     sources: &[
         ("go.mod", include_str!("../validate/bundle/go.mod")),

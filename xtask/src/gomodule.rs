@@ -36,6 +36,9 @@ pub struct GoModule {
     /// dependency's command (a `tool` line in `go.mod` pins it), such as
     /// `helm.sh/helm/v3/cmd/helm`.
     pub main_package: &'static str,
+    /// Linker flags, such as the `-X` that stamps a release's version into a program whose
+    /// release build does (empty for none). Part of the cache key.
+    pub ldflags: &'static str,
     /// How long a build with Go's caches cold takes on two cores, for the progress line
     /// ("about 2 minutes").
     pub cold_build: &'static str,
@@ -61,6 +64,16 @@ impl GoModule {
         self.build_in(&paths.root().join(self.cache_dir), &progress)
     }
 
+    /// The build's directory under the cache: a hash of the sources, and of the linker flags
+    /// when there are any (so modules without them keep the key they always had).
+    fn cache_key(&self) -> String {
+        let mut inputs = self.sources.to_vec();
+        if !self.ldflags.is_empty() {
+            inputs.push(("-ldflags", self.ldflags));
+        }
+        source_hash(&inputs)
+    }
+
     /// The module's `go.mod` (empty if it is not among the sources).
     pub fn go_mod(&self) -> &'static str {
         self.sources
@@ -83,7 +96,7 @@ impl GoModule {
             binary: name,
             ..
         } = *self;
-        let dir = cache.join(source_hash(self.sources));
+        let dir = cache.join(self.cache_key());
         let binary = dir.join(name);
         if binary.is_file() {
             return Ok(binary);
@@ -139,7 +152,7 @@ impl GoModule {
         let partial = work.join(name);
         let compile = run_logged(
             go_command(&src)
-                .args(["build", "-trimpath", "-o"])
+                .args(["build", "-trimpath", "-ldflags", self.ldflags, "-o"])
                 .arg(&partial)
                 .arg(self.main_package),
             &log,
@@ -396,6 +409,7 @@ mod tests {
         repo_dir: "xtask/example",
         binary: "example",
         main_package: ".",
+        ldflags: "",
         cold_build: "a moment",
         sources: &[
             ("go.mod", "module example\n\ngo 1.26.0\n"),
@@ -440,7 +454,7 @@ mod tests {
     #[test]
     fn a_cached_binary_is_used_without_go() {
         let cache = tempfile::tempdir().expect("a temporary directory");
-        let dir = cache.path().join(source_hash(EXAMPLE.sources));
+        let dir = cache.path().join(EXAMPLE.cache_key());
         std::fs::create_dir_all(&dir).expect("creating the cache entry");
         std::fs::write(dir.join(EXAMPLE.binary), b"").expect("writing a stand-in binary");
         let lines = std::cell::RefCell::new(Vec::new());

@@ -18,6 +18,8 @@ pub const MODULE: GoModule = GoModule {
     repo_dir: "xtask/helm",
     binary: "helm",
     main_package: "helm.sh/helm/v4/cmd/helm",
+    // What Helm's release build stamps, so `helm version` names the exact release.
+    ldflags: "-X helm.sh/helm/v4/internal/version.version=v4.3.1",
     cold_build: "about 2 minutes",
     sources: &[
         ("go.mod", include_str!("../helm/go.mod")),
@@ -62,5 +64,6 @@ mod tests {
             .filter_map(|l| l.trim().strip_prefix("helm.sh/helm/v4 "))
             .collect();
         assert_eq!(pinned, ["v4.3.1 // indirect"], "{go_mod}");
+        assert!(MODULE.ldflags.ends_with("=v4.3.1"), "{}", MODULE.ldflags);
     }
 }

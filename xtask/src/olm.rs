@@ -36,6 +36,8 @@ const MODULE: GoModule = GoModule {
     repo_dir: "xtask/olm",
     binary: "olm",
     main_package: "github.com/operator-framework/operator-lifecycle-manager/cmd/olm",
+    // What OLM's release build stamps, so `olm --version` and OLM's logs name the release.
+    ldflags: "-X github.com/operator-framework/operator-lifecycle-manager/pkg/version.OLMVersion=v0.46.0",
     cold_build: "about 6 minutes",
     sources: &[
         ("go.mod", include_str!("../olm/go.mod")),
@@ -875,6 +877,11 @@ mod tests {
     fn the_pinned_release_is_read_from_go_mod() {
         let version = pinned_version().unwrap();
         assert!(version.starts_with("v0."), "{version}");
+        assert!(
+            MODULE.ldflags.ends_with(&format!("={version}")),
+            "{}",
+            MODULE.ldflags
+        );
     }
 
     #[test]

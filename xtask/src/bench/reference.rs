@@ -26,6 +26,7 @@ const MODULE: GoModule = GoModule {
     repo_dir: "xtask/reference/memcached",
     binary: "memcached-reference",
     main_package: ".",
+    ldflags: "",
     cold_build: "about 2 minutes",
     sources: &SOURCES,
 };
