@@ -273,7 +273,7 @@ fn in_cluster(kubectl: &Kubectl, deploy: &Path, files: &DemoFiles) -> anyhow::Re
     write_sample(&deploy.join(SAMPLE_FILE), &memcached_image, &files.sample)?;
     print!(
         "{}",
-        kubectl.demo(&["apply", "-f", path_str(&files.sample)?])?
+        apply_through_webhooks(kubectl, &files.sample, || Ok(()))?
     );
     wait_for_sample(kubectl, || {
         let ready = kubectl.run(&[
@@ -390,26 +390,17 @@ fn local_process(
     kubectl.run(&["apply", "-f", path_str(&files.demo_namespace)?])?;
     let sample = deploy.join(SAMPLE_FILE_V1BETA1);
     // Admission needs the manager serving: until then the API server cannot call it.
-    let deadline = Instant::now() + WEBHOOKS_TIMEOUT;
-    loop {
-        match kubectl.demo(&["apply", "-f", path_str(&sample)?]) {
-            Ok(out) => {
-                print!("{out}");
-                break;
-            }
-            Err(error)
-                if error.to_string().contains("failed calling webhook")
-                    && Instant::now() < deadline
-                    && manager_running(files)? =>
-            {
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            Err(error) => {
-                return Err(error)
-                    .with_context(|| format!("the manager's log:\n{}", log_tail(&files.log)));
-            }
+    let applied = apply_through_webhooks(kubectl, &sample, || {
+        if manager_running(files)? {
+            Ok(())
+        } else {
+            bail!("the manager exited")
         }
-    }
+    });
+    print!(
+        "{}",
+        applied.with_context(|| format!("the manager's log:\n{}", log_tail(&files.log)))?
+    );
     wait_for_sample(kubectl, || {
         if manager_running(files)? {
             Ok(())
@@ -417,6 +408,33 @@ fn local_process(
             bail!("the manager exited; its log:\n{}", log_tail(&files.log))
         }
     })
+}
+
+/// Applies `file` in the demo's namespace, retrying for up to [`WEBHOOKS_TIMEOUT`] while the
+/// API server cannot reach the manager's webhooks: a local manager may not serve yet, and a
+/// replica is Ready a moment before kube-proxy routes its Service to it. `serving` fails when
+/// waiting is pointless (the manager exited).
+fn apply_through_webhooks(
+    kubectl: &Kubectl,
+    file: &Path,
+    serving: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + WEBHOOKS_TIMEOUT;
+    loop {
+        match kubectl.demo(&["apply", "-f", path_str(file)?]) {
+            Ok(out) => return Ok(out),
+            Err(error) => {
+                let message = error.to_string();
+                let unreachable = message.contains("failed calling webhook")
+                    || message.contains("conversion webhook for");
+                if !unreachable || Instant::now() >= deadline {
+                    return Err(error);
+                }
+                serving().context(error)?;
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
 }
 
 /// The full name of the memcached image loaded on the real node.

@@ -501,12 +501,15 @@ async fn scenario(release: &Release, memcached_image: &str) -> Result<()> {
         .as_i64()
         .context("the sample's size")?;
     // Through the admission webhooks (failure policy Fail): the chart's webhook Service reaches
-    // the manager, which trusts nothing but the CA it provisioned.
-    kubectl_stdin(
-        cluster,
-        &["apply", "-n", ns.name(), "-f", "-"],
-        &serde_json::to_string(&sample)?,
-    )?;
+    // the manager, which trusts nothing but the CA it provisioned. A replica is Ready a moment
+    // before kube-proxy routes the Service to it, so the first calls may be refused.
+    let manifest = serde_json::to_string(&sample)?;
+    testkit::wait_for(
+        "the webhooks to admit the sample",
+        Duration::from_secs(60),
+        || async { kubectl_stdin(cluster, &["apply", "-n", ns.name(), "-f", "-"], &manifest) },
+    )
+    .await?;
     converged(cluster, ns.name(), &name, i32::try_from(size)?).await?;
     // Read through the older version too: converted by the manager's webhook.
     let listed = cluster_kubectl(

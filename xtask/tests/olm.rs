@@ -146,7 +146,16 @@ async fn sample_converges(cluster: &TestCluster, ns: &TestNamespace, image: &str
         // The sample names the public image, which cannot be pulled here.
         object.data["spec"]["image"] = serde_json::json!(image);
     }
-    testkit::apply_objects(&cluster.client, objects, Some(ns.name())).await?;
+    // A replica is Ready a moment before kube-proxy routes OLM's webhook Service to it, so the
+    // first calls may be refused.
+    testkit::wait_for(
+        "the webhooks to admit the sample",
+        Duration::from_secs(60),
+        || async {
+            testkit::apply_objects(&cluster.client, objects.clone(), Some(ns.name())).await
+        },
+    )
+    .await?;
 
     let memcacheds: Api<Memcached> = Api::namespaced(cluster.client.clone(), ns.name());
     let created = memcacheds.get("memcached-sample").await?;
