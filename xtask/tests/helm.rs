@@ -416,7 +416,7 @@ async fn helm_install_brings_up_a_working_manager() -> Result<()> {
 
     let result = scenario(&release, &memcached_image).await;
     let report = if result.is_err() {
-        manager_report(&cluster)
+        cluster.pods_report(NAMESPACE, MANAGER_PODS)
     } else {
         String::new()
     };
@@ -569,11 +569,9 @@ async fn manager_ready(cluster: &TestCluster) -> Result<String> {
                 .list(&ListParams::default().labels(MANAGER_PODS))
                 .await
                 .map_err(|e| e.to_string())?;
-            if pods
-                .items
-                .iter()
-                .any(|p| p.metadata.name.as_deref() == Some(holder.as_str()) && pod_ready(p))
-            {
+            if pods.items.iter().any(|p| {
+                p.metadata.name.as_deref() == Some(holder.as_str()) && testkit::pod_ready(p)
+            }) {
                 Ok(holder)
             } else {
                 Err(format!("holder {holder:?} is not a Ready manager pod"))
@@ -599,7 +597,7 @@ async fn converged(cluster: &TestCluster, namespace: &str, name: &str, size: i32
         let ready = listed
             .items
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && testkit::pod_ready(p))
             .count();
         let wanted = usize::try_from(size).unwrap_or_default();
         if status.observed_generation == mc.metadata.generation
@@ -672,24 +670,9 @@ async fn nothing_left(cluster: &TestCluster, rendered: &Objects) -> Result<()> {
     Ok(())
 }
 
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// kubectl as administrator; fails unless it succeeds.
 fn cluster_kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String> {
-    let out = cluster.kubectl().args(args).output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    ensure!(
-        out.status.success(),
-        "kubectl {} failed: {stdout}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(stdout)
+    Ok(cluster.kubectl_output(args)?)
 }
 
 /// kubectl as administrator with `input` on its standard input.
@@ -712,26 +695,4 @@ fn kubectl_stdin(cluster: &TestCluster, args: &[&str], input: &str) -> Result<St
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The manager's pods, their events and the end of each replica's log, for a failure.
-fn manager_report(cluster: &TestCluster) -> String {
-    let mut report = String::new();
-    for args in [
-        vec!["get", "pods", "-o", "wide", "-n", NAMESPACE],
-        vec!["get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp"],
-        vec![
-            "logs",
-            "-n",
-            NAMESPACE,
-            "-l",
-            MANAGER_PODS,
-            "--tail=60",
-            "--prefix",
-        ],
-    ] {
-        let text = cluster_kubectl(cluster, &args).unwrap_or_else(|e| format!("{e:#}"));
-        report.push_str(&format!("$ kubectl {}\n{text}\n", args.join(" ")));
-    }
-    report
 }

@@ -180,7 +180,7 @@ async fn sample_converges(cluster: &TestCluster, ns: &TestNamespace, image: &str
             .await?
             .items
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && testkit::pod_ready(p))
             .count();
         let size = usize::try_from(mc.spec.size).unwrap_or_default();
         if status.observed_generation == mc.metadata.generation
@@ -214,13 +214,6 @@ async fn sample_converges(cluster: &TestCluster, ns: &TestNamespace, image: &str
     )?;
     ensure!(alpha == "cache.example.com/v1alpha1 3", "{alpha}");
     Ok(())
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn csv_api(cluster: &TestCluster) -> Api<DynamicObject> {
@@ -340,15 +333,7 @@ fn xtask_fails(args: &[&str]) -> Result<String> {
 }
 
 fn kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String> {
-    let output = cluster.kubectl().args(args).output()?;
-    if !output.status.success() {
-        bail!(
-            "`kubectl {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    Ok(cluster.kubectl_output(args)?.trim().to_owned())
 }
 
 /// What OLM and the operator said, for a failed run.

@@ -45,7 +45,7 @@ async fn the_manager_runs_in_cluster_as_users_install_it() -> Result<()> {
 
     let result = scenario(&cluster, &memcached_image).await;
     let report = if result.is_err() {
-        manager_report(&cluster)
+        cluster.pods_report(NAMESPACE, MANAGER_PODS)
     } else {
         String::new()
     };
@@ -386,7 +386,7 @@ impl Drop for Partition {
 async fn wait_for_ready_replicas(cluster: &TestCluster) -> Result<()> {
     testkit::wait_for("both manager replicas Ready again", TIMEOUT, || async {
         let pods = manager_pods(cluster).await.map_err(|e| e.to_string())?;
-        let ready = pods.iter().filter(|p| pod_ready(p)).count();
+        let ready = pods.iter().filter(|p| testkit::pod_ready(p)).count();
         if ready == 2 && pods.len() == 2 {
             Ok(())
         } else {
@@ -727,7 +727,7 @@ async fn converged_all(
             let ready = listed
                 .items
                 .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && testkit::pod_ready(p))
                 .count();
             if !(current
                 && status.nodes.len() == wanted
@@ -744,13 +744,6 @@ async fn converged_all(
         Ok(first.unwrap_or_default())
     })
     .await?)
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn manager_pods(cluster: &TestCluster) -> Result<Vec<Pod>> {
@@ -779,9 +772,9 @@ async fn wait_for_one_leader(cluster: &TestCluster, not: Option<&str>) -> Result
                 return Err(format!("holder {holder:?}"));
             }
             let pods = manager_pods(cluster).await.map_err(|e| e.to_string())?;
-            let running = pods
-                .iter()
-                .any(|p| p.metadata.name.as_deref() == Some(holder.as_str()) && pod_ready(p));
+            let running = pods.iter().any(|p| {
+                p.metadata.name.as_deref() == Some(holder.as_str()) && testkit::pod_ready(p)
+            });
             if running {
                 Ok(holder)
             } else {
@@ -887,38 +880,7 @@ fn master_status(metrics: &str) -> Option<f64> {
 
 /// kubectl as administrator; fails unless it succeeds.
 fn cluster_kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String> {
-    let out = cluster.kubectl().args(args).output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        bail!(
-            "kubectl {} failed: {stdout}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(stdout)
-}
-
-/// The manager's pods, their events and the end of each replica's log, for a failure.
-fn manager_report(cluster: &TestCluster) -> String {
-    let mut report = String::new();
-    for args in [
-        vec!["get", "pods", "-o", "wide", "-n", NAMESPACE],
-        vec!["get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp"],
-        vec![
-            "logs",
-            "-n",
-            NAMESPACE,
-            "-l",
-            MANAGER_PODS,
-            "--tail=60",
-            "--prefix",
-        ],
-    ] {
-        let text = cluster_kubectl(cluster, &args).unwrap_or_else(|e| format!("{e:#}"));
-        report.push_str(&format!("$ kubectl {}\n{text}\n", args.join(" ")));
-    }
-    report
+    Ok(cluster.kubectl_output(args)?)
 }
 
 #[test]

@@ -74,6 +74,61 @@ impl TestCluster {
         cmd.env("KUBECONFIG", &self.kubeconfig);
         cmd
     }
+
+    /// Runs kubectl as administrator and returns what it printed.
+    ///
+    /// # Errors
+    /// [`crate::Error::Spawn`] when kubectl cannot run, [`crate::Error::CommandFailed`] (with
+    /// its output) when it fails.
+    pub fn kubectl_output(&self, args: &[&str]) -> Result<String> {
+        let out = self
+            .kubectl()
+            .args(args)
+            .output()
+            .map_err(|source| crate::Error::Spawn {
+                binary: self.kubectl_path(),
+                source,
+            })?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            return Err(crate::Error::CommandFailed {
+                command: format!("kubectl {}", args.join(" ")),
+                output: format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)),
+            });
+        }
+        Ok(stdout)
+    }
+
+    /// For a failed test: the pods of `namespace` matching `selector`, the namespace's events,
+    /// and the end of each pod's log.
+    pub fn pods_report(&self, namespace: &str, selector: &str) -> String {
+        let mut report = String::new();
+        for args in [
+            vec!["get", "pods", "-o", "wide", "-n", namespace, "-l", selector],
+            vec!["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"],
+            vec![
+                "logs",
+                "-n",
+                namespace,
+                "-l",
+                selector,
+                "--tail=60",
+                "--prefix",
+            ],
+        ] {
+            let text = self.kubectl_output(&args).unwrap_or_else(|e| e.to_string());
+            report.push_str(&format!("$ kubectl {}\n{text}\n", args.join(" ")));
+        }
+        report
+    }
+}
+
+/// Whether the pod's Ready condition is true.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The state of the cluster once this process has made sure it runs.

@@ -128,6 +128,15 @@ pub enum Error {
         message: String,
     },
 
+    /// A command ran and failed.
+    #[error("`{command}` failed: {output}")]
+    CommandFailed {
+        /// The command line.
+        command: String,
+        /// What it printed.
+        output: String,
+    },
+
     /// A process could not be started.
     #[error("cannot start {binary}: {source}")]
     Spawn {

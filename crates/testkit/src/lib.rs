@@ -41,7 +41,7 @@ pub use audit::{
     AuditEvent, Breach, FencingReport, LateWrite, ReplicaHistory, Tenure, check_fencing,
     lease_tenures, manager_identity, parse_audit_log, read_audit_files,
 };
-pub use cluster::{TestCluster, cluster};
+pub use cluster::{TestCluster, cluster, pod_ready};
 pub use error::{Error, Result};
 pub use manager::{
     ManagerProcess, free_port, log_dir, manager_binary, profile_dir, spawn_manager,
