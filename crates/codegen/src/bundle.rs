@@ -448,11 +448,7 @@ mod tests {
     use super::*;
 
     fn workspace() -> (Project, PathBuf) {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let cargo_toml = root.join("Cargo.toml");
-        let text = std::fs::read_to_string(&cargo_toml).expect("Cargo.toml");
-        let project = Project::from_cargo_toml(&cargo_toml, &text).expect("project metadata");
-        (project, root)
+        crate::project::workspace_project()
     }
 
     fn csv() -> Value {

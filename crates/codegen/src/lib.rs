@@ -212,10 +212,7 @@ mod tests {
     /// The committed `bundle/` matches what the code and the project metadata render.
     #[test]
     fn bundle_directory_is_up_to_date() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let cargo_toml = root.join("Cargo.toml");
-        let text = std::fs::read_to_string(&cargo_toml).expect("Cargo.toml");
-        let project = Project::from_cargo_toml(&cargo_toml, &text).expect("project metadata");
+        let (project, root) = project::workspace_project();
         let outcome = generate_bundle(&project, &root, &root.join("bundle"), Mode::Check)
             .expect("bundle renders");
         assert!(
@@ -228,10 +225,7 @@ mod tests {
     /// The committed Helm chart matches what the code and the project metadata render.
     #[test]
     fn chart_directory_is_up_to_date() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let cargo_toml = root.join("Cargo.toml");
-        let text = std::fs::read_to_string(&cargo_toml).expect("Cargo.toml");
-        let project = Project::from_cargo_toml(&cargo_toml, &text).expect("project metadata");
+        let (project, root) = project::workspace_project();
         let outcome = generate_chart(&project, &root, &root.join("deploy/chart"), Mode::Check)
             .expect("chart renders");
         assert!(

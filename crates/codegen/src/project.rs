@@ -319,6 +319,16 @@ fn is_email(s: &str) -> bool {
         && !s.contains(char::is_whitespace)
 }
 
+/// The workspace's own project metadata and root, for tests that render what is committed.
+#[cfg(test)]
+pub(crate) fn workspace_project() -> (Project, std::path::PathBuf) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo_toml = root.join("Cargo.toml");
+    let text = std::fs::read_to_string(&cargo_toml).expect("Cargo.toml");
+    let project = Project::from_cargo_toml(&cargo_toml, &text).expect("project metadata");
+    (project, root)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
