@@ -313,6 +313,11 @@ impl Release {
     /// that was not Helm's, such as `kubectl apply -k deploy/`: Helm will not take over objects
     /// it did not create.
     fn remove_leftovers(&self) -> Result<()> {
+        self.uninstall()?;
+        self.delete_files(&self.manifest)
+    }
+
+    fn uninstall(&self) -> Result<()> {
         self.helm.ok(
             Some(&self.cluster.kubeconfig),
             &[
@@ -324,13 +329,18 @@ impl Release {
                 "--wait",
             ],
         )?;
+        Ok(())
+    }
+
+    /// Deletes the objects of a file or directory of manifests; gone already is fine.
+    fn delete_files(&self, path: &Path) -> Result<()> {
         cluster_kubectl(
             &self.cluster,
             &[
                 "delete",
                 "--ignore-not-found",
                 "-f",
-                &self.manifest.to_string_lossy(),
+                &path.to_string_lossy(),
             ],
         )?;
         Ok(())
@@ -338,29 +348,10 @@ impl Release {
 
     fn remove(&mut self) -> Result<()> {
         self.removed = true;
-        let kubeconfig = Some(self.cluster.kubeconfig.as_path());
-        self.helm.ok(
-            kubeconfig,
-            &[
-                "uninstall",
-                RELEASE,
-                "--namespace",
-                NAMESPACE,
-                "--ignore-not-found",
-                "--wait",
-            ],
-        )?;
+        self.uninstall()?;
         // Helm installs `crds/` but never deletes them (their deletion would delete every
         // custom resource with them), so that is left to the cluster's owner: here, the test.
-        cluster_kubectl(
-            &self.cluster,
-            &[
-                "delete",
-                "--ignore-not-found",
-                "-f",
-                &chart_dir().join("crds").to_string_lossy(),
-            ],
-        )?;
+        self.delete_files(&chart_dir().join("crds"))?;
         // The namespace is Helm's only to create: the Lease and the webhook certificate's
         // Secret the manager wrote are in it.
         cluster_kubectl(
