@@ -18,9 +18,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde::Serialize;
 use serde_json::json;
-use testkit::{TestCluster, TestNamespace};
+use testkit::TestCluster;
 
 use super::BenchArgs;
+use super::tenants::Tenants;
 
 /// How long the minimum writes took.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -36,23 +37,31 @@ pub async fn measure(
     objects: usize,
     args: &BenchArgs,
 ) -> anyhow::Result<Limit> {
-    let namespace = TestNamespace::create(cluster, "bench-limit").await?;
-    let memcacheds: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let tenants = Tenants::create(
+        cluster,
+        "bench-limit",
+        "limit",
+        objects,
+        args.objects_per_namespace,
+    )
+    .await?;
     let size = args.size;
-    warm_up(&memcacheds).await?;
+    if let Some(first) = tenants.targets().first() {
+        warm_up(&first.api).await?;
+    }
 
     let started = Instant::now();
-    stream::iter(0..objects)
-        .map(|i| {
-            let (memcacheds, deployments) = (memcacheds.clone(), deployments.clone());
+    stream::iter(tenants.targets())
+        .map(|target| {
+            let deployments: Api<Deployment> =
+                Api::namespaced(cluster.client.clone(), &target.namespace);
             async move {
-                let name = format!("limit-{i}");
+                let (memcacheds, name) = (&target.api, &target.name);
                 let created = memcacheds
                     .create(
                         &PostParams::default(),
                         &Memcached::new(
-                            &name,
+                            name,
                             MemcachedSpec {
                                 size,
                                 image: apis::memcached::DEFAULT_IMAGE.to_owned(),
@@ -61,23 +70,23 @@ pub async fn measure(
                         ),
                     )
                     .await
-                    .with_context(|| format!("creating Memcached {name}"))?;
+                    .with_context(|| format!("creating Memcached {}", target.key()))?;
                 deployments
-                    .create(&PostParams::default(), &deployment(&name))
+                    .create(&PostParams::default(), &deployment(name))
                     .await
-                    .with_context(|| format!("creating Deployment {name}"))?;
+                    .with_context(|| format!("creating Deployment {}", target.key()))?;
                 let status = MemcachedStatus {
                     observed_generation: created.metadata.generation,
                     ..MemcachedStatus::default()
                 };
                 memcacheds
                     .patch_status(
-                        &name,
+                        name,
                         &PatchParams::default(),
                         &Patch::Merge(json!({"status": status})),
                     )
                     .await
-                    .with_context(|| format!("writing the status of Memcached {name}"))?;
+                    .with_context(|| format!("writing the status of Memcached {}", target.key()))?;
                 anyhow::Ok(())
             }
         })
@@ -87,9 +96,10 @@ pub async fn measure(
     let seconds = started.elapsed().as_secs_f64();
 
     // Gone before a manager starts, so none of them sees (and reports) these Memcacheds.
-    super::workload::delete_and_wait(cluster, namespace, args.timeout())
+    tenants
+        .delete_and_wait(cluster, args.timeout())
         .await
-        .context("deleting the physical-limit namespace")?;
+        .context("deleting the physical-limit namespaces")?;
     Ok(Limit {
         seconds,
         writes: objects * 3,

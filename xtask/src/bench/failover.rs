@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use apis::Memcached;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use serde_json::json;
-use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
+use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster};
 
-use super::workload::{delete_and_wait, populate, wait_for_holder};
+use super::tenants::{Target, Tenants};
+use super::workload::wait_for_holder;
 use super::{BenchArgs, Contender};
 
 /// Identities of the two managers (`POD_NAME` is the holder identity, as in-cluster).
@@ -61,16 +61,25 @@ pub async fn measure(
     objects: usize,
     args: &BenchArgs,
 ) -> anyhow::Result<Failover> {
-    let namespace = TestNamespace::create(cluster, "bench-failover").await?;
-    let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
-    let names: Vec<String> = (0..objects).map(|i| format!("load-{i}")).collect();
-    populate(&api, &names, args.size, args.concurrency).await?;
+    let tenants = Tenants::create(
+        cluster,
+        "bench-failover",
+        "load",
+        objects,
+        args.objects_per_namespace,
+    )
+    .await?;
+    tenants.populate(args.size, args.concurrency).await?;
     let stop_load = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(scale_continuously(api, names, args.size, stop_load.clone()));
+    let load = tokio::spawn(scale_continuously(
+        tenants.targets().to_vec(),
+        args.size,
+        stop_load.clone(),
+    ));
     let measured = rounds(cluster, contender, kubeconfig, args.failover_rounds).await;
     stop_load.store(true, Ordering::SeqCst);
     let _ = load.await;
-    delete_and_wait(cluster, namespace, args.timeout()).await?;
+    tenants.delete_and_wait(cluster, args.timeout()).await?;
     let (graceful, crash) = measured?;
     Ok(Failover {
         manager: contender.name.to_owned(),
@@ -82,15 +91,10 @@ pub async fn measure(
 
 /// Scales the Memcacheds one after another between `size` and `size + 1`, ten a second, until
 /// `stop`; failures (a manager restarting does not matter, the API server is up) are skipped.
-async fn scale_continuously(
-    api: Api<Memcached>,
-    names: Vec<String>,
-    size: i32,
-    stop: Arc<AtomicBool>,
-) {
+async fn scale_continuously(targets: Vec<Target>, size: i32, stop: Arc<AtomicBool>) {
     let mut round = 0_usize;
     while !stop.load(Ordering::SeqCst) {
-        for name in &names {
+        for Target { api, name, .. } in &targets {
             if stop.load(Ordering::SeqCst) {
                 return;
             }

@@ -32,6 +32,7 @@ mod probe;
 mod recovery;
 mod reference;
 mod report;
+mod tenants;
 mod workload;
 
 use std::path::PathBuf;
@@ -46,6 +47,11 @@ pub struct BenchArgs {
     /// Object counts to measure, comma-separated (e.g. `100,1000,5000`).
     #[arg(long, value_delimiter = ',', default_value = "1000")]
     pub objects: Vec<usize>,
+    /// Memcacheds to a namespace: larger counts are spread over several namespaces, as a
+    /// cluster's tenants spread theirs (Kubernetes' own controllers cost what a namespace holds
+    /// per sync, so one namespace of thousands measures them, not the manager).
+    #[arg(long, default_value_t = 1000)]
+    pub objects_per_namespace: usize,
     /// Concurrent requests the bench client keeps in flight, for creates and patches alike.
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
@@ -90,6 +96,9 @@ impl BenchArgs {
                 "--objects: every count must be at least 1 (got {:?})",
                 self.objects
             );
+        }
+        if self.objects_per_namespace == 0 {
+            anyhow::bail!("--objects-per-namespace must be at least 1");
         }
         if self.concurrency == 0 {
             anyhow::bail!("--concurrency must be at least 1");

@@ -21,7 +21,8 @@ use serde::Serialize;
 use serde_json::json;
 use testkit::{ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
-use super::workload::{self, delete_and_wait, is_converged, populate};
+use super::tenants::populate;
+use super::workload::{self, delete_and_wait, is_converged};
 use super::{BenchArgs, Contender};
 
 /// Memcacheds scaled right after the outage.

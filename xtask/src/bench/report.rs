@@ -71,6 +71,7 @@ fn locked_version(package: &str) -> Option<String> {
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
     pub concurrency: usize,
+    pub objects_per_namespace: usize,
     pub size: i32,
     pub max_concurrent_reconciles: u16,
 }
@@ -79,6 +80,7 @@ impl From<&BenchArgs> for Settings {
     fn from(args: &BenchArgs) -> Self {
         Self {
             concurrency: args.concurrency,
+            objects_per_namespace: args.objects_per_namespace,
             size: args.size,
             max_concurrent_reconciles: args.max_concurrent_reconciles,
         }
@@ -141,11 +143,12 @@ pub fn markdown(results: &Results) -> String {
     );
     let _ = writeln!(
         out,
-        "Settings: bench concurrency {}, size {} (scale event to {}), {} concurrent reconciles per controller.\n",
+        "Settings: bench concurrency {}, size {} (scale event to {}), {} concurrent reconciles per controller, at most {} Memcacheds to a namespace.\n",
         s.concurrency,
         s.size,
         s.size + 1,
-        s.max_concurrent_reconciles
+        s.max_concurrent_reconciles,
+        s.objects_per_namespace
     );
     out.push_str("| manager | objects | limit (s) | converge (s) | ratio | obj/s | p50 (s) | p99 (s) | req/obj | CPU (s) | CPU/obj (ms) | scale (s) | scale p99 (s) | scale req/obj | RSS idle / peak / converged (MiB) |\n");
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
@@ -347,6 +350,7 @@ mod tests {
             },
             settings: Settings {
                 concurrency: 16,
+                objects_per_namespace: 1000,
                 size: 1,
                 max_concurrent_reconciles: 4,
             },

@@ -1,6 +1,6 @@
 //! Convergence and scale-event timing with the real manager, and what it cost.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -8,7 +8,6 @@ use anyhow::Context;
 use apis::{Memcached, MemcachedSpec};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::Serialize;
@@ -17,6 +16,7 @@ use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespa
 
 use super::baseline::Limit;
 use super::probe::{self, RequestCounter, RequestCounts, sample};
+use super::tenants::{Target, Tenants};
 use super::{BenchArgs, Contender, percentile};
 
 /// One timed phase: every object changed, then waited for.
@@ -70,8 +70,20 @@ pub async fn measure(
     args: &BenchArgs,
     limit: Limit,
 ) -> anyhow::Result<Run> {
-    let namespace = TestNamespace::create(cluster, "bench").await?;
-    let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let tenants = Tenants::create(
+        cluster,
+        "bench",
+        "bench",
+        objects,
+        args.objects_per_namespace,
+    )
+    .await?;
+    if tenants.namespace_count() > 1 {
+        println!(
+            "{objects} Memcacheds in {} namespaces",
+            tenants.namespace_count()
+        );
+    }
     let lease_id = testkit::unique_name("bench-lease");
     let (manager, metrics_port) =
         start_manager(cluster, contender, kubeconfig, &lease_id, args, &[]).await?;
@@ -82,14 +94,12 @@ pub async fn measure(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = sample(pid)?;
 
-    let names: Vec<String> = (0..objects).map(|i| format!("bench-{i}")).collect();
     let size = args.size;
     let convergence = timed_phase(
         cluster,
         counter,
         (pid, metrics_port),
-        &api,
-        &names,
+        &tenants,
         size,
         args,
         |api, name| async move {
@@ -108,8 +118,7 @@ pub async fn measure(
         cluster,
         counter,
         (pid, metrics_port),
-        &api,
-        &names,
+        &tenants,
         scaled,
         args,
         |api, name| async move {
@@ -125,7 +134,7 @@ pub async fn measure(
     println!("scaled: {:.2} s", scale.seconds);
 
     stop_manager(manager).await?;
-    delete_and_wait(cluster, namespace, args.timeout()).await?;
+    tenants.delete_and_wait(cluster, args.timeout()).await?;
 
     Ok(Run {
         manager: contender.name.to_owned(),
@@ -149,13 +158,11 @@ fn mib(bytes: u64) -> f64 {
 
 /// Changes every object with `change` (at the configured concurrency) and waits until each has
 /// converged at `size`, timing each object from its own request's response.
-#[allow(clippy::too_many_arguments)]
 async fn timed_phase<F, Fut>(
     cluster: &TestCluster,
     counter: &RequestCounter,
     (pid, metrics_port): (u32, u16),
-    api: &Api<Memcached>,
-    names: &[String],
+    tenants: &Tenants,
     size: i32,
     args: &BenchArgs,
     change: F,
@@ -164,20 +171,27 @@ where
     F: Fn(Api<Memcached>, String) -> Fut,
     Fut: Future<Output = Result<(), kube::Error>>,
 {
+    let targets = tenants.targets();
+    let expected: Arc<HashSet<String>> = Arc::new(targets.iter().map(Target::key).collect());
     let converged_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let watch = tokio::spawn(record_convergence(api.clone(), size, converged_at.clone()));
+    let watch = tokio::spawn(record_convergence(
+        tenants.apis(cluster),
+        expected,
+        size,
+        converged_at.clone(),
+    ));
     let requests_before = counter.read(&cluster.client).await?;
     let cpu_before = sample(pid)?.cpu_seconds;
     let reconciles_before = reconciles_or_warn(metrics_port).await;
 
     let started = Instant::now();
-    let changed_at: HashMap<String, Instant> = stream::iter(names.iter().cloned())
-        .map(|name| {
-            let fut = change(api.clone(), name.clone());
+    let changed_at: HashMap<String, Instant> = stream::iter(targets.iter())
+        .map(|target| {
+            let fut = change(target.api.clone(), target.name.clone());
             async move {
                 fut.await
-                    .with_context(|| format!("changing Memcached {name}"))?;
-                anyhow::Ok((name, Instant::now()))
+                    .with_context(|| format!("changing Memcached {}", target.key()))?;
+                anyhow::Ok((target.key(), Instant::now()))
             }
         })
         .buffer_unordered(args.concurrency)
@@ -187,14 +201,14 @@ where
     let deadline = started + args.timeout();
     loop {
         let done = converged_at.lock().map(|m| m.len()).unwrap_or(0);
-        if done >= names.len() {
+        if done >= targets.len() {
             break;
         }
         if Instant::now() > deadline {
             watch.abort();
             anyhow::bail!(
                 "only {done} of {} objects converged within {:?}",
-                names.len(),
+                targets.len(),
                 args.timeout()
             );
         }
@@ -206,13 +220,13 @@ where
         .values()
         .max()
         .map_or(0.0, |last| last.duration_since(started).as_secs_f64());
-    let mut latencies: Vec<f64> = names
+    let mut latencies: Vec<f64> = changed_at
         .iter()
-        .filter_map(|n| {
+        .filter_map(|(key, changed)| {
             Some(
                 converged_at
-                    .get(n)?
-                    .saturating_duration_since(*changed_at.get(n)?)
+                    .get(key)?
+                    .saturating_duration_since(*changed)
                     .as_secs_f64(),
             )
         })
@@ -220,7 +234,7 @@ where
     latencies.sort_by(f64::total_cmp);
     let requests = counter.read(&cluster.client).await?.since(&requests_before);
     #[allow(clippy::cast_precision_loss)]
-    let count = names.len() as f64;
+    let count = targets.len() as f64;
     Ok(Phase {
         seconds,
         objects_per_second: count / seconds.max(f64::EPSILON),
@@ -243,23 +257,34 @@ async fn reconciles_or_warn(port: u16) -> Option<f64> {
         .ok()
 }
 
-/// Notes the first moment each object is converged at `size`.
+/// Notes the first moment each of the `expected` objects (`namespace/name`) is converged at
+/// `size`, watching each namespace's Memcacheds.
 async fn record_convergence(
-    api: Api<Memcached>,
+    apis: Vec<Api<Memcached>>,
+    expected: Arc<HashSet<String>>,
     size: i32,
     converged_at: Arc<Mutex<HashMap<String, Instant>>>,
 ) {
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .boxed();
+    let mut events = stream::select_all(apis.into_iter().map(|api| {
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed()
+    }));
     while let Some(event) = events.next().await {
         let Ok(memcached) = event else { continue };
-        if is_converged(&memcached, size) {
-            let name = memcached.metadata.name.clone().unwrap_or_default();
-            if let Ok(mut map) = converged_at.lock() {
-                map.entry(name).or_insert_with(Instant::now);
-            }
+        if !is_converged(&memcached, size) {
+            continue;
+        }
+        let key = format!(
+            "{}/{}",
+            memcached.metadata.namespace.as_deref().unwrap_or_default(),
+            memcached.metadata.name.as_deref().unwrap_or_default()
+        );
+        if expected.contains(&key)
+            && let Ok(mut map) = converged_at.lock()
+        {
+            map.entry(key).or_insert_with(Instant::now);
         }
     }
 }
@@ -388,42 +413,13 @@ pub fn new_memcached(name: &str, size: i32) -> Memcached {
     Memcached::new(name, spec)
 }
 
-/// Creates a Memcached of `size` for each of `names`, `concurrency` at a time.
-pub async fn populate(
-    api: &Api<Memcached>,
-    names: &[String],
-    size: i32,
-    concurrency: usize,
-) -> anyhow::Result<()> {
-    stream::iter(names.iter().cloned())
-        .map(|name| async move {
-            api.create(&PostParams::default(), &new_memcached(&name, size))
-                .await
-                .with_context(|| format!("creating Memcached {name}"))
-        })
-        .buffer_unordered(concurrency)
-        .try_for_each(|_| async { Ok(()) })
-        .await
-}
-
 /// Deletes `namespace` and waits until it is gone.
 pub async fn delete_and_wait(
     cluster: &TestCluster,
     namespace: TestNamespace,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let name = namespace.name().to_owned();
-    namespace.delete().await?;
-    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
-    let deadline = Instant::now() + timeout;
-    while namespaces.get_opt(&name).await?.is_some() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "namespace {name} still terminating after {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Ok(())
+    super::tenants::delete_namespaces_and_wait(cluster, vec![namespace], timeout).await
 }
 
 #[cfg(test)]
