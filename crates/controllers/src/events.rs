@@ -46,6 +46,11 @@ pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// next waits until the map has doubled, so remembering costs a constant per Event.
 const PRUNE_AFTER: usize = 1024;
 
+/// The most sent Events remembered, however many objects the controller has: client-go's
+/// recorder keeps an LRU cache of 4096. When it is full, the less recently seen half is
+/// forgotten (their repeats become new Events), so memory stays bounded at any scale.
+const MAX_SERIES: usize = 4096;
+
 /// Whether an Event is `Normal` or a `Warning`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EventType {
@@ -105,10 +110,7 @@ impl Events {
                 instance.to_owned()
             },
             controller,
-            sent: Mutex::new(Sent {
-                series: HashMap::new(),
-                prune_at: PRUNE_AFTER,
-            }),
+            sent: Mutex::new(Sent::new()),
         });
         let (queue, received) = mpsc::channel(QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
@@ -214,10 +216,38 @@ struct Recorder {
     sent: Mutex<Sent>,
 }
 
-/// The Events sent in the last [`SERIES_WINDOW`], by [`Recorder::series_key`].
+/// The Events sent in the last [`SERIES_WINDOW`], by [`Recorder::series_key`]; at most
+/// [`MAX_SERIES`].
 struct Sent {
     series: HashMap<u64, Series>,
     prune_at: usize,
+}
+
+impl Sent {
+    fn new() -> Self {
+        Self {
+            series: HashMap::new(),
+            prune_at: PRUNE_AFTER,
+        }
+    }
+
+    /// Remembers a sent Event, first forgetting the expired ones once the map has grown to
+    /// `prune_at`, and the less recently seen half if it is still full.
+    fn remember(&mut self, key: u64, sent: Series) {
+        if self.series.len() >= self.prune_at {
+            self.series
+                .retain(|_, series| series.last.elapsed() < SERIES_WINDOW);
+            if self.series.len() >= MAX_SERIES {
+                let mut lasts: Vec<Instant> = self.series.values().map(|s| s.last).collect();
+                let middle = lasts.len() / 2;
+                let (_, median, _) = lasts.select_nth_unstable(middle);
+                let median = *median;
+                self.series.retain(|_, series| series.last > median);
+            }
+            self.prune_at = PRUNE_AFTER.max(2 * self.series.len()).min(MAX_SERIES);
+        }
+        self.series.insert(key, sent);
+    }
 }
 
 /// A sent Event: where it is and how often it happened.
@@ -277,13 +307,7 @@ impl Recorder {
             }
         }
         let created = self.create(event).await?;
-        let mut sent = self.lock();
-        if sent.series.len() >= sent.prune_at {
-            sent.series
-                .retain(|_, series| series.last.elapsed() < SERIES_WINDOW);
-            sent.prune_at = PRUNE_AFTER.max(2 * sent.series.len());
-        }
-        sent.series.insert(key, created);
+        self.lock().remember(key, created);
         Ok(())
     }
 
@@ -457,10 +481,7 @@ mod tests {
             client: server.client(),
             controller: reporting_controller("memcached"),
             instance: "pod-1".into(),
-            sent: Mutex::new(Sent {
-                series: HashMap::new(),
-                prune_at: PRUNE_AFTER,
-            }),
+            sent: Mutex::new(Sent::new()),
         }
     }
 
@@ -517,6 +538,27 @@ mod tests {
         let methods: Vec<&str> = requests.iter().map(|r| r.method.as_str()).collect();
         assert_eq!(methods, ["POST", "PATCH", "POST"]);
         assert_eq!(requests[2].body["note"], "again");
+    }
+
+    #[test]
+    fn remembered_events_stay_bounded_and_keep_the_latest() {
+        let mut sent = Sent::new();
+        for key in 0..10_000_u64 {
+            let series = Series {
+                namespace: "default".into(),
+                name: format!("m.{key:x}"),
+                count: 1,
+                last: std::time::Instant::now(),
+            };
+            sent.remember(key, series);
+            assert!(
+                sent.series.len() <= MAX_SERIES,
+                "{} remembered",
+                sent.series.len()
+            );
+        }
+        assert!(sent.series.contains_key(&9_999), "the latest is remembered");
+        assert!(!sent.series.contains_key(&0), "the oldest is forgotten");
     }
 
     #[test]
