@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -27,6 +27,7 @@ use serde::de::DeserializeOwned;
 use crate::Error;
 use crate::builder::Builder;
 use crate::events::Events;
+use crate::meta_view::MetaView;
 use crate::watches::WatchSpec;
 use crate::writes;
 
@@ -165,23 +166,20 @@ where
 
 /// Whether `found` still has every label, annotation and owner reference `desired` sets, with
 /// the same values: what of our writes a metadata-only cache can check. Labels and owners that
-/// others add do not count.
-fn metadata_holds(desired: &ObjectMeta, found: &ObjectMeta) -> bool {
-    fn within(
-        part: Option<&BTreeMap<String, String>>,
-        whole: Option<&BTreeMap<String, String>>,
-    ) -> bool {
-        part.into_iter()
-            .flatten()
-            .all(|(key, value)| whole.and_then(|w| w.get(key)) == Some(value))
-    }
-    within(desired.labels.as_ref(), found.labels.as_ref())
-        && within(desired.annotations.as_ref(), found.annotations.as_ref())
+/// others add do not count. The cache keeps no annotations, so one that `desired` sets is never
+/// seen to hold.
+fn metadata_holds<C>(desired: &ObjectMeta, found: &MetaView<C>) -> bool {
+    let found_owners = found.metadata.owner_references.iter().flatten();
+    desired
+        .labels
+        .as_ref()
+        .is_none_or(|labels| found.labels.contains_all(labels))
+        && desired.annotations.as_ref().is_none_or(BTreeMap::is_empty)
         && desired
             .owner_references
             .iter()
             .flatten()
-            .all(|owner| found.owner_references.iter().flatten().any(|o| o == owner))
+            .all(|owner| found_owners.clone().any(|o| o == owner))
 }
 
 /// What [`OwnedChildren::ensure`] came to.
@@ -202,14 +200,14 @@ pub enum Child {
 /// generation and metadata our write was answered with, never by comparing specs.
 pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static> {
     client: kube::Client,
-    cache: Store<PartialObjectMeta<C>>,
+    cache: Store<MetaView<C>>,
     field_manager: &'static str,
     /// Shared with the trigger of the children's watch, which skips our own writes.
     written: Arc<Mutex<Writes<C>>>,
 }
 
 /// What was last written to each child.
-type Writes<C> = HashMap<ObjectRef<PartialObjectMeta<C>>, Written>;
+type Writes<C> = HashMap<ObjectRef<MetaView<C>>, Written>;
 
 impl<C: Resource<DynamicType = ()> + 'static> Debug for OwnedChildren<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -244,7 +242,7 @@ where
     /// builder and what writes those children as `field_manager`.
     pub fn declare<K>(
         builder: Builder<K>,
-        spec: WatchSpec<PartialObjectMeta<C>>,
+        spec: WatchSpec<MetaView<C>>,
         field_manager: &'static str,
     ) -> (Builder<K>, Self)
     where
@@ -259,7 +257,7 @@ where
             field_manager,
             written: written.clone(),
         };
-        let own_write = move |child: &PartialObjectMeta<C>| shows_own_write(&written, child);
+        let own_write = move |child: &MetaView<C>| shows_own_write(&written, child);
         (builder.owns_except(&children, own_write), writer)
     }
 
@@ -386,8 +384,8 @@ where
     /// without a generation (a Service) is applied again after any write but ours.
     fn is_current(
         &self,
-        key: &ObjectRef<PartialObjectMeta<C>>,
-        cached: Option<&PartialObjectMeta<C>>,
+        key: &ObjectRef<MetaView<C>>,
+        cached: Option<&MetaView<C>>,
         desired: &C,
         desired_hash: u64,
     ) -> bool {
@@ -395,19 +393,20 @@ where
         let Some(last) = written.get_mut(key) else {
             return false;
         };
-        match cached.map(|c| &c.metadata) {
-            Some(cached) if cached.resource_version == last.resource_version => {
+        match cached {
+            Some(cached) if cached.metadata.resource_version == last.resource_version => {
                 last.seen = true;
                 last.desired_hash == desired_hash
             }
             Some(cached)
                 if last.desired_hash == desired_hash
                     && last.generation.is_some()
-                    && cached.generation == last.generation
+                    && cached.metadata.generation == last.generation
                     && metadata_holds(desired.meta(), cached) =>
             {
                 last.seen = true;
-                last.resource_version.clone_from(&cached.resource_version);
+                last.resource_version
+                    .clone_from(&cached.metadata.resource_version);
                 true
             }
             Some(_) => false,
@@ -418,7 +417,7 @@ where
     /// Notes what a write of ours was answered with: `answer`, the metadata it left.
     fn remember(
         &self,
-        key: ObjectRef<PartialObjectMeta<C>>,
+        key: ObjectRef<MetaView<C>>,
         desired_hash: u64,
         answer: &ObjectMeta,
         seen: bool,
@@ -546,6 +545,7 @@ mod tests {
 #[cfg(test)]
 mod holds_tests {
     use super::*;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
     fn meta(labels: &[(&str, &str)], owner_uid: &str) -> ObjectMeta {
         ObjectMeta {
@@ -568,6 +568,11 @@ mod holds_tests {
         }
     }
 
+    /// `metadata` as the cache of a kind of child keeps it.
+    fn cached(metadata: ObjectMeta) -> MetaView<PodDisruptionBudget> {
+        MetaView::new(metadata)
+    }
+
     #[test]
     fn what_others_add_to_the_metadata_is_ignored_and_a_change_of_ours_is_not() {
         let desired = meta(&[("app", "memcached")], "u1");
@@ -581,27 +586,27 @@ mod holds_tests {
         };
         found.owner_references.get_or_insert_default().push(another);
         assert!(
-            metadata_holds(&desired, &found),
+            metadata_holds(&desired, &cached(found)),
             "another's label and owner"
         );
 
         let relabelled = meta(&[("app", "other")], "u1");
         assert!(
-            !metadata_holds(&desired, &relabelled),
+            !metadata_holds(&desired, &cached(relabelled)),
             "a label we set, changed"
         );
         assert!(
-            !metadata_holds(&desired, &meta(&[], "u1")),
+            !metadata_holds(&desired, &cached(meta(&[], "u1"))),
             "a label we set, removed"
         );
         assert!(
-            !metadata_holds(&desired, &meta(&[("app", "memcached")], "u2")),
+            !metadata_holds(&desired, &cached(meta(&[("app", "memcached")], "u2"))),
             "our owner reference replaced"
         );
         let mut annotated = desired.clone();
         annotated.annotations = Some([("a".to_owned(), "1".to_owned())].into());
         assert!(
-            !metadata_holds(&annotated, &desired),
+            !metadata_holds(&annotated, &cached(annotated.clone())),
             "an annotation of ours the cache does not show"
         );
     }
@@ -609,15 +614,13 @@ mod holds_tests {
     #[test]
     fn only_the_version_a_write_was_answered_with_is_its_own() {
         use k8s_openapi::api::core::v1::Service;
-        let service = |name: &str, version: Option<&str>| PartialObjectMeta::<Service> {
-            types: None,
-            metadata: ObjectMeta {
+        let service = |name: &str, version: Option<&str>| {
+            MetaView::<Service>::new(ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 resource_version: version.map(Into::into),
                 ..ObjectMeta::default()
-            },
-            _phantom: std::marker::PhantomData,
+            })
         };
         let written: Mutex<Writes<Service>> = Mutex::default();
         lock(&written).insert(
@@ -680,16 +683,12 @@ mod ensure_tests {
         }
     }
 
-    fn cached(rv: &str, generation: i64) -> PartialObjectMeta<PodDisruptionBudget> {
-        PartialObjectMeta {
-            types: None,
-            metadata: ObjectMeta {
-                resource_version: Some(rv.into()),
-                generation: Some(generation),
-                ..desired().metadata
-            },
-            _phantom: std::marker::PhantomData,
-        }
+    fn cached(rv: &str, generation: i64) -> MetaView<PodDisruptionBudget> {
+        MetaView::new(ObjectMeta {
+            resource_version: Some(rv.into()),
+            generation: Some(generation),
+            ..desired().metadata
+        })
     }
 
     #[tokio::test]
@@ -703,7 +702,7 @@ mod ensure_tests {
                 serde_json::json!({"kind": "PartialObjectMetadata", "metadata": metadata}),
             )
         });
-        let mut cache = Writer::<PartialObjectMeta<PodDisruptionBudget>>::default();
+        let mut cache = Writer::<MetaView<PodDisruptionBudget>>::default();
         cache.apply_watcher_event(&Event::InitDone);
         let children = OwnedChildren {
             client: server.client(),
@@ -713,7 +712,7 @@ mod ensure_tests {
         };
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
-        let mut ensure = async |cache_shows: Option<PartialObjectMeta<PodDisruptionBudget>>| {
+        let mut ensure = async |cache_shows: Option<MetaView<PodDisruptionBudget>>| {
             if let Some(obj) = cache_shows {
                 cache.apply_watcher_event(&Event::Apply(obj));
             }
@@ -745,7 +744,7 @@ mod ensure_tests {
             "a spec edit bumps the generation"
         );
         let mut relabelled = cached("4", 1);
-        relabelled.metadata.labels = Some([("app".to_owned(), "x".to_owned())].into());
+        relabelled.labels = [("app", "x")].into_iter().collect();
         assert_eq!(
             ensure(Some(relabelled)).await,
             ["PATCH"],

@@ -27,6 +27,7 @@ pub mod index;
 pub mod labels;
 pub mod managed_fields;
 pub mod memcached;
+pub mod meta_view;
 pub mod metrics;
 pub mod myapp;
 pub mod owned;

@@ -393,9 +393,10 @@ impl<'de, T: DeserializeSeed<'de>> DeserializeSeed<'de> for MetadataSeed<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watches::PodMeta;
     use apis::Memcached;
     use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PartialObjectMeta;
     use serde_json::json;
 
     fn managed_fields() -> serde_json::Value {
@@ -462,7 +463,7 @@ mod tests {
             "metadata": {"name": "p", "namespace": "n", "labels": {"a": "b"},
                          "managedFields": managed_fields()}
         });
-        let (plain, skipped) = both_ways::<PodMeta>(&meta);
+        let (plain, skipped) = both_ways::<PartialObjectMeta<Pod>>(&meta);
         assert_eq!(plain.metadata, skipped.metadata);
         assert_eq!(skipped.metadata.name.as_deref(), Some("p"));
         assert_eq!(skipped.metadata.managed_fields, None);

@@ -173,12 +173,11 @@ const PODS_BY_MEMCACHED: &str = "memcached-pods";
 
 /// A memcached pod's key in [`PODS_BY_MEMCACHED`]: `<namespace>/<memcached_cr label>`.
 fn pod_index_key(pod: &PodMeta) -> Option<String> {
-    let pod_labels = pod.metadata.labels.as_ref()?;
-    if pod_labels.get(LABEL_APP).map(String::as_str) != Some(APP) {
+    if pod.labels.get(LABEL_APP) != Some(APP) {
         return None;
     }
     let namespace = pod.metadata.namespace.as_deref()?;
-    Some(format!("{namespace}/{}", pod_labels.get(LABEL_CR)?))
+    Some(format!("{namespace}/{}", pod.labels.get(LABEL_CR)?))
 }
 
 /// The [`PODS_BY_MEMCACHED`] key of the pods of the `Memcached` `namespace/name`.
@@ -190,11 +189,10 @@ fn pods_key(namespace: &str, name: &str) -> String {
 /// unless the name is longer than a label value allows; then the `Memcached`s of the namespace
 /// are searched for the one whose shortened name it is.
 fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Memcached>> {
-    let pod_labels = pod.metadata.labels.as_ref()?;
-    if pod_labels.get(LABEL_APP).map(String::as_str) != Some(APP) {
+    if pod.labels.get(LABEL_APP) != Some(APP) {
         return None;
     }
-    let value = pod_labels.get(LABEL_CR)?;
+    let value = pod.labels.get(LABEL_CR)?;
     let namespace = pod.metadata.namespace.as_deref()?;
     let direct = ObjectRef::new(value).within(namespace);
     if memcacheds.get(&direct).is_some() {
@@ -203,7 +201,7 @@ fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Mem
     memcacheds
         .find(|mc| {
             mc.metadata.namespace.as_deref() == Some(namespace)
-                && labels::label_value(&mc.name_any()) == *value
+                && labels::label_value(&mc.name_any()) == value
         })
         .map(|mc| crate::object_key(mc.as_ref()))
 }
@@ -268,12 +266,7 @@ pub fn pod_names<'a>(
             p.metadata.namespace.as_deref() == Some(namespace)
                 && p.metadata.deletion_timestamp.is_none()
         })
-        .filter(|p| {
-            let pod_labels = p.metadata.labels.as_ref();
-            selector
-                .iter()
-                .all(|(k, v)| pod_labels.and_then(|l| l.get(k)) == Some(v))
-        })
+        .filter(|p| p.labels.contains_all(&selector))
         .filter_map(|p| p.metadata.name.clone())
         .collect();
     names.sort();
@@ -434,16 +427,12 @@ mod tests {
     }
 
     fn pod(name: &str, namespace: &str, labels: BTreeMap<String, String>) -> PodMeta {
-        PodMeta {
-            types: None,
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(namespace.into()),
-                labels: Some(labels),
-                ..ObjectMeta::default()
-            },
-            _phantom: std::marker::PhantomData,
-        }
+        PodMeta::new(ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        })
     }
 
     fn time(second: i64) -> Time {
@@ -589,11 +578,7 @@ mod tests {
             owned::owner_of(&store, &owned),
             Some(ObjectRef::new("a").within("ns"))
         );
-        let metadata_only = crate::watches::DeploymentMeta {
-            types: None,
-            metadata: owned.metadata.clone(),
-            _phantom: std::marker::PhantomData,
-        };
+        let metadata_only = crate::watches::DeploymentMeta::new(owned.metadata.clone());
         assert_eq!(
             owned::owner_of(&store, &metadata_only),
             Some(ObjectRef::new("a").within("ns"))

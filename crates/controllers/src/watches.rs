@@ -4,7 +4,7 @@
 //! per controller (what `Controller::owns` does), [`SharedWatches`] runs one watch per type and
 //! selector, created by whichever controller asks first ([`SharedWatches::watch`]) and keeps one
 //! cache ([`Store`]) of it, like controller-runtime's shared informers. Any type can be watched,
-//! whole or as metadata only (`PartialObjectMeta<K>` is a type of its own). Each change is
+//! whole or as metadata only ([`MetaView<K>`] is a type of its own). Each change is
 //! broadcast to every subscribed controller, which maps it to the custom resources to reconcile.
 //!
 //! kube-runtime's own shared streams (`Writer::new_shared`) do not broadcast deletions, and a
@@ -27,8 +27,10 @@
 //! away. Pods are watched as metadata only too.
 //!
 //! What a controller never reads is dropped before it is cached (managed fields, annotations),
-//! and a managed Deployment is read as a [`DeploymentView`], without its pod template: on a
-//! cluster with thousands of workloads, the caches are most of the manager's heap. Each cache can carry secondary indexes ([`Index`]).
+//! a managed Deployment is read as a [`DeploymentView`], without its pod template, and metadata
+//! as a [`MetaView`], its labels in one compact set: on a cluster with thousands of workloads,
+//! the caches are most of the manager's heap. Each cache can carry secondary indexes
+//! ([`Index`]).
 //!
 //! A watch the API server refuses before its first list (a malformed selector, a type it does
 //! not serve, RBAC that does not allow listing it) stops, and [`Shared::ready`] says why, instead
@@ -43,7 +45,6 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
-use kube::api::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -55,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::deployment_view::DeploymentView;
 use crate::index::{Index, KeyFn};
+use crate::meta_view::{Labels, MetaView};
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::{Error, labels};
 
@@ -62,9 +64,9 @@ use crate::{Error, labels};
 const CHANNEL_CAPACITY: usize = 4096;
 
 /// The metadata of a Pod: all the controllers need (names, labels, deletion).
-pub type PodMeta = PartialObjectMeta<Pod>;
+pub type PodMeta = MetaView<Pod>;
 /// The metadata of a Deployment that no controller of ours manages (name and owners).
-pub type DeploymentMeta = PartialObjectMeta<Deployment>;
+pub type DeploymentMeta = MetaView<Deployment>;
 
 /// What one shared watch covers, what its cache keeps of each object, and which changes its
 /// subscribers hear about.
@@ -146,13 +148,13 @@ pub fn managed<K: Resource + Clone + PartialEq>() -> WatchSpec<K> {
         .broadcasting(changed_beyond_version)
 }
 
-/// The metadata of the objects of type `K` these controllers manage, in every namespace,
-/// without what no controller reads of it: the watch of a kind of child whose writes are checked
-/// by their metadata alone ([`crate::children::OwnedChildren`]). Every new version is broadcast:
-/// for a kind without a generation (a Service), an edit of its spec shows as nothing else.
-pub fn managed_metadata<K: Resource + Clone>() -> WatchSpec<PartialObjectMeta<K>> {
+/// The metadata of the objects of type `K` these controllers manage, in every namespace, as a
+/// [`MetaView`] (which never reads their annotations): the watch of a kind of child whose writes
+/// are checked by their metadata alone ([`crate::children::OwnedChildren`]). Every new version
+/// is broadcast: for a kind without a generation (a Service), an edit of its spec shows as
+/// nothing else.
+pub fn managed_metadata<K: Resource<DynamicType = ()>>() -> WatchSpec<MetaView<K>> {
     WatchSpec::labelled(labels::managed_selector())
-        .keeping(|obj: &mut PartialObjectMeta<K>| strip_metadata(&mut obj.metadata))
 }
 
 /// Like [`managed_metadata`], for a kind whose `metadata.generation` counts its spec changes (as
@@ -160,14 +162,13 @@ pub fn managed_metadata<K: Resource + Clone>() -> WatchSpec<PartialObjectMeta<K>
 /// owners or the deletion, not to the status alone. The API server's own controllers write the
 /// status of such children (the disruption controller a budget's, as its pods come and go), and
 /// each write would otherwise reconcile the owner for nothing.
-pub fn managed_by_generation<K: Resource + Clone>() -> WatchSpec<PartialObjectMeta<K>> {
+pub fn managed_by_generation<K: Resource<DynamicType = ()>>() -> WatchSpec<MetaView<K>> {
     managed_metadata().broadcasting(|old, new| {
         old.is_none_or(|old| {
-            let (old, new) = (&old.metadata, &new.metadata);
-            old.generation != new.generation
-                || old.labels != new.labels
-                || old.owner_references != new.owner_references
-                || old.deletion_timestamp != new.deletion_timestamp
+            old.labels != new.labels
+                || old.metadata.generation != new.metadata.generation
+                || old.metadata.owner_references != new.metadata.owner_references
+                || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
         })
     })
 }
@@ -182,14 +183,11 @@ pub fn managed_deployments() -> WatchSpec<DeploymentView> {
     })
 }
 
-/// The metadata of every Deployment these controllers do not manage; only its existence and its
-/// owners matter to a controller.
+/// The metadata of every Deployment these controllers do not manage, without its labels: only
+/// its existence and its owners matter to a controller.
 pub fn unmanaged_deployments() -> WatchSpec<DeploymentMeta> {
     WatchSpec::labelled(labels::unmanaged_selector())
-        .keeping(|meta: &mut DeploymentMeta| {
-            strip_metadata(&mut meta.metadata);
-            meta.metadata.labels = None;
-        })
+        .keeping(|meta: &mut DeploymentMeta| meta.labels = Labels::default())
         .broadcasting(|old, new| {
             old.is_none_or(|old| old.metadata.owner_references != new.metadata.owner_references)
         })
@@ -200,7 +198,6 @@ pub fn unmanaged_deployments() -> WatchSpec<DeploymentMeta> {
 pub fn managed_pods() -> WatchSpec<PodMeta> {
     WatchSpec::labelled(labels::managed_selector())
         .keeping(|pod: &mut PodMeta| {
-            strip_metadata(&mut pod.metadata);
             // Of a pod, the controllers read its name, labels and deletion only. Its uid and
             // version would be kept twice (the cache's key copies both).
             let meta = &mut pod.metadata;
@@ -209,7 +206,7 @@ pub fn managed_pods() -> WatchSpec<PodMeta> {
         })
         .broadcasting(|old, new| {
             old.is_none_or(|old| {
-                old.metadata.labels != new.metadata.labels
+                old.labels != new.labels
                     || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
             })
         })
@@ -761,17 +758,13 @@ mod tests {
         assert_eq!(step(scaled), ["a"], "a change the cache keeps");
     }
 
-    fn budget(rv: &str, generation: i64) -> PartialObjectMeta<PodDisruptionBudget> {
-        PartialObjectMeta {
-            types: None,
-            metadata: ObjectMeta {
-                name: Some("b".into()),
-                resource_version: Some(rv.into()),
-                generation: Some(generation),
-                ..ObjectMeta::default()
-            },
-            _phantom: std::marker::PhantomData,
-        }
+    fn budget(rv: &str, generation: i64) -> MetaView<PodDisruptionBudget> {
+        MetaView::new(ObjectMeta {
+            name: Some("b".into()),
+            resource_version: Some(rv.into()),
+            generation: Some(generation),
+            ..ObjectMeta::default()
+        })
     }
 
     #[test]
@@ -782,7 +775,7 @@ mod tests {
         assert!(!changed(Some(&old), &budget("2", 1)), "the status alone");
         assert!(changed(Some(&old), &budget("3", 2)), "a spec edit");
         let mut relabelled = budget("3", 1);
-        relabelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+        relabelled.labels = [("a", "b")].into_iter().collect();
         assert!(changed(Some(&old), &relabelled), "a label edit");
         let mut disowned = budget("3", 1);
         disowned.metadata.owner_references = Some(Vec::new());
@@ -855,12 +848,82 @@ mod tests {
         );
         let other = watches.watch(WatchSpec::<ConfigMap>::labelled("team=red"));
         assert!(!Arc::ptr_eq(&first.refusal, &other.refusal));
-        let metadata = watches.watch(WatchSpec::<PartialObjectMeta<ConfigMap>>::labelled(
-            "team=blue",
-        ));
+        let metadata = watches.watch(WatchSpec::<MetaView<ConfigMap>>::labelled("team=blue"));
         assert!(!Arc::ptr_eq(&first.refusal, &metadata.refusal));
         assert_eq!(&*first.resource, "configmaps");
         assert_eq!(lock(&watches.inner.watches).len(), 3);
+        watches.stop().await;
+    }
+
+    #[tokio::test]
+    async fn pods_are_listed_and_watched_as_metadata_and_cached_as_views() {
+        let server = ApiServer::answering(|request| {
+            if request.query.contains("watch=true") {
+                return crate::fake::failure(500, "InternalError", "no watch in this test");
+            }
+            let metadata = serde_json::json!({
+                "name": "m-6d9f8b7c5d-x7k2p", "generateName": "m-6d9f8b7c5d-",
+                "namespace": "ns", "uid": "u-pod", "resourceVersion": "9",
+                "labels": {"app": "memcached", "memcached_cr": "m",
+                           "app.kubernetes.io/managed-by": "operator-manager"},
+                "annotations": {"note": "dropped"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                     "name": "m-6d9f8b7c5d", "uid": "u-rs", "controller": true}],
+                "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+            });
+            let item = serde_json::json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": metadata,
+            });
+            let list = serde_json::json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                "metadata": {"resourceVersion": "10"}, "items": [item],
+            });
+            (200, list)
+        });
+        let watches =
+            SharedWatches::new(server.client(), Namespaces::all(), CancellationToken::new());
+        let pods = watches.pods();
+        let ready = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            pods.ready(&CancellationToken::new()),
+        )
+        .await
+        .expect("the list fills the cache");
+        assert!(matches!(ready, Ok(true)), "{ready:?}");
+
+        let cached = pods.store().state();
+        assert_eq!(cached.len(), 1);
+        let pod = &cached[0];
+        assert_eq!(pod.metadata.name.as_deref(), Some("m-6d9f8b7c5d-x7k2p"));
+        assert_eq!(pod.labels.get("memcached_cr"), Some("m"));
+        let meta = &pod.metadata;
+        assert_eq!((&meta.uid, &meta.resource_version), (&None, &None));
+        assert_eq!(
+            (&meta.generate_name, &meta.owner_references),
+            (&None, &None)
+        );
+        assert_eq!((&meta.annotations, &meta.managed_fields), (&None, &None));
+
+        let requests = server.requests();
+        let list = &requests[0];
+        assert_eq!(list.path, "/api/v1/pods");
+        assert!(
+            list.query
+                .contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Doperator-manager"),
+            "{}",
+            list.query
+        );
+        assert_eq!(
+            list.accept,
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        );
+        for watch in requests.iter().filter(|r| r.query.contains("watch=true")) {
+            assert_eq!(
+                watch.accept,
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+            );
+        }
         watches.stop().await;
     }
 
