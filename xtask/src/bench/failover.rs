@@ -44,7 +44,7 @@ impl Spread {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Failover {
-    /// Which manager ([`super::OURS`] or [`super::REFERENCE`]).
+    /// Which manager ([`super::OURS`], [`super::REFERENCE`] or an `--also-manager` name).
     pub manager: String,
     /// Memcacheds present and being scaled meanwhile.
     pub objects: usize,
@@ -82,7 +82,7 @@ pub async fn measure(
     tenants.delete_and_wait(cluster, args.timeout()).await?;
     let (graceful, crash) = measured?;
     Ok(Failover {
-        manager: contender.name.to_owned(),
+        manager: contender.name.clone(),
         objects,
         graceful: Spread::of(graceful),
         crash: Spread::of(crash),

@@ -77,6 +77,11 @@ pub struct BenchArgs {
     /// `--manager-flag=--reconcile-debounce=1s` to compare settings.
     #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
     pub manager_flag: Vec<String>,
+    /// Also measure another build of ours in the same run, as `NAME=PATH` (repeatable), e.g.
+    /// `--also-manager size-opt=./manager-os`: it gets our flags and its own rows and ratios,
+    /// so two builds compare within one run instead of across two noisy ones.
+    #[arg(long, value_name = "NAME=PATH", value_parser = parse_also_manager)]
+    pub also_manager: Vec<(String, PathBuf)>,
     /// Measure only our manager, without the controller-runtime reference.
     #[arg(long)]
     pub no_reference: bool,
@@ -108,6 +113,11 @@ impl BenchArgs {
                 "--size must be within 0..=99 so the scale event (size + 1) stays within the CRD's 0..=100"
             );
         }
+        let mut names: Vec<&str> = self.also_manager.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
+        if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+            anyhow::bail!("--also-manager: the name `{}` is given twice", twice[0]);
+        }
         if self.max_concurrent_reconciles == 0 {
             anyhow::bail!("--max-concurrent-reconciles must be at least 1");
         }
@@ -118,7 +128,7 @@ impl BenchArgs {
 /// A manager binary under test, and what the tables call it.
 #[derive(Clone, Debug)]
 pub struct Contender {
-    pub name: &'static str,
+    pub name: String,
     pub binary: PathBuf,
     /// Flags for this binary only, beside the ones both get.
     pub extra_args: Vec<String>,
@@ -137,13 +147,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         None => build_release_manager()?,
     };
     let mut contenders = vec![Contender {
-        name: OURS,
+        name: OURS.to_owned(),
         binary: manager,
         extra_args: args.manager_flag.clone(),
     }];
+    for (name, binary) in &args.also_manager {
+        contenders.push(Contender {
+            name: name.clone(),
+            binary: binary.clone(),
+            extra_args: args.manager_flag.clone(),
+        });
+    }
     if !args.no_reference {
         contenders.push(Contender {
-            name: REFERENCE,
+            name: REFERENCE.to_owned(),
             binary: reference::build(|line| println!("{line}"))?,
             // Ours runs with RUST_LOG=warn; zap has no warn-only flag value, error is closest.
             extra_args: vec!["--zap-log-level=error".to_owned()],
@@ -258,6 +275,24 @@ fn default_output() -> PathBuf {
     target_dir().join("bench").join("bench.json")
 }
 
+/// One `--also-manager` value: a name the tables can tell from the others, and an existing file.
+fn parse_also_manager(value: &str) -> Result<(String, PathBuf), String> {
+    let (name, path) = value
+        .split_once('=')
+        .ok_or_else(|| format!("`{value}` is not NAME=PATH"))?;
+    let name = name.trim();
+    if name.is_empty() || name == OURS || name == REFERENCE {
+        return Err(format!(
+            "`{name}` cannot name another build: it must be non-empty and neither `{OURS}` nor `{REFERENCE}`"
+        ));
+    }
+    let path = PathBuf::from(path);
+    if !path.is_file() {
+        return Err(format!("{} is not a file", path.display()));
+    }
+    Ok((name.to_owned(), path))
+}
+
 /// Benchmarks measure the optimised manager, as it ships.
 fn build_release_manager() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -297,7 +332,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::percentile;
+    use super::{parse_also_manager, percentile};
 
     #[test]
     fn nearest_rank_percentiles() {
@@ -307,5 +342,22 @@ mod tests {
         assert_eq!(percentile(&samples, 100.0), 100.0);
         assert_eq!(percentile(&[7.0], 99.0), 7.0);
         assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    #[test]
+    fn another_build_needs_a_distinct_name_and_an_existing_file() {
+        let file = std::env::current_exe().expect("the test binary's path");
+        let named = parse_also_manager(&format!("size-opt={}", file.display()));
+        assert_eq!(named, Ok(("size-opt".to_owned(), file.clone())));
+        for bad in [
+            "no-equals-sign",
+            "=/bin/sh",
+            "ours=/bin/sh",
+            "controller-runtime=/bin/sh",
+        ] {
+            assert!(parse_also_manager(bad).is_err(), "{bad} was accepted");
+        }
+        let missing = parse_also_manager("x=/no/such/manager");
+        assert!(missing.is_err_and(|e| e.contains("/no/such/manager is not a file")));
     }
 }

@@ -86,7 +86,7 @@ pub async fn measure(
     delete_and_wait(cluster, namespace, args.timeout()).await?;
     let ((reacted, converged), foreign) = measured?;
     Ok(Recovery {
-        manager: contender.name.to_owned(),
+        manager: contender.name.clone(),
         outage_seconds: args.outage_seconds,
         reacted_seconds: reacted,
         converged_seconds: converged,

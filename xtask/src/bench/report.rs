@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::failover::Failover;
 use super::recovery::Recovery;
 use super::workload::{Phase, Run};
-use super::{BenchArgs, OURS, REFERENCE};
+use super::{BenchArgs, REFERENCE};
 
 /// The machine and software the numbers were measured on.
 #[derive(Clone, Debug, Serialize)]
@@ -199,12 +199,15 @@ pub fn markdown(results: &Results) -> String {
             out,
             "\nOurs over {REFERENCE} (below 1 is better for ours):\n"
         );
-        out.push_str("| objects | converge | req/obj | scale | scale req/obj | CPU | peak RSS |\n");
-        out.push_str("|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str(
+            "| manager | objects | converge | req/obj | scale | scale req/obj | CPU | peak RSS |\n",
+        );
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for (ours, reference) in pairs {
             let _ = writeln!(
                 out,
-                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                ours.manager,
                 ours.objects,
                 ours.convergence.seconds / reference.convergence.seconds,
                 ours.convergence.requests_per_object / reference.convergence.requests_per_object,
@@ -267,10 +270,11 @@ fn cpu_ms_per_object(run: &Run) -> f64 {
     cpu_seconds(run) * 1000.0 / run.objects.max(1) as f64
 }
 
-/// Our run and the reference's for each object count measured for both, in run order.
+/// Each run of ours (or of another build of ours) and the reference's run of the same object
+/// count, in run order.
 fn pairs(runs: &[Run]) -> Vec<(&Run, &Run)> {
     runs.iter()
-        .filter(|r| r.manager == OURS)
+        .filter(|r| r.manager != REFERENCE)
         .filter_map(|ours| {
             let reference = runs
                 .iter()
@@ -291,6 +295,7 @@ pub fn write_json(path: &Path, results: &Results) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::OURS;
     use crate::bench::baseline::Limit;
     use crate::bench::probe::RequestCounts;
     use crate::bench::workload::Memory;
@@ -334,11 +339,15 @@ mod tests {
             run(REFERENCE, 100, 4.0, 8.0, 4.0),
             run(REFERENCE, 1000, 40.0, 8.0, 40.0),
             run(OURS, 1000, 20.0, 4.0, 10.0),
+            run("size-opt", 1000, 30.0, 4.0, 20.0),
             // Measured for ours only: no ratio row.
             run(OURS, 5000, 20.0, 4.0, 10.0),
         ];
-        let paired: Vec<usize> = pairs(&runs).iter().map(|(o, _)| o.objects).collect();
-        assert_eq!(paired, [100, 1000]);
+        let paired: Vec<(&str, usize)> = pairs(&runs)
+            .iter()
+            .map(|(o, _)| (o.manager.as_str(), o.objects))
+            .collect();
+        assert_eq!(paired, [(OURS, 100), (OURS, 1000), ("size-opt", 1000)]);
         let results = Results {
             machine: Machine {
                 cores: 2,
@@ -366,10 +375,14 @@ mod tests {
         };
         let text = markdown(&results);
         assert!(
-            text.contains("| 100 | 0.50 | 0.50 | 0.50 | 0.50 | 0.25 | 1.00 |"),
+            text.contains("| ours | 100 | 0.50 | 0.50 | 0.50 | 0.50 | 0.25 | 1.00 |"),
             "{text}"
         );
         assert!(text.contains("| ours | 100 | 1.00 | 2.00 |"), "{text}");
+        assert!(
+            text.contains("| size-opt | 1000 | 0.75 | 0.50 | 0.75 | 0.50 | 0.50 | 1.00 |"),
+            "{text}"
+        );
         assert!(
             text.contains("| ours | 100 | converge | 2.00 | deployments patch 4.00 |"),
             "{text}"

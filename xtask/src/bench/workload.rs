@@ -50,7 +50,7 @@ pub struct Memory {
 /// Everything measured for one manager at one object count.
 #[derive(Clone, Debug, Serialize)]
 pub struct Run {
-    /// Which manager ([`super::OURS`] or [`super::REFERENCE`]).
+    /// Which manager ([`super::OURS`], [`super::REFERENCE`] or an `--also-manager` name).
     pub manager: String,
     pub objects: usize,
     pub limit: Limit,
@@ -137,7 +137,7 @@ pub async fn measure(
     tenants.delete_and_wait(cluster, args.timeout()).await?;
 
     Ok(Run {
-        manager: contender.name.to_owned(),
+        manager: contender.name.clone(),
         objects,
         ratio_to_limit: convergence.seconds / limit.seconds,
         limit,
