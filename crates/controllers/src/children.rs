@@ -469,7 +469,7 @@ where
         return false;
     };
     let mut written = lock(written);
-    match written.get_mut(&ObjectRef::from_obj(obj)) {
+    match written.get_mut(&crate::object_key(obj)) {
         Some(last) if last.answered_with() == Some(version) => {
             last.mark_seen();
             true

@@ -300,7 +300,7 @@ fn asks_for_reconcile<K>(cached: &Store<K>, obj: &K) -> bool
 where
     K: Resource<DynamicType = ()> + Clone,
 {
-    let Some(old) = cached.get(&ObjectRef::from_obj(obj)) else {
+    let Some(old) = cached.get(&crate::object_key(obj)) else {
         return true;
     };
     let (old, new) = (old.meta(), obj.meta());

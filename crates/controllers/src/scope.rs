@@ -233,7 +233,7 @@ where
             Event::InitApply(obj) => {
                 self.listing[index]
                     .get_or_insert_with(HashSet::new)
-                    .insert(ObjectRef::from_obj(&obj));
+                    .insert(crate::object_key(&obj));
                 self.out.push_back(Out::Event(if self.first.is_some() {
                     Event::InitApply(obj)
                 } else {
@@ -282,7 +282,7 @@ where
     fn prune(&mut self, namespace: Option<&str>, listed: &HashSet<ObjectRef<K>>) {
         let gone = self.cache.state().into_iter().filter(|obj| {
             namespace.is_none_or(|n| obj.meta().namespace.as_deref() == Some(n))
-                && !listed.contains(&ObjectRef::from_obj(obj.as_ref()))
+                && !listed.contains(&crate::object_key(obj.as_ref()))
         });
         for obj in gone {
             self.out

@@ -565,7 +565,7 @@ where
         let indexes = lock(&self.indexes);
         match event {
             Event::Apply(obj) => {
-                let key = ObjectRef::from_obj(obj);
+                let key = crate::object_key(obj);
                 let old = store.get(&key);
                 self.writer.apply_watcher_event(event);
                 let Some(new) = store.get(&key) else {
@@ -595,7 +595,7 @@ where
                 let mut before: HashMap<ObjectRef<K>, Arc<K>> = store
                     .state()
                     .into_iter()
-                    .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
+                    .map(|o| (crate::object_key(o.as_ref()), o))
                     .collect();
                 self.writer.apply_watcher_event(event);
                 let now = store.state();
@@ -605,10 +605,7 @@ where
                 let mut out: Vec<Arc<K>> = now
                     .into_iter()
                     .filter(|o| {
-                        changed(
-                            before.remove(&ObjectRef::from_obj(o.as_ref())).as_deref(),
-                            o,
-                        )
+                        changed(before.remove(&crate::object_key(o.as_ref())).as_deref(), o)
                     })
                     .collect();
                 out.extend(before.into_values());
