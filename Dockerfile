@@ -7,6 +7,8 @@
 # in deploy/.
 
 FROM rust:1.95-slim-bookworm AS build
+# jemalloc, the manager's allocator, is built from C sources with make.
+RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and target directory between builds; the binary is copied out

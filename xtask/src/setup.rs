@@ -1,18 +1,21 @@
 //! `cargo xtask setup`: installs the distribution packages the local cluster's real node and the
 //! in-cluster tests need (containerd, runc, CNI plugins, iptables, memcached, a C compiler for
-//! the pod sandbox, skopeo, podman and Docker), so a fresh machine needs nothing done by hand.
+//! the pod sandbox, make for the manager's allocator, skopeo, podman and Docker), so a fresh
+//! machine needs nothing done by hand.
 
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
-/// Packages beyond the real node's own: the C toolchain that compiles `pause`, memcached (the
+/// Packages beyond the real node's own: the C toolchain that compiles `pause` and the manager's
+/// allocator (jemalloc, built with make), memcached (the
 /// image the tests run), and skopeo, podman and Docker, which the tests load the built images
 /// with as users without containerd would. (Prometheus is built from source with the control plane: the
 /// distribution's lacks Kubernetes service discovery.)
-const EXTRA_PACKAGES: [&str; 6] = [
+const EXTRA_PACKAGES: [&str; 7] = [
     "gcc",
     "libc6-dev",
+    "make",
     "memcached",
     "skopeo",
     "podman",
@@ -117,6 +120,7 @@ mod tests {
             "containernetworking-plugins",
             "memcached",
             "gcc",
+            "make",
         ] {
             assert!(all.contains(&p), "{p}");
         }

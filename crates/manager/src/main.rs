@@ -8,6 +8,11 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use manager::config::{self, Flags};
 
+/// jemalloc, not the system allocator: with thousands of objects cached, glibc's malloc held on
+/// to a sixth of the manager's peak memory after it was freed (BENCHMARKS.md has the numbers).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let flags = Flags::parse();
     let all = controllers::all();
