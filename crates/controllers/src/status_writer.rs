@@ -51,11 +51,16 @@ impl<K> WithStatus for K where
 /// a rollout writes the states a user acts on rather than each step of each pod. What counts is
 /// its *phase*: its `observedGeneration` and each condition's type, status and reason (the
 /// Kubernetes API conventions' fields; messages, counts and lists are its details).
-/// - A new phase is written once it has stood for [`PROGRESS_HOLD`]; each newer phase starts
-///   the hold again, so a phase the rollout passes straight through is never written.
+/// - The first passing state of a rollout is written once its phase has stood for
+///   [`PROGRESS_HOLD`]; each newer phase starts the hold again, so a phase the rollout passes
+///   straight through is never written.
+/// - After that, the rollout's passing states (newer phases and new details alike) are written
+///   at most once per [`PROGRESS_MAX_HOLD`], so a rollout that a busy cluster draws out over
+///   minutes writes about as often as one that takes seconds, and never shows a state older
+///   than that bound.
 /// - New details within the phase the object reports are written at most once per
-///   [`PROGRESS_MAX_HOLD`]; the same bound caps any hold.
-/// - A settled state (complete, failed, blocked) is written at once.
+///   [`PROGRESS_MAX_HOLD`] too; the same bound caps any hold.
+/// - A settled state (complete, failed, blocked) is written at once, and ends the rollout.
 ///
 /// A rollout that finishes within the hold writes once, complete; one that waits on a slow
 /// cluster writes its start once it has stood, then its end.
@@ -79,7 +84,8 @@ struct LastWrite<S> {
     at: Instant,
 }
 
-/// A status of a rollout in motion, held back.
+/// An object whose rollout is in motion: the status held back now, and when a passing state
+/// of this rollout was last written.
 #[derive(Clone, Copy, Debug)]
 struct Hold {
     /// When the first status held since the last write was computed.
@@ -87,6 +93,23 @@ struct Hold {
     /// The phase of the status held now ([`phase_of`]), and since when it has stood.
     phase: u64,
     phase_since: Instant,
+    /// When a passing state of this rollout was last written, if one was.
+    written: Option<Instant>,
+    /// When the object was last reconciled with a status in motion (to drop what is left of
+    /// deleted objects).
+    seen: Instant,
+}
+
+impl Hold {
+    fn new(now: Instant, phase: u64) -> Self {
+        Self {
+            since: now,
+            phase,
+            phase_since: now,
+            written: None,
+            seen: now,
+        }
+    }
 }
 
 /// Writes remembered before old ones are first looked for (those of objects deleted before the
@@ -179,7 +202,9 @@ impl<K: WithStatus> StatusWriter<K> {
     ) -> Result<StatusWrite, Error> {
         let key = crate::object_key(obj);
         if obj.status() == Some(&status) {
-            self.lock().held.remove(&key);
+            if progress == Progress::Settled {
+                self.lock().held.remove(&key);
+            }
             return Ok(StatusWrite::Unchanged);
         }
         if progress == Progress::Moving
@@ -188,15 +213,26 @@ impl<K: WithStatus> StatusWriter<K> {
             return Ok(StatusWrite::Held { retry });
         }
         patch_status(&self.client, obj, &status).await?;
+        let now = Instant::now();
         let mut written = self.lock();
-        written.held.remove(&key);
+        match progress {
+            Progress::Settled => {
+                written.held.remove(&key);
+            }
+            Progress::Moving => {
+                // The rollout goes on: its next passing state waits for the longest hold.
+                let mut hold = Hold::new(now, phase_of(Some(&status)));
+                hold.written = Some(now);
+                written.held.insert(key.clone(), hold);
+            }
+        }
         if written.last.len() + written.held.len() >= written.prune_at {
             written
                 .last
                 .retain(|_, last| last.at.elapsed() < PRUNE_OLDER_THAN);
             written
                 .held
-                .retain(|_, hold| hold.since.elapsed() < PRUNE_OLDER_THAN);
+                .retain(|_, hold| hold.seen.elapsed() < PRUNE_OLDER_THAN);
             written.prune_at = PRUNE_AFTER.max(2 * (written.last.len() + written.held.len()));
         }
         written.last.insert(
@@ -204,7 +240,7 @@ impl<K: WithStatus> StatusWriter<K> {
             LastWrite {
                 before: obj.resource_version(),
                 status,
-                at: Instant::now(),
+                at: now,
             },
         );
         Ok(StatusWrite::Written)
@@ -224,17 +260,28 @@ impl<K: WithStatus> StatusWriter<K> {
         let (now, phase) = (Instant::now(), phase_of(Some(status)));
         let new_phase = phase != phase_of(reported);
         let mut written = self.lock();
-        let hold = written.held.entry(key).or_insert(Hold {
-            since: now,
-            phase,
-            phase_since: now,
-        });
+        let hold = written
+            .held
+            .entry(key)
+            .or_insert_with(|| Hold::new(now, phase));
+        hold.seen = now;
         if hold.phase != phase {
             hold.phase = phase;
             hold.phase_since = now;
         }
-        let held_left = PROGRESS_MAX_HOLD.checked_sub(now - hold.since)?;
-        let left = if new_phase {
+        let held_left = PROGRESS_MAX_HOLD
+            .checked_sub(now - hold.since)
+            .filter(|left| !left.is_zero())?;
+        let left = if hold.written.is_some() {
+            // A passing state of this rollout is shown already: the next waits for the longest
+            // hold, and a new phase must still have stood.
+            let phase_left = if new_phase {
+                PROGRESS_HOLD.saturating_sub(now - hold.phase_since)
+            } else {
+                Duration::ZERO
+            };
+            held_left.max(phase_left)
+        } else if new_phase {
             PROGRESS_HOLD
                 .checked_sub(now - hold.phase_since)?
                 .min(held_left)
@@ -476,7 +523,14 @@ mod tests {
             .write(&slow, phase("RollingOut", 2, 7), Progress::Moving)
             .await;
         assert_eq!((stood.expect("written"), sent()), (StatusWrite::Written, 2));
-        assert!(writer.lock().held.is_empty());
+        assert!(
+            writer
+                .lock()
+                .held
+                .values()
+                .all(|hold| hold.written.is_some()),
+            "only the written rollout is remembered, as in motion"
+        );
 
         // Within the phase the object reports, new details wait for the longest hold.
         let mut reporting = named("reporting");
@@ -498,5 +552,67 @@ mod tests {
             "details are written after the longest hold"
         );
         assert_eq!(sent(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_passing_state_the_next_waits_for_the_longest_hold() {
+        let (writer, server) = echo_writer();
+        let sent = || server.requests().len();
+        let mut mc = memcached("5", 2);
+
+        // The first passing state is written once it has stood.
+        let first = phase("DeploymentUpdating", 1, 0);
+        assert!(matches!(
+            writer.write(&mc, first.clone(), Progress::Moving).await,
+            Ok(StatusWrite::Held { .. })
+        ));
+        tokio::time::advance(PROGRESS_HOLD).await;
+        let written = writer.write(&mc, first.clone(), Progress::Moving).await;
+        assert_eq!(
+            (written.expect("written"), sent()),
+            (StatusWrite::Written, 1)
+        );
+        mc.status = Some(first);
+
+        // A newer phase that stands is held until the longest hold has passed since that write.
+        tokio::time::advance(PROGRESS_HOLD).await;
+        let next = phase("ScalingUp", 1, 10);
+        let held = writer.write(&mc, next.clone(), Progress::Moving).await;
+        assert_eq!(
+            held.expect("held"),
+            StatusWrite::Held {
+                retry: PROGRESS_MAX_HOLD - PROGRESS_HOLD
+            }
+        );
+        tokio::time::advance(PROGRESS_MAX_HOLD - 2 * PROGRESS_HOLD).await;
+        let still = writer.write(&mc, next.clone(), Progress::Moving).await;
+        assert_eq!(
+            still.expect("held"),
+            StatusWrite::Held {
+                retry: PROGRESS_HOLD
+            }
+        );
+        tokio::time::advance(PROGRESS_HOLD).await;
+        let written = writer.write(&mc, next.clone(), Progress::Moving).await;
+        assert_eq!(
+            (written.expect("written"), sent()),
+            (StatusWrite::Written, 2)
+        );
+        mc.status = Some(next);
+
+        // Once the longest hold has passed since that write, a newer phase is written at once.
+        tokio::time::advance(PROGRESS_MAX_HOLD).await;
+        let late = phase("RollingOut", 1, 50);
+        let held = writer.write(&mc, late.clone(), Progress::Moving).await;
+        assert!(matches!(held, Ok(StatusWrite::Written)), "{held:?}");
+        mc.status = Some(late);
+
+        // The end of the rollout is written at once, and the next rollout starts afresh.
+        let settled = writer.write(&mc, status(2), Progress::Settled).await;
+        assert_eq!(
+            (settled.expect("written"), sent()),
+            (StatusWrite::Written, 4)
+        );
+        assert!(writer.lock().held.is_empty(), "the rollout is over");
     }
 }
