@@ -84,17 +84,18 @@ struct LastWrite<S> {
     at: Instant,
 }
 
-/// An object whose rollout is in motion: the status held back now, and when a passing state
-/// of this rollout was last written.
+/// An object whose rollout is in motion: the status held back now, and whether a passing state
+/// of this rollout was written.
 #[derive(Clone, Copy, Debug)]
 struct Hold {
-    /// When the first status held since the last write was computed.
+    /// When the first status held since the last write was computed, or, once a passing state
+    /// of this rollout is written, when that was.
     since: Instant,
     /// The phase of the status held now ([`phase_of`]), and since when it has stood.
     phase: u64,
     phase_since: Instant,
-    /// When a passing state of this rollout was last written, if one was.
-    written: Option<Instant>,
+    /// Whether a passing state of this rollout was written (at `since`).
+    shown: bool,
     /// When the object was last reconciled with a status in motion (to drop what is left of
     /// deleted objects).
     seen: Instant,
@@ -106,7 +107,7 @@ impl Hold {
             since: now,
             phase,
             phase_since: now,
-            written: None,
+            shown: false,
             seen: now,
         }
     }
@@ -221,8 +222,10 @@ impl<K: WithStatus> StatusWriter<K> {
             }
             Progress::Moving => {
                 // The rollout goes on: its next passing state waits for the longest hold.
-                let mut hold = Hold::new(now, phase_of(Some(&status)));
-                hold.written = Some(now);
+                let hold = Hold {
+                    shown: true,
+                    ..Hold::new(now, phase_of(Some(&status)))
+                };
                 written.held.insert(key.clone(), hold);
             }
         }
@@ -272,7 +275,7 @@ impl<K: WithStatus> StatusWriter<K> {
         let held_left = PROGRESS_MAX_HOLD
             .checked_sub(now - hold.since)
             .filter(|left| !left.is_zero())?;
-        let left = if hold.written.is_some() {
+        let left = if hold.shown {
             // A passing state of this rollout is shown already: the next waits for the longest
             // hold, and a new phase must still have stood.
             let phase_left = if new_phase {
@@ -524,11 +527,7 @@ mod tests {
             .await;
         assert_eq!((stood.expect("written"), sent()), (StatusWrite::Written, 2));
         assert!(
-            writer
-                .lock()
-                .held
-                .values()
-                .all(|hold| hold.written.is_some()),
+            writer.lock().held.values().all(|hold| hold.shown),
             "only the written rollout is remembered, as in motion"
         );
 
