@@ -122,6 +122,15 @@ pub fn print_run(run: &Run) {
             measured.requests_by_kind.describe()
         );
     }
+    // Printed now, not only in the tables at the end: a run stopped later keeps these.
+    println!(
+        "  cost: CPU {:.2} s ({:.2} ms per object), RSS idle / peak / converged {:.1} / {:.1} / {:.1} MiB",
+        cpu_seconds(run),
+        cpu_ms_per_object(run),
+        run.memory.idle_mib,
+        run.memory.peak_mib,
+        run.memory.converged_mib
+    );
 }
 
 /// Reconciles per object in `phase`, or `-` when the manager's metrics were unreadable.
