@@ -58,6 +58,7 @@ use crate::deployment_view::DeploymentView;
 use crate::index::{Index, KeyFn};
 use crate::meta_view::{Labels, MetaView};
 use crate::scope::{self, Namespaces, ScopedApi};
+use crate::status::Rollout;
 use crate::{Error, labels};
 
 /// Changes buffered per subscriber before it counts as lagging (and gets a full resync).
@@ -177,9 +178,33 @@ pub fn managed_by_generation<K: Resource<DynamicType = ()>>() -> WatchSpec<MetaV
 /// ([`DeploymentView`]), without their labels: the watch's selector has matched them, and no
 /// controller reads them after (a label map costs half a kilobyte however few it holds).
 pub fn managed_deployments() -> WatchSpec<DeploymentView> {
-    managed().keeping(|deployment: &mut DeploymentView| {
-        strip_metadata(&mut deployment.metadata);
-        deployment.metadata.labels = None;
+    managed()
+        .keeping(|deployment: &mut DeploymentView| {
+            strip_metadata(&mut deployment.metadata);
+            deployment.metadata.labels = None;
+        })
+        .broadcasting(owners_read_a_change)
+}
+
+/// Whether a managed Deployment changed in what its owner reads: its metadata, its spec as the
+/// view keeps it, or its rollout as [`Rollout`] reads the status. The Deployment controller
+/// also writes what no owner reads (`unavailableReplicas` on its own, a condition's times and
+/// messages): in a scale event of one pod, one of its four status writes is such, and each
+/// would reconcile the owner to find nothing to do.
+fn owners_read_a_change(old: Option<&DeploymentView>, new: &DeploymentView) -> bool {
+    old.is_none_or(|old| {
+        if old.metadata.resource_version == new.metadata.resource_version {
+            return false;
+        }
+        let mut old_metadata = old.metadata.clone();
+        old_metadata
+            .resource_version
+            .clone_from(&new.metadata.resource_version);
+        // The owner's desired replicas do not matter here: both sides are read against the same.
+        old_metadata != new.metadata
+            || old.replicas != new.replicas
+            || old.containers != new.containers
+            || Rollout::of(0, old) != Rollout::of(0, new)
     })
 }
 
@@ -753,6 +778,83 @@ mod tests {
         let mut scaled = deployment("a", "4");
         scaled.spec.replicas = Some(2);
         assert_eq!(step(scaled), ["a"], "a change the cache keeps");
+    }
+
+    /// The Deployment controller's status writes in one scale event from one pod to two, as a
+    /// real kube-controller-manager made them.
+    #[test]
+    fn only_the_status_writes_an_owner_reads_are_broadcast() {
+        use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+        let changed = managed_deployments().changed;
+        let condition = |type_: &str, status: &str, updated: &str| DeploymentCondition {
+            type_: Some(type_.into()),
+            status: Some(status.into()),
+            last_update_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                updated.parse().expect("a timestamp"),
+            )),
+            ..DeploymentCondition::default()
+        };
+        let view = |rv: &str, status: DeploymentStatus| {
+            let mut d = deployment("a", rv);
+            d.metadata.generation = Some(2);
+            d.spec.replicas = Some(2);
+            d.status = Some(status);
+            DeploymentView::from(d)
+        };
+        let counts =
+            |observed, replicas, updated, ready, available, unavailable| DeploymentStatus {
+                observed_generation: Some(observed),
+                replicas: Some(replicas),
+                updated_replicas: Some(updated),
+                ready_replicas: Some(ready),
+                available_replicas: Some(available),
+                unavailable_replicas: unavailable,
+                conditions: Some(vec![condition(
+                    "Available",
+                    "False",
+                    "2026-01-01T00:00:00Z",
+                )]),
+                ..DeploymentStatus::default()
+            };
+        let observed = view("321", counts(2, 1, 1, 1, 1, None));
+        let unavailable_counted = view("328", counts(2, 1, 1, 1, 1, Some(1)));
+        assert!(
+            !changed(Some(&observed), &unavailable_counted),
+            "unavailableReplicas alone"
+        );
+        let mut condition_touched = unavailable_counted.clone();
+        condition_touched.metadata.resource_version = Some("329".into());
+        if let Some(status) = condition_touched.status.as_mut() {
+            status.conditions = Some(vec![condition(
+                "Available",
+                "False",
+                "2026-01-01T00:00:09Z",
+            )]);
+        }
+        assert!(
+            !changed(Some(&unavailable_counted), &condition_touched),
+            "a condition's update time alone"
+        );
+        let scaled = view("330", counts(2, 2, 2, 1, 1, Some(1)));
+        assert!(changed(Some(&condition_touched), &scaled), "a new pod");
+        let ready = view("333", counts(2, 2, 2, 2, 2, None));
+        assert!(changed(Some(&scaled), &ready), "the new pod ready");
+        let mut failed = ready.clone();
+        failed.metadata.resource_version = Some("334".into());
+        if let Some(status) = failed.status.as_mut() {
+            status.conditions = Some(vec![condition(
+                "ReplicaFailure",
+                "True",
+                "2026-01-01T00:01:00Z",
+            )]);
+        }
+        assert!(changed(Some(&ready), &failed), "a failure");
+        let mut respecified = ready.clone();
+        respecified.metadata.resource_version = Some("335".into());
+        respecified.metadata.generation = Some(3);
+        assert!(changed(Some(&ready), &respecified), "a new generation");
+        assert!(!changed(Some(&ready), &ready), "the same version again");
+        assert!(changed(None, &ready), "a new Deployment");
     }
 
     fn budget(rv: &str, generation: i64) -> MetaView<PodDisruptionBudget> {
