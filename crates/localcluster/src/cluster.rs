@@ -319,7 +319,9 @@ impl LocalCluster {
             ),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--allow-privileged=true".into(),
-            "--profiling=false".into(),
+            // `/debug/pprof` for the admin kubeconfig (it is on loopback only): where the API
+            // server's own memory goes under a large bench is a question only its heap answers.
+            "--profiling=true".into(),
             format!("--cert-dir={}", dir.join("apiserver-certs").display()),
             // Namespaces choose between the fake nodes and the real one (see `node`).
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction".into(),
