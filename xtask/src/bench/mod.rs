@@ -28,6 +28,7 @@
 //! written as JSON; nothing is asserted about them.
 
 mod baseline;
+mod crds;
 mod failover;
 mod probe;
 mod recovery;
@@ -181,6 +182,11 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
     let kubeconfig = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir())
         .await
         .context("installing the generated CRDs and RBAC")?;
+    for crd in crds::serve_storage_versions_only(&cluster.client).await? {
+        println!(
+            "{crd}: served at its storage version only, without conversion (see bench/crds.rs)"
+        );
+    }
     let counter = probe::RequestCounter::install(&cluster.client, &kubeconfig)
         .await
         .context("installing the request-counting FlowSchema")?;
