@@ -72,7 +72,7 @@ pub async fn measure(
                     .await
                     .with_context(|| format!("creating Memcached {}", target.key()))?;
                 deployments
-                    .create(&PostParams::default(), &deployment(name))
+                    .create(&PostParams::default(), &deployment(name, 0))
                     .await
                     .with_context(|| format!("creating Deployment {}", target.key()))?;
                 let status = MemcachedStatus {
@@ -125,8 +125,8 @@ async fn warm_up(memcacheds: &Api<Memcached>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A Deployment of the shape the controller writes, scaled to zero.
-fn deployment(name: &str) -> Deployment {
+/// A Deployment of the shape the controller writes, of `replicas` pods.
+pub(super) fn deployment(name: &str, replicas: i32) -> Deployment {
     let labels = BTreeMap::from([
         ("app".to_owned(), "memcached".to_owned()),
         ("memcached_cr".to_owned(), name.to_owned()),
@@ -138,7 +138,7 @@ fn deployment(name: &str) -> Deployment {
             ..ObjectMeta::default()
         },
         spec: DeploymentSpec {
-            replicas: Some(0),
+            replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(labels.clone()),
                 ..LabelSelector::default()

@@ -28,6 +28,7 @@
 //! written as JSON; nothing is asserted about them.
 
 mod baseline;
+mod cluster_ready;
 mod crds;
 mod failover;
 mod probe;
@@ -38,7 +39,7 @@ mod tenants;
 mod workload;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
@@ -211,7 +212,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
         }
         for contender in order {
             println!("-- {}", contender.name);
-            fresh_api_server().await?;
+            fresh_api_server(&cluster, args.timeout()).await?;
             let run = workload::measure(
                 &cluster,
                 contender,
@@ -286,13 +287,24 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
 
 /// Restarts the API server before a manager is measured, so each starts from the same server:
 /// its watch caches and heap grow with every object a run creates and deletes (past 20 GiB
-/// after 10,000 Memcacheds), which would slow, or at that size starve, whoever runs next.
-async fn fresh_api_server() -> anyhow::Result<()> {
+/// after 10,000 Memcacheds), which would slow, or at that size starve, whoever runs next. Then
+/// waits until the cluster's own controllers run a pod again ([`cluster_ready`]), so no
+/// manager's clock includes their reconnection.
+async fn fresh_api_server(cluster: &testkit::TestCluster, timeout: Duration) -> anyhow::Result<()> {
     let local = localcluster::LocalCluster::from_env().context("finding the local cluster")?;
+    let restarted = Instant::now();
     local
         .restart_apiserver(Duration::ZERO)
         .await
-        .context("restarting the API server before the next manager")
+        .context("restarting the API server before the next manager")?;
+    let ready = restarted.elapsed();
+    let canary = cluster_ready::wait_for_controllers(cluster, timeout).await?;
+    println!(
+        "API server restarted in {:.1} s; the cluster's controllers ran a canary pod {:.1} s later",
+        ready.as_secs_f64(),
+        canary.as_secs_f64()
+    );
+    Ok(())
 }
 
 fn target_dir() -> PathBuf {
