@@ -213,7 +213,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
         for contender in order {
             println!("-- {}", contender.name);
             fresh_api_server(&cluster, args.timeout()).await?;
-            let run = workload::measure(
+            let (run, tenants) = workload::measure(
                 &cluster,
                 contender,
                 &kubeconfig,
@@ -237,6 +237,10 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
                     failover: Vec::new(),
                 },
             )?;
+            tenants
+                .delete_and_wait(&cluster, args.timeout())
+                .await
+                .with_context(|| format!("deleting the namespaces {} used", contender.name))?;
         }
     }
 
