@@ -47,19 +47,21 @@ impl<K> WithStatus for K where
 /// had before it: while the cache still shows that version, [`StatusWriter::latest`] shows the
 /// written status instead.
 ///
-/// A status of a rollout in motion ([`Progress::Moving`]) is held back for a moment, so that
-/// a rollout writes the states a user acts on rather than each step of each pod. What counts is
-/// its *phase*: its `observedGeneration` and each condition's type, status and reason (the
-/// Kubernetes API conventions' fields; messages, counts and lists are its details).
-/// - The first passing state of a rollout is written once its phase has stood for
-///   [`PROGRESS_HOLD`]; each newer phase starts the hold again, so a phase the rollout passes
-///   straight through is never written.
-/// - After that, the rollout's passing states (newer phases and new details alike) are written
-///   at most once per [`PROGRESS_MAX_HOLD`], so a rollout that a busy cluster draws out over
-///   minutes writes about as often as one that takes seconds, and never shows a state older
-///   than that bound.
-/// - New details within the phase the object reports are written at most once per
-///   [`PROGRESS_MAX_HOLD`] too; the same bound caps any hold.
+/// A status of a rollout in motion ([`Progress::Moving`]) is held back, so that a rollout
+/// writes the states a user acts on rather than each step of each pod:
+/// - The first passing state of a rollout is written once its *phase* has stood for
+///   [`PROGRESS_HOLD`]: its `observedGeneration` and each condition's type, status and reason
+///   (the Kubernetes API conventions' fields; messages, counts and lists are its details). Each
+///   newer phase starts the hold again, so a phase the rollout passes straight through is never
+///   written; no hold lasts longer than [`PROGRESS_MAX_HOLD`].
+/// - After that (or when the object already reports a state of this rollout), only *news* is
+///   written: a newer `observedGeneration`, a condition whose status changed, or fewer ready
+///   replicas than reported. News is written once it has stood for [`PROGRESS_HOLD`] and
+///   [`PROGRESS_MAX_HOLD`] has passed since the rollout's last write.
+/// - The rest (a reason within the same condition status, messages, more ready replicas, the
+///   list of pods) is progress toward the settled state and waits for it
+///   ([`StatusWrite::Deferred`]): a rollout that a busy cluster draws out over minutes writes
+///   its start and its end, like one that takes seconds, and never hides bad news.
 /// - A settled state (complete, failed, blocked) is written at once, and ends the rollout.
 ///
 /// A rollout that finishes within the hold writes once, complete; one that waits on a slow
@@ -91,7 +93,7 @@ struct Hold {
     /// When the first status held since the last write was computed, or, once a passing state
     /// of this rollout is written, when that was.
     since: Instant,
-    /// The phase of the status held now ([`phase_of`]), and since when it has stood.
+    /// The phase of the status held now ([`Summary::phase`]), and since when it has stood.
     phase: u64,
     phase_since: Instant,
     /// Whether a passing state of this rollout was written (at `since`).
@@ -126,8 +128,8 @@ const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
 /// controller-runtime's busier queue folds them.
 pub const PROGRESS_HOLD: Duration = Duration::from_secs(5);
 
-/// The longest a rollout in motion goes without its status written, and how often new details
-/// within one phase are written.
+/// The longest the first passing state of a rollout is held, and how far apart its news is
+/// written.
 pub const PROGRESS_MAX_HOLD: Duration = Duration::from_secs(30);
 
 /// What [`StatusWriter::write`] did.
@@ -143,6 +145,10 @@ pub enum StatusWrite {
         /// When the hold ends.
         retry: Duration,
     },
+    /// The status reports progress of a rollout whose passing state the object shows already,
+    /// and nothing a user acts on: it is written with the rollout's next news or its settled
+    /// state, which the watched objects' next change brings.
+    Deferred,
 }
 
 impl<K: WithStatus> std::fmt::Debug for StatusWriter<K> {
@@ -209,9 +215,9 @@ impl<K: WithStatus> StatusWriter<K> {
             return Ok(StatusWrite::Unchanged);
         }
         if progress == Progress::Moving
-            && let Some(retry) = self.hold(key.clone(), &status, obj.status())
+            && let Some(held) = self.hold(key.clone(), &status, obj.status())
         {
-            return Ok(StatusWrite::Held { retry });
+            return Ok(held);
         }
         patch_status(&self.client, obj, &status).await?;
         let now = Instant::now();
@@ -224,7 +230,7 @@ impl<K: WithStatus> StatusWriter<K> {
                 // The rollout goes on: its next passing state waits for the longest hold.
                 let hold = Hold {
                     shown: true,
-                    ..Hold::new(now, phase_of(Some(&status)))
+                    ..Hold::new(now, Summary::of(Some(&status)).phase)
                 };
                 written.held.insert(key.clone(), hold);
             }
@@ -251,74 +257,95 @@ impl<K: WithStatus> StatusWriter<K> {
 }
 
 impl<K: WithStatus> StatusWriter<K> {
-    /// Holds `status`, a state of a rollout in motion, of an object that reports `reported`,
-    /// and returns how long until it may be written; `None` when it is to be written now (see
+    /// Holds `status`, a state of a rollout in motion, of an object that reports `reported`:
+    /// what to answer instead of writing it, or `None` when it is to be written now (see
     /// [`StatusWriter`]).
     fn hold(
         &self,
         key: ObjectRef<K>,
         status: &K::Status,
         reported: Option<&K::Status>,
-    ) -> Option<Duration> {
-        let (now, phase) = (Instant::now(), phase_of(Some(status)));
-        let new_phase = phase != phase_of(reported);
+    ) -> Option<StatusWrite> {
+        let now = Instant::now();
+        let (held, shown) = (Summary::of(Some(status)), Summary::of(reported));
         let mut written = self.lock();
         let hold = written
             .held
             .entry(key)
-            .or_insert_with(|| Hold::new(now, phase));
+            .or_insert_with(|| Hold::new(now, held.phase));
         hold.seen = now;
-        if hold.phase != phase {
-            hold.phase = phase;
+        if hold.phase != held.phase {
+            hold.phase = held.phase;
             hold.phase_since = now;
         }
-        let held_left = PROGRESS_MAX_HOLD
-            .checked_sub(now - hold.since)
-            .filter(|left| !left.is_zero())?;
-        let left = if hold.shown {
-            // A passing state of this rollout is shown already: the next waits for the longest
-            // hold, and a new phase must still have stood.
-            let phase_left = if new_phase {
-                PROGRESS_HOLD.saturating_sub(now - hold.phase_since)
-            } else {
-                Duration::ZERO
-            };
-            held_left.max(phase_left)
-        } else if new_phase {
-            PROGRESS_HOLD
-                .checked_sub(now - hold.phase_since)?
-                .min(held_left)
+        let stood_left = PROGRESS_HOLD.saturating_sub(now - hold.phase_since);
+        let spaced_left = PROGRESS_MAX_HOLD.saturating_sub(now - hold.since);
+        // The same signal as a passing state means the object shows one of this rollout (a
+        // settled state differs in its conditions), written by us or before a restart.
+        let left = if hold.shown || held.signal == shown.signal {
+            // The object shows a passing state of this rollout: only news is worth a write.
+            if !held.is_news_over(&shown) {
+                return Some(StatusWrite::Deferred);
+            }
+            stood_left.max(spaced_left)
         } else {
-            held_left
+            // Its first passing state: once its phase has stood, or once held for the longest.
+            stood_left.min(spaced_left)
         };
-        Some(left).filter(|left| !left.is_zero())
+        (!left.is_zero()).then_some(StatusWrite::Held { retry: left })
     }
 }
 
-/// A digest of the phase of `status`: its `observedGeneration`, and each condition's type,
-/// status and reason. Messages (which carry counts) and transition times are left out: a
-/// condition that changes while its status is held gets the time of each reconcile that
-/// computes it.
-fn phase_of<S: Serialize>(status: Option<&S>) -> u64 {
-    use serde_json::Value;
-    use std::hash::{Hash, Hasher};
-    let value = status
-        .and_then(|s| serde_json::to_value(s).ok())
-        .unwrap_or_default();
-    let field = |v: &Value, key: &str| v.get(key).map(Value::to_string).unwrap_or_default();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    field(&value, "observedGeneration").hash(&mut hasher);
-    for condition in value
-        .get("conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for key in ["type", "status", "reason"] {
-            field(condition, key).hash(&mut hasher);
+/// What the hold compares of a status (see [`StatusWriter`]), read through its JSON form so
+/// that it works for any kind's status with the Kubernetes API conventions' field names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Summary {
+    /// A digest of its phase: its `observedGeneration`, and each condition's type, status and
+    /// reason. Messages (which carry counts) and transition times are left out: a condition
+    /// that changes while its status is held gets the time of each reconcile that computes it.
+    phase: u64,
+    /// The same without the reasons: what a user acts on.
+    signal: u64,
+    /// `readyReplicas`, where the status has it.
+    ready: Option<i64>,
+}
+
+impl Summary {
+    fn of<S: Serialize>(status: Option<&S>) -> Self {
+        use serde_json::Value;
+        use std::hash::{Hash, Hasher};
+        let value = status
+            .and_then(|s| serde_json::to_value(s).ok())
+            .unwrap_or_default();
+        let field = |v: &Value, key: &str| v.get(key).map(Value::to_string).unwrap_or_default();
+        let mut phase = std::collections::hash_map::DefaultHasher::new();
+        let mut signal = std::collections::hash_map::DefaultHasher::new();
+        field(&value, "observedGeneration").hash(&mut phase);
+        field(&value, "observedGeneration").hash(&mut signal);
+        for condition in value
+            .get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for key in ["type", "status"] {
+                field(condition, key).hash(&mut phase);
+                field(condition, key).hash(&mut signal);
+            }
+            field(condition, "reason").hash(&mut phase);
+        }
+        Self {
+            phase: phase.finish(),
+            signal: signal.finish(),
+            ready: value.get("readyReplicas").and_then(Value::as_i64),
         }
     }
-    hasher.finish()
+
+    /// Whether this status tells a user something to act on that `shown` does not.
+    fn is_news_over(&self, shown: &Self) -> bool {
+        let fewer_ready = matches!((self.ready, shown.ready), (Some(now), Some(was)) if now < was);
+        self.signal != shown.signal || fewer_ready
+    }
 }
 
 /// Writes `status` to `obj`'s status subresource (a merge patch: it replaces the lists).
@@ -427,40 +454,65 @@ mod tests {
         assert!(writer.lock().last.is_empty(), "the memory is dropped");
     }
 
-    /// A status in the phase `reason` (of a `Progressing` condition), with `ready` replicas,
-    /// whose condition changed at `second`.
-    fn phase(reason: &str, ready: i32, second: i64) -> apis::MemcachedStatus {
+    /// A status whose `Available` condition is `available` and whose `Progressing` condition
+    /// has `reason`, with `ready` replicas, whose conditions changed at `second`.
+    fn rollout(available: bool, reason: &str, ready: i32, second: i64) -> apis::MemcachedStatus {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+        let at = Time(k8s_openapi::jiff::Timestamp::from_second(second).expect("a time"));
+        let condition = |type_: &str, status: bool, reason: &str| Condition {
+            type_: type_.into(),
+            status: if status { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: format!("{ready} of 3 replicas available"),
+            last_transition_time: at.clone(),
+            observed_generation: None,
+        };
         apis::MemcachedStatus {
             ready_replicas: ready,
             observed_generation: Some(2),
-            conditions: vec![Condition {
-                type_: "Progressing".into(),
-                status: "True".into(),
-                reason: reason.into(),
-                message: format!("{ready} of 3 replicas available"),
-                last_transition_time: Time(
-                    k8s_openapi::jiff::Timestamp::from_second(second).expect("a time"),
-                ),
-                observed_generation: None,
-            }],
+            conditions: vec![
+                condition("Available", available, "Replicas"),
+                condition("Progressing", true, reason),
+            ],
             ..apis::MemcachedStatus::default()
         }
     }
 
+    /// A status of a rollout in the phase `reason`, with `ready` of 3 replicas.
+    fn phase(reason: &str, ready: i32, second: i64) -> apis::MemcachedStatus {
+        rollout(false, reason, ready, second)
+    }
+
     #[test]
     fn a_phase_is_the_generation_and_the_conditions_without_their_details() {
-        let of = |s: apis::MemcachedStatus| phase_of(Some(&s));
+        let of = |s: apis::MemcachedStatus| Summary::of(Some(&s));
         assert_eq!(
-            of(phase("ScalingUp", 1, 1)),
-            of(phase("ScalingUp", 2, 2)),
+            of(phase("ScalingUp", 1, 1)).phase,
+            of(phase("ScalingUp", 2, 2)).phase,
             "counts, messages and transition times are details"
         );
-        assert_ne!(of(phase("ScalingUp", 1, 1)), of(phase("RollingOut", 1, 1)));
+        let (scaling, rolling) = (of(phase("ScalingUp", 1, 1)), of(phase("RollingOut", 1, 1)));
+        assert_ne!(scaling.phase, rolling.phase, "a reason is part of a phase");
+        assert!(!rolling.is_news_over(&scaling), "and no news");
         let mut older = phase("ScalingUp", 1, 1);
         older.observed_generation = Some(1);
-        assert_ne!(of(older.clone()), of(phase("ScalingUp", 1, 1)));
-        assert_ne!(of(older), phase_of::<apis::MemcachedStatus>(None));
+        assert!(
+            scaling.is_news_over(&of(older.clone())),
+            "a generation is news"
+        );
+        assert_ne!(
+            of(older).phase,
+            Summary::of::<apis::MemcachedStatus>(None).phase
+        );
+        let available = of(rollout(true, "ScalingUp", 1, 1));
+        assert!(
+            available.is_news_over(&scaling),
+            "so is a condition's status"
+        );
+        assert!(scaling.is_news_over(&available));
+        let fewer = of(phase("ScalingUp", 0, 1));
+        assert!(fewer.is_news_over(&scaling), "and fewer ready replicas");
+        assert!(!scaling.is_news_over(&fewer), "but not more");
     }
 
     #[tokio::test(start_paused = true)]
@@ -531,36 +583,87 @@ mod tests {
             "only the written rollout is remembered, as in motion"
         );
 
-        // Within the phase the object reports, new details wait for the longest hold.
-        let mut reporting = named("reporting");
-        reporting.status = Some(phase("ScalingUp", 0, 0));
-        let step = PROGRESS_HOLD;
-        let mut ready = 1;
+        // A rollout that never stops changing phase is written once held for the longest.
+        let restless = named("restless");
+        let mut waited = Duration::ZERO;
+        let reasons = ["ScalingUp", "RollingOut"];
         while writer
-            .write(&reporting, phase("ScalingUp", ready, 0), Progress::Moving)
+            .write(
+                &restless,
+                phase(reasons[sent() % 2], 1, 0),
+                Progress::Moving,
+            )
             .await
             .expect("held or written")
             != StatusWrite::Written
         {
-            tokio::time::advance(step).await;
-            ready += 1;
+            tokio::time::advance(PROGRESS_HOLD / 2).await;
+            waited += PROGRESS_HOLD / 2;
+            let next = phase(reasons[(sent() + 1) % 2], 1, 0);
+            let _ = writer.write(&restless, next, Progress::Moving).await;
+            tokio::time::advance(PROGRESS_HOLD / 2).await;
+            waited += PROGRESS_HOLD / 2;
         }
-        let waited = step * u32::try_from(ready - 1).expect("a few steps");
-        assert_eq!(
-            waited, PROGRESS_MAX_HOLD,
-            "details are written after the longest hold"
-        );
+        assert_eq!(waited, PROGRESS_MAX_HOLD, "no hold is longer");
         assert_eq!(sent(), 3);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn after_a_passing_state_the_next_waits_for_the_longest_hold() {
+    async fn progress_within_a_shown_state_waits_for_the_settled_one() {
+        let (writer, server) = echo_writer();
+        let sent = || server.requests().len();
+
+        // The object reports a passing state already (written before a restart, say).
+        let mut reporting = memcached("5", 3);
+        reporting.status = Some(phase("DeploymentUpdating", 0, 0));
+        for (ready, reason) in [(0, "ScalingUp"), (1, "ScalingUp"), (2, "RollingOut")] {
+            tokio::time::advance(PROGRESS_MAX_HOLD).await;
+            assert_eq!(
+                writer
+                    .write(&reporting, phase(reason, ready, 0), Progress::Moving)
+                    .await
+                    .expect("deferred"),
+                StatusWrite::Deferred,
+                "{ready} ready, {reason}: progress is no news"
+            );
+        }
+        assert_eq!(sent(), 0);
+
+        // Fewer ready replicas than it reports are news, written once they have stood.
+        reporting.status = Some(phase("ScalingUp", 2, 0));
+        let fewer = phase("ScalingUp", 1, 0);
+        assert_eq!(
+            writer
+                .write(&reporting, fewer.clone(), Progress::Moving)
+                .await
+                .expect("held"),
+            StatusWrite::Held {
+                retry: PROGRESS_HOLD
+            }
+        );
+        tokio::time::advance(PROGRESS_HOLD).await;
+        let written = writer.write(&reporting, fewer, Progress::Moving).await;
+        assert_eq!(
+            (written.expect("written"), sent()),
+            (StatusWrite::Written, 1)
+        );
+
+        let settled = writer.write(&reporting, status(3), Progress::Settled).await;
+        assert_eq!(
+            (settled.expect("written"), sent()),
+            (StatusWrite::Written, 2)
+        );
+        assert!(writer.lock().held.is_empty(), "the rollout is over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_passing_state_news_waits_for_the_longest_hold() {
         let (writer, server) = echo_writer();
         let sent = || server.requests().len();
         let mut mc = memcached("5", 2);
 
         // The first passing state is written once it has stood.
-        let first = phase("DeploymentUpdating", 1, 0);
+        let first = rollout(true, "RollingOut", 3, 0);
         assert!(matches!(
             writer.write(&mc, first.clone(), Progress::Moving).await,
             Ok(StatusWrite::Held { .. })
@@ -573,10 +676,16 @@ mod tests {
         );
         mc.status = Some(first);
 
-        // A newer phase that stands is held until the longest hold has passed since that write.
+        // Another reason within the same condition statuses waits for the settled state.
         tokio::time::advance(PROGRESS_HOLD).await;
-        let next = phase("ScalingUp", 1, 10);
-        let held = writer.write(&mc, next.clone(), Progress::Moving).await;
+        let quiet = rollout(true, "ScalingUp", 3, 10);
+        let deferred = writer.write(&mc, quiet, Progress::Moving).await;
+        assert_eq!(deferred.expect("deferred"), StatusWrite::Deferred);
+
+        // News (no longer available) is held until the longest hold has passed since that
+        // write.
+        let news = rollout(false, "RollingOut", 2, 10);
+        let held = writer.write(&mc, news.clone(), Progress::Moving).await;
         assert_eq!(
             held.expect("held"),
             StatusWrite::Held {
@@ -584,7 +693,7 @@ mod tests {
             }
         );
         tokio::time::advance(PROGRESS_MAX_HOLD - 2 * PROGRESS_HOLD).await;
-        let still = writer.write(&mc, next.clone(), Progress::Moving).await;
+        let still = writer.write(&mc, news.clone(), Progress::Moving).await;
         assert_eq!(
             still.expect("held"),
             StatusWrite::Held {
@@ -592,19 +701,30 @@ mod tests {
             }
         );
         tokio::time::advance(PROGRESS_HOLD).await;
-        let written = writer.write(&mc, next.clone(), Progress::Moving).await;
+        let written = writer.write(&mc, news.clone(), Progress::Moving).await;
         assert_eq!(
             (written.expect("written"), sent()),
             (StatusWrite::Written, 2)
         );
-        mc.status = Some(next);
+        mc.status = Some(news);
 
-        // Once the longest hold has passed since that write, a newer phase is written at once.
+        // Long after that write, news is written once it has stood.
         tokio::time::advance(PROGRESS_MAX_HOLD).await;
-        let late = phase("RollingOut", 1, 50);
-        let held = writer.write(&mc, late.clone(), Progress::Moving).await;
-        assert!(matches!(held, Ok(StatusWrite::Written)), "{held:?}");
-        mc.status = Some(late);
+        let back = rollout(true, "RollingOut", 3, 50);
+        let held = writer.write(&mc, back.clone(), Progress::Moving).await;
+        assert_eq!(
+            held.expect("held"),
+            StatusWrite::Held {
+                retry: PROGRESS_HOLD
+            }
+        );
+        tokio::time::advance(PROGRESS_HOLD).await;
+        let written = writer.write(&mc, back.clone(), Progress::Moving).await;
+        assert_eq!(
+            (written.expect("written"), sent()),
+            (StatusWrite::Written, 3)
+        );
+        mc.status = Some(back);
 
         // The end of the rollout is written at once, and the next rollout starts afresh.
         let settled = writer.write(&mc, status(2), Progress::Settled).await;
