@@ -121,6 +121,11 @@ pub fn print_run(run: &Run) {
             reconciles(measured),
             measured.requests_by_kind.describe()
         );
+        let after = &measured.reported_after;
+        println!(
+            "  {phase}: the last Deployment was ready after {:.2} s; each object reported it p50 {:.2} / p99 {:.2} / max {:.2} s later",
+            measured.cluster_seconds, after.p50, after.p99, after.max
+        );
     }
     // Printed now, not only in the tables at the end: a run stopped later keeps these.
     println!(
@@ -199,6 +204,28 @@ pub fn markdown(results: &Results) -> String {
                 r.objects,
                 reconciles(measured),
                 measured.requests_by_kind.describe()
+            );
+        }
+    }
+    out.push_str(
+        "\nWhere the time went: until the last Deployment was ready (the cluster's part), and per object from its Deployment being ready until it reported that (the manager's part):\n\n",
+    );
+    out.push_str(
+        "| manager | objects | phase | phase (s) | last Deployment ready (s) | reported after p50 / p99 / max (s) |\n|---|---:|---|---:|---:|---|\n",
+    );
+    for r in &results.runs {
+        for (phase, measured) in [("converge", &r.convergence), ("scale", &r.scale)] {
+            let after = &measured.reported_after;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {phase} | {:.2} | {:.2} | {:.2} / {:.2} / {:.2} |",
+                r.manager,
+                r.objects,
+                measured.seconds,
+                measured.cluster_seconds,
+                after.p50,
+                after.p99,
+                after.max
             );
         }
     }
@@ -307,7 +334,7 @@ mod tests {
     use crate::bench::OURS;
     use crate::bench::baseline::Limit;
     use crate::bench::probe::RequestCounts;
-    use crate::bench::workload::Memory;
+    use crate::bench::workload::{Memory, Spread};
 
     fn run(manager: &str, objects: usize, seconds: f64, requests: f64, cpu: f64) -> Run {
         let phase = Phase {
@@ -315,6 +342,12 @@ mod tests {
             objects_per_second: 1.0,
             p50_seconds: 0.1,
             p99_seconds: 0.2,
+            cluster_seconds: seconds,
+            reported_after: Spread {
+                p50: 0.01,
+                p99: 0.02,
+                max: 0.03,
+            },
             requests_per_object: requests,
             requests_by_kind: RequestCounts(std::collections::BTreeMap::from([(
                 "deployments patch".to_owned(),

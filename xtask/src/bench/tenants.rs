@@ -76,8 +76,11 @@ impl Tenants {
         &self.targets
     }
 
-    /// One Memcached API per namespace.
-    pub fn apis(&self, cluster: &TestCluster) -> Vec<Api<Memcached>> {
+    /// One API of `K` per namespace.
+    pub fn apis<K>(&self, cluster: &TestCluster) -> Vec<Api<K>>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
         self.namespaces
             .iter()
             .map(|namespace| Api::namespaced(cluster.client.clone(), namespace.name()))

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use apis::{Memcached, MemcachedSpec};
 use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -28,6 +29,12 @@ pub struct Phase {
     /// Per object, from its own create/patch response until it converged.
     pub p50_seconds: f64,
     pub p99_seconds: f64,
+    /// The cluster's part: from the first request until the last object's Deployment had every
+    /// pod of the latest spec ready and available.
+    pub cluster_seconds: f64,
+    /// The manager's part: per object, from its Deployment being ready (as above) until the
+    /// object reported it (converged).
+    pub reported_after: Spread,
     /// Requests the API server dispatched for the manager during the phase, per object.
     pub requests_per_object: f64,
     /// The same, by resource and verb.
@@ -37,6 +44,25 @@ pub struct Phase {
     /// Reconciles the manager finished during the phase, per object (from its own
     /// `controller_runtime_reconcile_total`); `None` when its metrics could not be read.
     pub reconciles_per_object: Option<f64>,
+}
+
+/// How a per-object time spreads, in seconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct Spread {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// Of `samples`, sorted.
+    fn of(samples: &[f64]) -> Self {
+        Self {
+            p50: percentile(samples, 50.0),
+            p99: percentile(samples, 99.0),
+            max: samples.last().copied().unwrap_or(f64::NAN),
+        }
+    }
 }
 
 /// The manager's resident memory at the moments that matter, in MiB.
@@ -175,13 +201,22 @@ where
 {
     let targets = tenants.targets();
     let expected: Arc<HashSet<String>> = Arc::new(targets.iter().map(Target::key).collect());
-    let converged_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let watch = tokio::spawn(record_convergence(
-        tenants.apis(cluster),
-        expected,
-        size,
-        converged_at.clone(),
-    ));
+    let converged_at = FirstSeen::default();
+    let ready_at = FirstSeen::default();
+    let watches = [
+        tokio::spawn(record_first(
+            tenants.apis(cluster),
+            expected.clone(),
+            move |memcached: &Memcached| is_converged(memcached, size),
+            converged_at.clone(),
+        )),
+        tokio::spawn(record_first(
+            tenants.apis(cluster),
+            expected,
+            move |deployment: &Deployment| is_rolled_out(deployment, size),
+            ready_at.clone(),
+        )),
+    ];
     let requests_before = counter.read(&cluster.client).await?;
     let cpu_before = sample(pid)?.cpu_seconds;
     let reconciles_before = reconciles_or_warn(metrics_port).await;
@@ -207,7 +242,7 @@ where
             break;
         }
         if Instant::now() > deadline {
-            watch.abort();
+            watches.iter().for_each(tokio::task::JoinHandle::abort);
             anyhow::bail!(
                 "only {done} of {} objects converged within {:?}",
                 targets.len(),
@@ -216,32 +251,30 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    watch.abort();
+    // Deployments that became ready before the object reported it are in; one whose watch
+    // event is still on its way is left out of the manager's part.
+    watches.iter().for_each(tokio::task::JoinHandle::abort);
     let converged_at = converged_at.lock().map(|m| m.clone()).unwrap_or_default();
-    let seconds = converged_at
-        .values()
-        .max()
-        .map_or(0.0, |last| last.duration_since(started).as_secs_f64());
-    let mut latencies: Vec<f64> = changed_at
-        .iter()
-        .filter_map(|(key, changed)| {
-            Some(
-                converged_at
-                    .get(key)?
-                    .saturating_duration_since(*changed)
-                    .as_secs_f64(),
-            )
-        })
-        .collect();
-    latencies.sort_by(f64::total_cmp);
+    let ready_at = ready_at.lock().map(|m| m.clone()).unwrap_or_default();
+    let since_start = |moments: &HashMap<String, Instant>| {
+        moments
+            .values()
+            .max()
+            .map_or(0.0, |last| last.duration_since(started).as_secs_f64())
+    };
+    let latencies = sorted_gaps(&changed_at, &converged_at);
+    let reported_after = sorted_gaps(&ready_at, &converged_at);
     let requests = counter.read(&cluster.client).await?.since(&requests_before);
     #[allow(clippy::cast_precision_loss)]
     let count = targets.len() as f64;
+    let seconds = since_start(&converged_at);
     Ok(Phase {
         seconds,
         objects_per_second: count / seconds.max(f64::EPSILON),
         p50_seconds: percentile(&latencies, 50.0),
         p99_seconds: percentile(&latencies, 99.0),
+        cluster_seconds: since_start(&ready_at),
+        reported_after: Spread::of(&reported_after),
         requests_per_object: requests.total() / count,
         requests_by_kind: requests.per(count),
         cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
@@ -259,14 +292,29 @@ async fn reconciles_or_warn(port: u16) -> Option<f64> {
         .ok()
 }
 
-/// Notes the first moment each of the `expected` objects (`namespace/name`) is converged at
-/// `size`, watching each namespace's Memcacheds.
-async fn record_convergence(
-    apis: Vec<Api<Memcached>>,
+/// The first moment each object (`namespace/name`) was seen in some state.
+type FirstSeen = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// Per key in both, seconds from `from` to `to` (zero when `to` came first), sorted.
+fn sorted_gaps(from: &HashMap<String, Instant>, to: &HashMap<String, Instant>) -> Vec<f64> {
+    let mut gaps: Vec<f64> = from
+        .iter()
+        .filter_map(|(key, from)| Some(to.get(key)?.saturating_duration_since(*from).as_secs_f64()))
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    gaps
+}
+
+/// Notes the first moment each of the `expected` objects (`namespace/name`) is in the state
+/// `reached` tells, watching each namespace's objects of `K`.
+async fn record_first<K>(
+    apis: Vec<Api<K>>,
     expected: Arc<HashSet<String>>,
-    size: i32,
-    converged_at: Arc<Mutex<HashMap<String, Instant>>>,
-) {
+    reached: impl Fn(&K) -> bool,
+    first_seen: FirstSeen,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
     let mut events = stream::select_all(apis.into_iter().map(|api| {
         watcher(api, watcher::Config::default())
             .default_backoff()
@@ -274,21 +322,45 @@ async fn record_convergence(
             .boxed()
     }));
     while let Some(event) = events.next().await {
-        let Ok(memcached) = event else { continue };
-        if !is_converged(&memcached, size) {
+        let Ok(object) = event else { continue };
+        if !reached(&object) {
             continue;
         }
+        let meta = object.meta();
         let key = format!(
             "{}/{}",
-            memcached.metadata.namespace.as_deref().unwrap_or_default(),
-            memcached.metadata.name.as_deref().unwrap_or_default()
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
         );
         if expected.contains(&key)
-            && let Ok(mut map) = converged_at.lock()
+            && let Ok(mut map) = first_seen.lock()
         {
             map.entry(key).or_insert_with(Instant::now);
         }
     }
+}
+
+/// A Deployment at `size` whose controller has seen its latest spec, with exactly `size` pods,
+/// all of that spec, ready and available: what each manager's status reports, as the cluster
+/// has it.
+pub fn is_rolled_out(deployment: &Deployment, size: i32) -> bool {
+    let (spec, Some(status)) = (&deployment.spec, &deployment.status) else {
+        return false;
+    };
+    let observed = match (status.observed_generation, deployment.metadata.generation) {
+        (Some(seen), Some(generation)) => seen >= generation,
+        _ => false,
+    };
+    observed
+        && spec.replicas == Some(size)
+        && [
+            status.replicas,
+            status.updated_replicas,
+            status.ready_replicas,
+            status.available_replicas,
+        ]
+        .iter()
+        .all(|count| *count == Some(size))
 }
 
 /// Deployment at the right size with every pod ready, `status.nodes` complete, `Available`
@@ -486,5 +558,54 @@ mod tests {
             !is_converged(&memcached(3, 2, 2, 3, 3, "True"), 4),
             "other size"
         );
+    }
+
+    #[test]
+    fn a_rollout_is_done_when_every_pod_of_the_latest_spec_is_available() {
+        use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
+        let deployment = |replicas: i32, observed: i64, counts: [i32; 4]| Deployment {
+            metadata: kube::api::ObjectMeta {
+                generation: Some(2),
+                ..Default::default()
+            },
+            spec: DeploymentSpec {
+                replicas: Some(replicas),
+                ..Default::default()
+            },
+            status: Some(DeploymentStatus {
+                observed_generation: Some(observed),
+                replicas: Some(counts[0]),
+                updated_replicas: Some(counts[1]),
+                ready_replicas: Some(counts[2]),
+                available_replicas: Some(counts[3]),
+                ..Default::default()
+            }),
+        };
+        assert!(is_rolled_out(&deployment(2, 2, [2, 2, 2, 2]), 2));
+        assert!(
+            !is_rolled_out(&deployment(2, 1, [2, 2, 2, 2]), 2),
+            "not seen"
+        );
+        assert!(
+            !is_rolled_out(&deployment(1, 2, [2, 2, 2, 2]), 2),
+            "old spec"
+        );
+        for counts in [[3, 2, 2, 2], [2, 1, 2, 2], [2, 2, 1, 2], [2, 2, 2, 1]] {
+            assert!(!is_rolled_out(&deployment(2, 2, counts), 2), "{counts:?}");
+        }
+        assert!(!is_rolled_out(&Deployment::default(), 0), "no status yet");
+    }
+
+    #[test]
+    fn gaps_are_per_object_and_never_negative() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let from = HashMap::from([
+            ("a".to_owned(), at(1000)),
+            ("b".to_owned(), at(500)),
+            ("only here".to_owned(), at(0)),
+        ]);
+        let to = HashMap::from([("a".to_owned(), at(1500)), ("b".to_owned(), at(0))]);
+        assert_eq!(sorted_gaps(&from, &to), vec![0.0, 0.5]);
     }
 }
