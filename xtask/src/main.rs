@@ -131,11 +131,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// The workspace root: xtask lives one level below it.
+/// The workspace root (see [`testkit::workspace_root`]: that of the clone cargo runs xtask
+/// from, not necessarily the one it was built in).
 pub fn workspace_root() -> PathBuf {
-    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or(manifest_dir)
+    testkit::workspace_root()
 }

@@ -193,6 +193,14 @@ pub fn generate_chart(
     )
 }
 
+/// This package's directory in the clone its tests run from: cargo tells a test binary at run
+/// time, and a binary reused from a shared target directory may have been built in another.
+#[cfg(test)]
+pub(crate) fn package_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,7 +208,7 @@ mod tests {
     /// The committed `deploy/` matches what the code renders, so CI fails on drift.
     #[test]
     fn deploy_directory_is_up_to_date() {
-        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        let deploy = crate::package_dir().join("../../deploy");
         let outcome = generate(&deploy, Mode::Check).expect("manifests render");
         assert!(
             outcome.stale.is_empty(),

@@ -322,7 +322,7 @@ fn is_email(s: &str) -> bool {
 /// The workspace's own project metadata and root, for tests that render what is committed.
 #[cfg(test)]
 pub(crate) fn workspace_project() -> (Project, std::path::PathBuf) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = crate::package_dir().join("../..");
     let cargo_toml = root.join("Cargo.toml");
     let text = std::fs::read_to_string(&cargo_toml).expect("Cargo.toml");
     let project = Project::from_cargo_toml(&cargo_toml, &text).expect("project metadata");
@@ -376,7 +376,7 @@ min-kube-version = "1.33.0"
 
     #[test]
     fn the_workspace_metadata_reads() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+        let path = crate::package_dir().join("../../Cargo.toml");
         let text = std::fs::read_to_string(&path).expect("workspace Cargo.toml");
         let project = Project::from_cargo_toml(&path, &text).expect("the project's metadata");
         assert_eq!(project.version, env!("CARGO_PKG_VERSION"));

@@ -18,13 +18,30 @@ pub fn deploy_dir() -> PathBuf {
     workspace_root().join("deploy")
 }
 
-/// The root of the workspace this crate was built in.
+/// The root of the workspace the running program belongs to.
+///
+/// Under `cargo run` and `cargo test` that is the workspace of the package cargo runs (its
+/// `CARGO_MANIFEST_DIR` now); otherwise the one this crate was built in. The path baked in at
+/// build time alone is not enough: cargo reuses a build from a shared target directory for a
+/// clone of the same sources at another path, which would read the other clone's files.
 pub fn workspace_root() -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.parent()
-        .and_then(Path::parent)
-        .unwrap_or(here)
-        .to_owned()
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let package = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
+    package
+        .as_deref()
+        .and_then(enclosing_workspace)
+        .or_else(|| enclosing_workspace(built_in))
+        .unwrap_or_else(|| built_in.to_owned())
+}
+
+/// The nearest directory at or above `dir` whose `Cargo.toml` declares a `[workspace]`.
+fn enclosing_workspace(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|candidate| {
+            std::fs::read_to_string(candidate.join("Cargo.toml"))
+                .is_ok_and(|text| text.lines().any(|line| line.trim() == "[workspace]"))
+        })
+        .map(Path::to_owned)
 }
 
 /// Parses every document of a multi-document YAML text into objects, skipping empty documents.
@@ -202,5 +219,12 @@ mod tests {
     fn finds_the_workspace() {
         assert!(workspace_root().join("Cargo.toml").is_file());
         assert!(deploy_dir().ends_with("deploy"));
+        let root = workspace_root();
+        assert_eq!(
+            enclosing_workspace(&root.join("crates/testkit/src")).as_deref(),
+            Some(root.as_path()),
+            "a package's directory leads up to the workspace"
+        );
+        assert_eq!(enclosing_workspace(Path::new("/")), None);
     }
 }
