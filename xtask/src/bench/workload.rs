@@ -29,12 +29,8 @@ pub struct Phase {
     /// Per object, from its own create/patch response until it converged.
     pub p50_seconds: f64,
     pub p99_seconds: f64,
-    /// The cluster's part: from the first request until the last object's Deployment had every
-    /// pod of the latest spec ready and available.
-    pub cluster_seconds: f64,
-    /// The manager's part: per object, from its Deployment being ready (as above) until the
-    /// object reported it (converged).
-    pub reported_after: Spread,
+    /// Where each object's time went, from the object's Deployment as the bench watched it.
+    pub split: Split,
     /// Requests the API server dispatched for the manager during the phase, per object.
     pub requests_per_object: f64,
     /// The same, by resource and verb.
@@ -54,6 +50,12 @@ pub struct Spread {
     pub max: f64,
 }
 
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} / {:.2} / {:.2}", self.p50, self.p99, self.max)
+    }
+}
+
 impl Spread {
     /// Of `samples`, sorted.
     fn of(samples: &[f64]) -> Self {
@@ -63,6 +65,19 @@ impl Spread {
             max: samples.last().copied().unwrap_or(f64::NAN),
         }
     }
+}
+
+/// One phase's per-object time in three parts, in order.
+#[derive(Clone, Debug, Serialize)]
+pub struct Split {
+    /// The manager's: from the object's request's response until its Deployment asked for
+    /// the new size (created or changed).
+    pub reacted: Spread,
+    /// The cluster's: from then until the Deployment had every pod of that spec ready and
+    /// available ([`is_rolled_out`]).
+    pub rolled_out: Spread,
+    /// The manager's again: from then until the object reported it ([`is_converged`]).
+    pub reported: Spread,
 }
 
 /// The manager's resident memory at the moments that matter, in MiB.
@@ -201,20 +216,30 @@ where
 {
     let targets = tenants.targets();
     let expected: Arc<HashSet<String>> = Arc::new(targets.iter().map(Target::key).collect());
-    let converged_at = FirstSeen::default();
-    let ready_at = FirstSeen::default();
+    let (converged_at, written_at, ready_at): (FirstSeen, FirstSeen, FirstSeen) =
+        Default::default();
     let watches = [
         tokio::spawn(record_first(
             tenants.apis(cluster),
             expected.clone(),
-            move |memcached: &Memcached| is_converged(memcached, size),
-            converged_at.clone(),
+            vec![(
+                Box::new(move |memcached: &Memcached| is_converged(memcached, size)),
+                Arc::clone(&converged_at),
+            )],
         )),
         tokio::spawn(record_first(
             tenants.apis(cluster),
             expected,
-            move |deployment: &Deployment| is_rolled_out(deployment, size),
-            ready_at.clone(),
+            vec![
+                (
+                    Box::new(move |deployment: &Deployment| deployment.spec.replicas == Some(size)),
+                    Arc::clone(&written_at),
+                ),
+                (
+                    Box::new(move |deployment: &Deployment| is_rolled_out(deployment, size)),
+                    Arc::clone(&ready_at),
+                ),
+            ],
         )),
     ];
     let requests_before = counter.read(&cluster.client).await?;
@@ -251,30 +276,29 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Deployments that became ready before the object reported it are in; one whose watch
-    // event is still on its way is left out of the manager's part.
+    // A Deployment whose watch event is still on its way is left out of the split.
     watches.iter().for_each(tokio::task::JoinHandle::abort);
-    let converged_at = converged_at.lock().map(|m| m.clone()).unwrap_or_default();
-    let ready_at = ready_at.lock().map(|m| m.clone()).unwrap_or_default();
-    let since_start = |moments: &HashMap<String, Instant>| {
-        moments
-            .values()
-            .max()
-            .map_or(0.0, |last| last.duration_since(started).as_secs_f64())
-    };
+    let [converged_at, written_at, ready_at] = [converged_at, written_at, ready_at]
+        .map(|m| m.lock().map(|m| m.clone()).unwrap_or_default());
     let latencies = sorted_gaps(&changed_at, &converged_at);
-    let reported_after = sorted_gaps(&ready_at, &converged_at);
+    let split = Split {
+        reacted: Spread::of(&sorted_gaps(&changed_at, &written_at)),
+        rolled_out: Spread::of(&sorted_gaps(&written_at, &ready_at)),
+        reported: Spread::of(&sorted_gaps(&ready_at, &converged_at)),
+    };
     let requests = counter.read(&cluster.client).await?.since(&requests_before);
     #[allow(clippy::cast_precision_loss)]
     let count = targets.len() as f64;
-    let seconds = since_start(&converged_at);
+    let seconds = converged_at
+        .values()
+        .max()
+        .map_or(0.0, |last| last.duration_since(started).as_secs_f64());
     Ok(Phase {
         seconds,
         objects_per_second: count / seconds.max(f64::EPSILON),
         p50_seconds: percentile(&latencies, 50.0),
         p99_seconds: percentile(&latencies, 99.0),
-        cluster_seconds: since_start(&ready_at),
-        reported_after: Spread::of(&reported_after),
+        split,
         requests_per_object: requests.total() / count,
         requests_by_kind: requests.per(count),
         cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
@@ -305,13 +329,15 @@ fn sorted_gaps(from: &HashMap<String, Instant>, to: &HashMap<String, Instant>) -
     gaps
 }
 
-/// Notes the first moment each of the `expected` objects (`namespace/name`) is in the state
-/// `reached` tells, watching each namespace's objects of `K`.
+/// A state of an object, and where the first moment each object is seen in it goes.
+type Milestone<K> = (Box<dyn Fn(&K) -> bool + Send>, FirstSeen);
+
+/// Notes the first moment each of the `expected` objects (`namespace/name`) reaches each
+/// milestone, watching each namespace's objects of `K`.
 async fn record_first<K>(
     apis: Vec<Api<K>>,
     expected: Arc<HashSet<String>>,
-    reached: impl Fn(&K) -> bool,
-    first_seen: FirstSeen,
+    milestones: Vec<Milestone<K>>,
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -323,19 +349,21 @@ async fn record_first<K>(
     }));
     while let Some(event) = events.next().await {
         let Ok(object) = event else { continue };
-        if !reached(&object) {
-            continue;
-        }
         let meta = object.meta();
         let key = format!(
             "{}/{}",
             meta.namespace.as_deref().unwrap_or_default(),
             meta.name.as_deref().unwrap_or_default()
         );
-        if expected.contains(&key)
-            && let Ok(mut map) = first_seen.lock()
-        {
-            map.entry(key).or_insert_with(Instant::now);
+        if !expected.contains(&key) {
+            continue;
+        }
+        for (reached, first_seen) in &milestones {
+            if reached(&object)
+                && let Ok(mut map) = first_seen.lock()
+            {
+                map.entry(key.clone()).or_insert_with(Instant::now);
+            }
         }
     }
 }
