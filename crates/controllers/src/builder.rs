@@ -221,9 +221,8 @@ where
         let client = self.ctx.client.clone();
         let driver = Driver::<K>::new(self.name, &self.ctx);
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
-        let cache = self.store.clone();
         let controller = self.triggers.into_iter().fold(
-            Controller::for_stream(resources, cache.clone()),
+            Controller::for_stream(resources, self.store.clone()),
             |controller, triggers| controller.reconcile_on(driver.track(triggers)),
         );
         let (events, publisher) =
@@ -254,7 +253,7 @@ where
         };
         let refused = driver.refused();
         let result = tokio::select! {
-            result = driver.run(controller, cache, reconcile_reporting, scoped) => result,
+            result = driver.run(controller, reconcile_reporting, scoped) => result,
             // Refused before its first list, nothing has been reconciled yet.
             refusal = refused => Err(refusal),
         };

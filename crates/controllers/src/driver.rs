@@ -11,8 +11,7 @@
 //!   `..._active_workers` are recorded around it;
 //! - a failure is retried with per-object exponential backoff ([`crate::backoff`]), reset on the
 //!   next success, and counted in `workqueue_retries_total`;
-//! - at most `max_concurrent_reconciles` run at once (never two for the same object), first
-//!   triggered, first reconciled (see [`reconcile_in_turn`]);
+//! - at most `max_concurrent_reconciles` run at once (never two for the same object);
 //! - cancelling the shutdown token stops new reconciles and lets running ones finish.
 //!
 //! # How `workqueue_depth` is derived
@@ -69,6 +68,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     queue: Arc<Queue<K>>,
+    /// The cache of the custom resources, once [`Driver::watch_resources`] made it.
+    cache: std::sync::OnceLock<kube::runtime::reflector::Store<K>>,
     /// Set when the API server refuses the custom resources' watch before its first list.
     refusal: Arc<Refusal>,
 }
@@ -101,6 +102,7 @@ where
             metrics: ctx.metrics.clone(),
             shutdown: ctx.shutdown.clone(),
             queue,
+            cache: std::sync::OnceLock::new(),
             refusal: Arc::default(),
         }
     }
@@ -123,6 +125,7 @@ where
         let name = self.name;
         let refusal = self.refusal.clone();
         let cached = writer.as_reader();
+        let _ = self.cache.set(cached.clone());
         let mut listed = false;
         scope::watch(client, namespaces, &watcher::Config::default(), cached.clone())
             // `kubectl apply`'s copy of the object is never read, and would be most of what the
@@ -148,9 +151,6 @@ where
                             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)
                                 if asks =>
                             {
-                                // Passed on even when the object waits already (unlike
-                                // `track`'s): a new object of a deleted one's name must not
-                                // count on the old one's turn, and these are few.
                                 queue.add(crate::object_key(&obj));
                                 Some(Ok(obj))
                             }
@@ -188,20 +188,16 @@ where
         }
     }
 
-    /// Counts the requests of a trigger stream (mapped from a shared watch) into the queue, and
-    /// drops those for an object already waiting there: the reconcile it waits for reads the
-    /// caches once it starts, and so sees what the dropped trigger announced (a watch updates
-    /// its cache before it tells the controllers).
+    /// Counts the requests of a trigger stream (mapped from a shared watch) into the queue.
     pub fn track(
         &self,
         triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
     ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static {
         let queue = self.queue.clone();
-        triggers.filter(move |r| std::future::ready(queue.add(r.clone())))
+        triggers.inspect(move |r| queue.add(r.clone()))
     }
 
     /// Runs `controller` with `reconcile` until shutdown, then waits for running reconciles.
-    /// `cache` holds the custom resources the controller reconciles.
     ///
     /// # Errors
     /// None today: per-object failures are retried, and watch failures retried by the watcher.
@@ -209,7 +205,6 @@ where
     pub async fn run<C, F, Fut>(
         self,
         controller: Controller<K>,
-        cache: Store<K>,
         reconcile: F,
         context: Arc<C>,
     ) -> Result<(), Error>
@@ -227,9 +222,6 @@ where
             metrics: self.metrics.clone(),
             backoff: backoff.clone(),
             queue: queue.clone(),
-            workers: tokio::sync::Semaphore::new(usize::from(self.concurrency)),
-            cache: cache.clone(),
-            shutdown: self.shutdown.clone(),
         });
         tracing::info!(
             controller = name,
@@ -237,15 +229,14 @@ where
             "controller starting"
         );
         let results = controller
-            // Unbounded for kube's runner, bounded by `Shared::workers`: see `reconcile_in_turn`.
             .with_config(
                 controller::Config::default()
-                    .concurrency(0)
+                    .concurrency(self.concurrency)
                     .debounce(self.debounce),
             )
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(
-                move |obj, shared| reconcile_in_turn(reconcile.clone(), obj, shared),
+                move |obj, shared| reconcile_instrumented(reconcile.clone(), obj, shared),
                 error_policy,
                 shared,
             )
@@ -272,6 +263,7 @@ where
             });
         let mut results = std::pin::pin!(results);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let cache = self.cache.get().cloned();
         let mut stopping = false;
         loop {
             tokio::select! {
@@ -282,7 +274,9 @@ where
                     // kube's runner holds every reconcile until the cache has its first list,
                     // and stops polling the watch once shutdown starts: stopped before then,
                     // it would wait forever. Nothing can be in flight, so return at once.
-                    let synced = cache.wait_until_ready().now_or_never().is_some();
+                    let synced = cache.as_ref().is_none_or(|c| {
+                        futures::FutureExt::now_or_never(c.wait_until_ready()).is_some()
+                    });
                     if !synced {
                         tracing::info!(controller = name, "stopped before its cache had synced");
                         break;
@@ -325,51 +319,6 @@ struct Shared<K: Resource<DynamicType = ()> + 'static, C> {
     metrics: Arc<Metrics>,
     backoff: Arc<Backoff<ObjectRef<K>>>,
     queue: Arc<Queue<K>>,
-    /// One permit per concurrent reconcile, handed out first come, first served.
-    workers: tokio::sync::Semaphore,
-    /// The custom resources, read again once a reconcile's turn comes.
-    cache: Store<K>,
-    shutdown: CancellationToken,
-}
-
-/// Waits for a worker, then reconciles the object as the cache shows it by then.
-///
-/// kube's runner, once its workers are all busy, keeps what falls due in a hash set and takes
-/// from it in hash order: under a queue that never empties, an unlucky object waited until it
-/// did (minutes, at thousands of objects), though its Deployment had long rolled out. So the
-/// runner is left unbounded and starts a reconcile for everything due, and each waits here for
-/// a permit of a fair semaphore: first triggered, first reconciled, as in controller-runtime's
-/// queue. A trigger for an object already waiting is dropped ([`Driver::track`]), because the
-/// reconcile it would ask for reads the cache only once its turn comes.
-async fn reconcile_in_turn<K, C, F, Fut>(
-    reconcile: F,
-    obj: Arc<K>,
-    shared: Arc<Shared<K, C>>,
-) -> Result<Action, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-    F: Fn(Arc<K>, Arc<C>) -> Fut,
-    Fut: Future<Output = Result<Outcome, Error>>,
-{
-    let key = crate::object_key(obj.as_ref());
-    drop(obj);
-    let permit = tokio::select! {
-        biased;
-        () = shared.shutdown.cancelled() => None,
-        permit = shared.workers.acquire() => permit.ok(),
-    };
-    let Some(_permit) = permit else {
-        // Stopping: what has not started is left for the next leader.
-        return Ok(Action::await_change());
-    };
-    let processing = shared.queue.start(&key);
-    let Some(obj) = shared.cache.get(&key) else {
-        // Deleted while it waited.
-        drop(processing);
-        shared.backoff.reset(&key);
-        return Ok(Action::await_change());
-    };
-    reconcile_instrumented(reconcile, obj, processing, shared.clone()).await
 }
 
 /// Lowers `controller_runtime_active_workers` when a reconcile ends, however it ends.
@@ -388,11 +337,9 @@ impl Drop for ActiveWorker {
     }
 }
 
-/// Runs one reconcile that has left the queue (`processing`), with its span and metrics.
 async fn reconcile_instrumented<K, C, F, Fut>(
     reconcile: F,
     obj: Arc<K>,
-    processing: Processing<K>,
     shared: Arc<Shared<K, C>>,
 ) -> Result<Action, Error>
 where
@@ -402,6 +349,7 @@ where
 {
     let controller = shared.name;
     let key = crate::object_key(obj.as_ref());
+    let processing = shared.queue.start(&key);
     let span = tracing::info_span!(
         "reconcile",
         controller,
@@ -420,8 +368,7 @@ where
             .reconcile_time_seconds
             .with_label_values(&[controller])
             .start_timer();
-        let running =
-            std::panic::AssertUnwindSafe(Box::pin(reconcile(obj, shared.context.clone())));
+        let running = std::panic::AssertUnwindSafe(reconcile(obj, shared.context.clone()));
         let outcome = running.catch_unwind().instrument(span.clone()).await;
         drop(processing);
         outcome.unwrap_or_else(|panic| {
@@ -583,17 +530,12 @@ impl<K: Resource<DynamicType = ()> + 'static> Queue<K> {
         out
     }
 
-    /// Queues `key`; false when it was waiting already (triggered and not started).
-    fn add(&self, key: ObjectRef<K>) -> bool {
+    fn add(&self, key: ObjectRef<K>) {
         self.metrics.adds.inc();
         self.with_state(|s| {
-            if s.waiting.contains_key(&key) {
-                return false;
-            }
             let since = s.due.remove(&key).unwrap_or_else(Instant::now);
-            s.waiting.insert(key, since);
-            true
-        })
+            s.waiting.entry(key).or_insert(since);
+        });
     }
 
     fn add_after(&self, key: ObjectRef<K>, after: Duration) {
@@ -830,123 +772,6 @@ mod tests {
         assert_eq!(q.metrics.longest_running.get(), 0.0);
     }
 
-    /// Runs a driver of `concurrency` over `objects` (all in its cache), fed by `triggers`;
-    /// each reconcile records its object's name, then waits for `release` to let it finish.
-    async fn run_recording(
-        objects: &[&str],
-        concurrency: u16,
-        triggers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<Memcached>>,
-        release: Arc<tokio::sync::Semaphore>,
-        shutdown: CancellationToken,
-    ) -> Vec<String> {
-        let server = crate::fake::ApiServer::failing(500, "unused");
-        let client = server.client();
-        let ctx = RunContext {
-            watches: crate::SharedWatches::new(
-                client.clone(),
-                crate::Namespaces::all(),
-                CancellationToken::new(),
-            ),
-            client,
-            options: crate::RunOptions {
-                max_concurrent_reconciles: concurrency,
-                debounce: Duration::ZERO,
-                ..Default::default()
-            },
-            metrics: Arc::new(Metrics::new().expect("metrics")),
-            shutdown,
-            rules: &[],
-        };
-        let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
-        for name in objects {
-            writer.apply_watcher_event(&watcher::Event::InitApply((*memcached(name)).clone()));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        let driver = Driver::<Memcached>::new("test", &ctx);
-        let controller = Controller::for_stream(futures::stream::pending(), cache.clone())
-            .reconcile_on(driver.track(triggers));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let recording = {
-            let seen = seen.clone();
-            move |obj: Arc<Memcached>, _: Arc<()>| {
-                let (seen, release) = (seen.clone(), release.clone());
-                async move {
-                    seen.lock()
-                        .expect("not poisoned")
-                        .push(kube::ResourceExt::name_any(obj.as_ref()));
-                    release.acquire().await.expect("open").forget();
-                    Ok(Outcome::Done)
-                }
-            }
-        };
-        driver
-            .run(controller, cache, recording, Arc::new(()))
-            .await
-            .expect("runs");
-        seen.lock().expect("not poisoned").clone()
-    }
-
-    #[tokio::test]
-    async fn a_busy_controller_reconciles_in_the_order_objects_were_triggered() {
-        // kube's runner picks what is due from a hash set once all its workers are busy, so an
-        // unlucky object could wait until the queue ran dry; the queue must be first come,
-        // first served, like controller-runtime's.
-        let names: Vec<String> = (0..200).map(|i| format!("m{i:03}")).collect();
-        let objects: Vec<&str> = names.iter().map(String::as_str).collect();
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        let release = Arc::new(tokio::sync::Semaphore::new(0));
-        let shutdown = CancellationToken::new();
-        let running = tokio::spawn({
-            let (objects, release, shutdown) = (names.clone(), release.clone(), shutdown.clone());
-            async move {
-                let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
-                run_recording(&objects, 2, rx, release, shutdown).await
-            }
-        });
-        // A few milliseconds apart: kube's timer wheel, which every trigger passes through,
-        // tells times apart to the millisecond only.
-        for name in &objects {
-            tx.unbounded_send(key(name)).expect("running");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        // Triggered again while waiting: still one reconcile each.
-        for name in objects.iter().skip(50).step_by(10) {
-            tx.unbounded_send(key(name)).expect("running");
-        }
-        for _ in 0..objects.len() {
-            release.add_permits(1);
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        shutdown.cancel();
-        let seen = running.await.expect("no panic");
-        assert_eq!(seen, names);
-    }
-
-    #[tokio::test]
-    async fn shutdown_drops_what_waits_and_lets_running_reconciles_finish() {
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        let release = Arc::new(tokio::sync::Semaphore::new(0));
-        let shutdown = CancellationToken::new();
-        let running = tokio::spawn({
-            let (release, shutdown) = (release.clone(), shutdown.clone());
-            async move { run_recording(&["a", "b", "c"], 1, rx, release, shutdown).await }
-        });
-        for name in ["a", "b", "c"] {
-            tx.unbounded_send(key(name)).expect("running");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        shutdown.cancel();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        release.add_permits(1);
-        let seen = tokio::time::timeout(Duration::from_secs(5), running)
-            .await
-            .expect("stops once the running reconcile ends")
-            .expect("no panic");
-        assert_eq!(seen, ["a"], "only the running reconcile finishes");
-    }
-
     fn shared(metrics: &Arc<Metrics>) -> Arc<Shared<Memcached, ()>> {
         Arc::new(Shared {
             name: "test",
@@ -954,9 +779,6 @@ mod tests {
             metrics: metrics.clone(),
             backoff: Arc::default(),
             queue: Arc::new(Queue::new(metrics.queue("test"))),
-            workers: tokio::sync::Semaphore::new(1),
-            cache: kube::runtime::reflector::store().0,
-            shutdown: CancellationToken::new(),
         })
     }
 
@@ -983,9 +805,7 @@ mod tests {
             }
             Ok(Outcome::Done)
         };
-        let processing = shared.queue.start(&key("a"));
-        let result =
-            reconcile_instrumented(panicking, memcached("a"), processing, shared.clone()).await;
+        let result = reconcile_instrumented(panicking, memcached("a"), shared.clone()).await;
         assert!(
             matches!(&result, Err(Error::Panicked { message }) if message == "boom"),
             "{result:?}"
@@ -1010,8 +830,7 @@ mod tests {
             })
         };
         let obj = memcached("a");
-        let processing = shared.queue.start(&key("a"));
-        let error = reconcile_instrumented(missing, obj.clone(), processing, shared.clone())
+        let error = reconcile_instrumented(missing, obj.clone(), shared.clone())
             .await
             .expect_err("failed");
         assert_eq!(
