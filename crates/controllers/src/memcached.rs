@@ -357,42 +357,34 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
     }
     let (namespace, name) = (mc.namespace().unwrap_or_default(), mc.name_any());
     let regarding = mc.object_ref(&());
-    let (desired_service, desired_deployment) = (desired_service(mc)?, desired_deployment(mc)?);
-    let budget = async {
-        if mc.spec.size > 1 {
-            let desired = desired_budget(mc)?;
-            ctx.budgets
-                .ensure(&desired, &regarding, &owner.events)
-                .await?;
-        } else if ctx
-            .budgets
-            .remove(&namespace, &name, &mc.uid().unwrap_or_default())
-            .await?
-        {
-            tracing::debug!("deleted the PodDisruptionBudget of a single pod");
-        }
-        Ok::<_, Error>(())
-    };
-    // No child needs another to exist first, so they are written together: a new object's
-    // reconcile waits for one round trip instead of one per child (under load each is tens of
-    // milliseconds, and every object queued behind waits for them too). All of them run to the
-    // end, since a failed write must not cancel the others mid-flight; the first failure is
-    // returned.
-    let (service, budget, ensured) = futures::join!(
-        ctx.services
-            .ensure(&desired_service, &regarding, &owner.events),
-        budget,
-        owner
-            .deployments
-            .ensure(mc, &desired_deployment, &owner.events),
-    );
-    let service = match service? {
+    let desired = desired_service(mc)?;
+    let service = match ctx
+        .services
+        .ensure(&desired, &regarding, &owner.events)
+        .await?
+    {
         Child::Current => Some(service_name(&name)),
         Child::Foreign => None,
         Child::NamespaceTerminating => return Ok(Outcome::Done),
     };
-    budget?;
-    let deployment = match ensured?.proceed() {
+    if mc.spec.size > 1 {
+        let desired = desired_budget(mc)?;
+        ctx.budgets
+            .ensure(&desired, &regarding, &owner.events)
+            .await?;
+    } else if ctx
+        .budgets
+        .remove(&namespace, &name, &mc.uid().unwrap_or_default())
+        .await?
+    {
+        tracing::debug!("deleted the PodDisruptionBudget of a single pod");
+    }
+    let desired = desired_deployment(mc)?;
+    let ensured = owner
+        .deployments
+        .ensure(mc, &desired, &owner.events)
+        .await?;
+    let deployment = match ensured.proceed() {
         ControlFlow::Continue(deployment) => deployment,
         ControlFlow::Break(outcome) => return Ok(outcome),
     };
@@ -432,77 +424,6 @@ mod tests {
         mc.metadata.uid = Some("uid-1".into());
         mc.metadata.generation = Some(2);
         mc
-    }
-
-    #[tokio::test]
-    async fn a_new_memcached_has_its_children_written_together() {
-        // An API server that never answers: whatever was sent was sent without waiting.
-        let server =
-            crate::fake::ApiServer::answering(|_| (200, serde_json::json!({}))).delayed(None);
-        let client = server.client();
-        let stop = tokio_util::sync::CancellationToken::new();
-        let ctx = RunContext {
-            watches: crate::SharedWatches::new(
-                client.clone(),
-                crate::Namespaces::all(),
-                stop.clone(),
-            ),
-            client: client.clone(),
-            options: crate::RunOptions::default(),
-            metrics: Arc::new(crate::Metrics::new().expect("metrics")),
-            shutdown: stop.clone(),
-            rules: &RULES,
-        };
-        let pods = ctx.watches.pods();
-        let builder = Builder::<Memcached>::new(NAME, &ctx);
-        let store = builder.store();
-        let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
-        let (builder, services) = OwnedChildren::declare(
-            builder,
-            watches::managed_metadata::<Service>(),
-            FIELD_MANAGER,
-        );
-        let (_, budgets) = OwnedChildren::declare(
-            builder,
-            watches::managed_by_generation::<PodDisruptionBudget>(),
-            FIELD_MANAGER,
-        );
-        let (events, _publisher) = crate::events::Events::start(client.clone(), NAME, "test");
-        let context = Context {
-            owner: OwnerTools::new(
-                crate::builder::Tools {
-                    client,
-                    events,
-                    store,
-                },
-                deployments,
-            ),
-            pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),
-            services,
-            budgets,
-        };
-        let reconciling = tokio::spawn(reconcile(Arc::new(memcached("m", 2)), Arc::new(context)));
-        let written = |kind: &str| {
-            server
-                .requests()
-                .iter()
-                .any(|r| r.method == "POST" && r.path.ends_with(&format!("/namespaces/ns/{kind}")))
-        };
-        let children = ["services", "poddisruptionbudgets", "deployments"];
-        for _ in 0..500 {
-            if children.iter().all(|kind| written(kind)) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        reconciling.abort();
-        stop.cancel();
-        for kind in children {
-            assert!(
-                written(kind),
-                "{kind} created while the others wait for an answer"
-            );
-        }
     }
 
     fn pod(name: &str, namespace: &str, labels: BTreeMap<String, String>) -> PodMeta {
