@@ -21,7 +21,6 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -221,17 +220,15 @@ where
         let client = self.ctx.client.clone();
         let driver = Driver::<K>::new(self.name, &self.ctx);
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
-        let controller = self.triggers.into_iter().fold(
-            Controller::for_stream(resources, self.store.clone()),
-            |controller, triggers| controller.reconcile_on(driver.track(triggers)),
-        );
+        let mut triggers = self.triggers;
+        triggers.insert(0, resources.boxed());
         let (events, publisher) =
             Events::start(client.clone(), self.name, &self.ctx.options.instance);
         let scoped = Arc::new(Scoped {
             context: Arc::new(context(Tools {
                 client,
                 events: events.clone(),
-                store: self.store,
+                store: self.store.clone(),
             })),
             events,
         });
@@ -253,7 +250,7 @@ where
         };
         let refused = driver.refused();
         let result = tokio::select! {
-            result = driver.run(controller, reconcile_reporting, scoped) => result,
+            result = driver.run(triggers, self.store, reconcile_reporting, scoped) => result,
             // Refused before its first list, nothing has been reconciled yet.
             refusal = refused => Err(refusal),
         };

@@ -1,37 +1,38 @@
-//! The shared driver: runs a kube [`Controller`] for a custom resource with the same metrics,
-//! backoff, tracing, concurrency bound and graceful shutdown for every controller.
+//! The shared driver: runs one controller's reconciles with the same queue, metrics, backoff,
+//! tracing, concurrency bound and graceful shutdown for every controller.
 //!
-//! The [`crate::builder::Builder`] builds the `Controller` from what a controller declares, and
+//! The [`crate::builder::Builder`] gathers the triggers from what a controller declares (its
+//! own resources' watch, its children's and other caches' events mapped to its objects), and
 //! the controller writes a reconcile function returning [`Outcome`]; [`Driver::run`] does the
 //! rest:
 //!
+//! - every trigger goes through the controller's [`WorkQueue`]: first come first served, each
+//!   object queued once however often it is triggered, and never reconciled twice at once (a
+//!   trigger while it runs runs it once more afterwards), as client-go's work queue;
+//! - a free worker takes the next key and reads its object from the cache as it is then;
+//!   nothing is reconciled before the cache has its first list;
 //! - each reconcile runs in a `reconcile` span with `controller`, `namespace` and `name`;
 //! - `controller_runtime_reconcile_total{controller,result}`, `..._errors_total`,
 //!   `..._reconcile_time_seconds` (a drop-guard timer, so a cancelled reconcile is timed too) and
-//!   `..._active_workers` are recorded around it;
+//!   `..._active_workers` are recorded around it, and the work-queue metrics by the queue;
 //! - a failure is retried with per-object exponential backoff ([`crate::backoff`]), reset on the
 //!   next success, and counted in `workqueue_retries_total`;
-//! - at most `max_concurrent_reconciles` run at once (never two for the same object);
+//! - at most `max_concurrent_reconciles` run at once;
 //! - cancelling the shutdown token stops new reconciles and lets running ones finish.
 //!
-//! # How `workqueue_depth` is derived
-//! kube's scheduler is internal, so the driver keeps a shadow of it: an object enters the queue
-//! when a watch event triggers it (also counted in `workqueue_adds_total`) or when a requeue it
-//! asked for (or a retry) falls due, and leaves it when its reconcile starts, or when it turns
-//! out to be gone. The gauge is the number of such objects, refreshed on every change and every
-//! second. Like controller-runtime's queue, an object is counted once however often it is
-//! triggered, and a requeue counts only once due.
+//! The driver holds keys, not reconcile futures, until a worker is free: kube's controller
+//! runner keeps a future per triggered object and moves what falls due into a hash set once its
+//! workers are busy, so under a full queue an object whose key hashed late waited until the
+//! queue ran dry, and a queue of thousands cost a poll of each on every wake-up.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt as _;
-use futures::{Stream, StreamExt};
+use futures::stream::{BoxStream, FuturesUnordered};
+use futures::{FutureExt as _, Stream, StreamExt};
 use kube::Resource;
-use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use prometheus::IntGauge;
@@ -41,9 +42,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::metrics::{QueueMetrics, result};
+use crate::metrics::result;
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::watches::{Refusal, refusal_reason};
+use crate::workqueue::WorkQueue;
 use crate::{Error, Metrics, RunContext};
 
 /// How long a successful reconcile waits before it runs again without any watch event: a
@@ -67,11 +69,9 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     debounce: Duration,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-    queue: Arc<Queue<K>>,
-    /// The cache of the custom resources, once [`Driver::watch_resources`] made it.
-    cache: std::sync::OnceLock<kube::runtime::reflector::Store<K>>,
     /// Set when the API server refuses the custom resources' watch before its first list.
     refusal: Arc<Refusal>,
+    _resource: std::marker::PhantomData<fn() -> K>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Debug for Driver<K> {
@@ -83,49 +83,48 @@ impl<K: Resource<DynamicType = ()> + 'static> Debug for Driver<K> {
     }
 }
 
+/// A reconcile in progress: it yields its key and what it returned.
+type Running<K> = futures::future::BoxFuture<'static, (ObjectRef<K>, Result<Outcome, Error>)>;
+
 impl<K> Driver<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// A driver for the controller `name`, with the options, metrics and shutdown of `ctx`.
     ///
-    /// `max_concurrent_reconciles` of 0 is taken as 1 (as controller-runtime does): kube reads 0
-    /// as "unbounded", which is never what a configuration means.
+    /// `max_concurrent_reconciles` of 0 is taken as 1 (as controller-runtime does): nothing
+    /// would ever run otherwise, which is never what a configuration means.
     pub fn new(name: &'static str, ctx: &RunContext) -> Self {
         let concurrency = ctx.options.max_concurrent_reconciles.max(1);
         ctx.metrics.init_controller(name, concurrency);
-        let queue = Arc::new(Queue::new(ctx.metrics.queue(name)));
         Self {
             name,
             concurrency,
             debounce: ctx.options.debounce,
             metrics: ctx.metrics.clone(),
             shutdown: ctx.shutdown.clone(),
-            queue,
-            cache: std::sync::OnceLock::new(),
             refusal: Arc::default(),
+            _resource: std::marker::PhantomData,
         }
     }
 
     /// The watch of the custom resources themselves, as a trigger stream: every object added,
     /// or changed in a way that asks for a reconcile ([`asks_for_reconcile`]). Every change
-    /// reaches the cache. Watch errors are logged here and retried with backoff by the watcher,
-    /// instead of reaching the controller, which would pause every trigger.
+    /// reaches the cache `writer` fills. Watch errors are logged here and retried with backoff
+    /// by the watcher.
     pub fn watch_resources(
         &self,
         client: &kube::Client,
         namespaces: &Namespaces,
         mut writer: kube::runtime::reflector::store::Writer<K>,
-    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+    ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
     where
         K::Scope: ScopedApi,
     {
         use kube::runtime::WatchStreamExt;
-        let queue = self.queue.clone();
         let name = self.name;
         let refusal = self.refusal.clone();
         let cached = writer.as_reader();
-        let _ = self.cache.set(cached.clone());
         let mut listed = false;
         scope::watch(client, namespaces, &watcher::Config::default(), cached.clone())
             // `kubectl apply`'s copy of the object is never read, and would be most of what the
@@ -140,22 +139,14 @@ where
                     Ok(event) => {
                         listed |= matches!(event, watcher::Event::InitDone);
                         // Compared with the cached object before the cache takes the new one.
-                        let asks = match &event {
+                        let trigger = match &event {
                             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                                asks_for_reconcile(&cached, obj)
-                            }
-                            _ => false,
-                        };
-                        writer.apply_watcher_event(&event);
-                        match event {
-                            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)
-                                if asks =>
-                            {
-                                queue.add(crate::object_key(&obj));
-                                Some(Ok(obj))
+                                asks_for_reconcile(&cached, obj).then(|| crate::object_key(obj))
                             }
                             _ => None,
-                        }
+                        };
+                        writer.apply_watcher_event(&event);
+                        trigger
                     }
                     Err(e) => {
                         match refusal_reason(&e).filter(|_| !listed) {
@@ -188,23 +179,17 @@ where
         }
     }
 
-    /// Counts the requests of a trigger stream (mapped from a shared watch) into the queue.
-    pub fn track(
-        &self,
-        triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
-    ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static {
-        let queue = self.queue.clone();
-        triggers.inspect(move |r| queue.add(r.clone()))
-    }
-
-    /// Runs `controller` with `reconcile` until shutdown, then waits for running reconciles.
+    /// Reconciles with `reconcile` the objects of `cache` that `triggers` name, until shutdown;
+    /// then waits for the running reconciles. The triggers must include the watch that fills
+    /// `cache` ([`Driver::watch_resources`]): it is polled only through them.
     ///
     /// # Errors
     /// None today: per-object failures are retried, and watch failures retried by the watcher.
     /// The `Result` leaves room for a failure that must stop the manager.
     pub async fn run<C, F, Fut>(
         self,
-        controller: Controller<K>,
+        triggers: Vec<BoxStream<'static, ObjectRef<K>>>,
+        cache: Store<K>,
         reconcile: F,
         context: Arc<C>,
     ) -> Result<(), Error>
@@ -214,77 +199,84 @@ where
         Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
     {
         let name = self.name;
-        let queue = self.queue.clone();
-        let backoff = Arc::new(Backoff::<ObjectRef<K>>::default());
         let shared = Arc::new(Shared {
             name,
             context,
             metrics: self.metrics.clone(),
-            backoff: backoff.clone(),
-            queue: queue.clone(),
+            backoff: Backoff::default(),
+            retries: self.metrics.queue(name).retries,
         });
+        let mut queue = WorkQueue::new(self.debounce, self.metrics.queue(name));
+        let mut triggers = futures::stream::select_all(triggers);
+        let mut triggers_open = true;
+        let mut running: FuturesUnordered<Running<K>> = FuturesUnordered::new();
+        let mut synced = false;
+        let mut cache_ready = std::pin::pin!(cache.wait_until_ready());
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut stopping = false;
         tracing::info!(
             controller = name,
             concurrency = self.concurrency,
             "controller starting"
         );
-        let results = controller
-            .with_config(
-                controller::Config::default()
-                    .concurrency(self.concurrency)
-                    .debounce(self.debounce),
-            )
-            .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
-            .run(
-                move |obj, shared| reconcile_instrumented(reconcile.clone(), obj, shared),
-                error_policy,
-                shared,
-            )
-            .for_each(|res| {
-                match res {
-                    Ok(_) => {}
-                    Err(controller::Error::ObjectNotFound(gone)) => {
-                        // A trigger for an object that has been deleted meanwhile.
-                        let mut key = ObjectRef::<K>::new(&gone.name);
-                        key.namespace = gone.namespace.clone();
-                        queue.forget(&key);
-                        backoff.reset(&key);
+        loop {
+            if synced && !stopping {
+                while running.len() < usize::from(self.concurrency) {
+                    let Some(key) = queue.pop(Instant::now()) else {
+                        break;
+                    };
+                    let Some(obj) = cache.get(&key) else {
+                        // Triggered, then deleted before its turn.
+                        queue.gone(&key);
+                        shared.backoff.reset(&key);
+                        continue;
+                    };
+                    let reconciled = reconcile_instrumented(reconcile.clone(), obj, shared.clone());
+                    running.push(reconciled.map(move |result| (key, result)).boxed());
+                }
+            }
+            if stopping && running.is_empty() {
+                break;
+            }
+            let next_timer = queue.next_timer();
+            if let Some(at) = next_timer.filter(|at| *at != timer.deadline()) {
+                timer.as_mut().reset(at);
+            }
+            tokio::select! {
+                trigger = triggers.next(), if triggers_open && !stopping => match trigger {
+                    Some(key) => queue.trigger(key, Instant::now()),
+                    None => triggers_open = false,
+                },
+                Some((key, result)) = running.next(), if !running.is_empty() => {
+                    let requeue = match result {
+                        Ok(outcome) => Some(requeue_after(outcome)),
+                        Err(e) => retry_after(&key, &e, &shared),
+                    };
+                    if let Some(after) = requeue {
+                        tracing::debug!(controller = name, object = %key, requeue_after = ?after, "queued again");
                     }
-                    // Counted and logged by the driver's reconcile wrapper and error policy.
-                    Err(controller::Error::ReconcilerFailed(..)) => {}
-                    Err(controller::Error::QueueError(e)) => {
-                        tracing::warn!(controller = name, error = %e, "trigger stream failed");
-                    }
-                    Err(controller::Error::RunnerError(e)) => {
-                        tracing::error!(controller = name, error = %e, "controller runner failed");
+                    queue.done(&key, requeue.filter(|_| !stopping), Instant::now());
+                }
+                () = &mut timer, if next_timer.is_some() && !stopping => queue.fire(Instant::now()),
+                ready = &mut cache_ready, if !synced => {
+                    synced = true;
+                    if ready.is_err() {
+                        tracing::warn!(controller = name, "the cache's watch ended before its first list");
                     }
                 }
-                std::future::ready(())
-            });
-        let mut results = std::pin::pin!(results);
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let cache = self.cache.get().cloned();
-        let mut stopping = false;
-        loop {
-            tokio::select! {
-                () = &mut results => break,
-                _ = tick.tick() => queue.refresh(),
+                _ = tick.tick() => queue.refresh(Instant::now()),
                 () = self.shutdown.cancelled(), if !stopping => {
                     stopping = true;
-                    // kube's runner holds every reconcile until the cache has its first list,
-                    // and stops polling the watch once shutdown starts: stopped before then,
-                    // it would wait forever. Nothing can be in flight, so return at once.
-                    let synced = cache.as_ref().is_none_or(|c| {
-                        futures::FutureExt::now_or_never(c.wait_until_ready()).is_some()
-                    });
+                    // What waits is dropped: a new leader, or the next start, lists it again.
+                    queue.clear();
                     if !synced {
                         tracing::info!(controller = name, "stopped before its cache had synced");
-                        break;
                     }
                 }
             }
         }
-        queue.clear();
+        queue.refresh(Instant::now());
         tracing::info!(controller = name, "controller stopped");
         Ok(())
     }
@@ -317,8 +309,9 @@ struct Shared<K: Resource<DynamicType = ()> + 'static, C> {
     name: &'static str,
     context: Arc<C>,
     metrics: Arc<Metrics>,
-    backoff: Arc<Backoff<ObjectRef<K>>>,
-    queue: Arc<Queue<K>>,
+    backoff: Backoff<ObjectRef<K>>,
+    /// `workqueue_retries_total`: requeues asked for and retries after failures.
+    retries: prometheus::IntCounter,
 }
 
 /// Lowers `controller_runtime_active_workers` when a reconcile ends, however it ends.
@@ -341,7 +334,7 @@ async fn reconcile_instrumented<K, C, F, Fut>(
     reconcile: F,
     obj: Arc<K>,
     shared: Arc<Shared<K, C>>,
-) -> Result<Action, Error>
+) -> Result<Outcome, Error>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     F: Fn(Arc<K>, Arc<C>) -> Fut,
@@ -349,7 +342,6 @@ where
 {
     let controller = shared.name;
     let key = crate::object_key(obj.as_ref());
-    let processing = shared.queue.start(&key);
     let span = tracing::info_span!(
         "reconcile",
         controller,
@@ -370,7 +362,6 @@ where
             .start_timer();
         let running = std::panic::AssertUnwindSafe(reconcile(obj, shared.context.clone()));
         let outcome = running.catch_unwind().instrument(span.clone()).await;
-        drop(processing);
         outcome.unwrap_or_else(|panic| {
             shared
                 .metrics
@@ -385,21 +376,20 @@ where
     match outcome {
         Ok(outcome) => {
             shared.backoff.reset(&key);
-            let (label, after) = match outcome {
-                Outcome::Done => (result::SUCCESS, RESYNC_PERIOD),
-                Outcome::RequeueAfter(after) => (result::REQUEUE_AFTER, after),
+            let label = match outcome {
+                Outcome::Done => result::SUCCESS,
+                Outcome::RequeueAfter(_) => {
+                    shared.retries.inc();
+                    result::REQUEUE_AFTER
+                }
             };
             shared
                 .metrics
                 .reconcile_total
                 .with_label_values(&[controller, label])
                 .inc();
-            if label == result::REQUEUE_AFTER {
-                shared.queue.metrics.retries.inc();
-            }
-            shared.queue.add_after(key, after);
-            span.in_scope(|| tracing::debug!(result = label, requeue_after = ?after, "reconciled"));
-            Ok(Action::requeue(after))
+            span.in_scope(|| tracing::debug!(result = label, "reconciled"));
+            Ok(outcome)
         }
         Err(e) => {
             shared
@@ -432,205 +422,27 @@ where
     }
 }
 
-fn error_policy<K, C>(obj: Arc<K>, error: &Error, shared: Arc<Shared<K, C>>) -> Action
+/// When a successful reconcile runs again without a trigger.
+fn requeue_after(outcome: Outcome) -> Duration {
+    match outcome {
+        Outcome::Done => RESYNC_PERIOD,
+        Outcome::RequeueAfter(after) => after,
+    }
+}
+
+/// When a failed reconcile is retried: with backoff, or not at all when a retry would fail
+/// the same way (a terminal error waits for the object to change).
+fn retry_after<K, C>(key: &ObjectRef<K>, error: &Error, shared: &Shared<K, C>) -> Option<Duration>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()> + 'static,
 {
-    let key = crate::object_key(obj.as_ref());
     if error.is_terminal() {
-        // A retry would fail the same way: wait for the object to change.
-        shared.backoff.reset(&key);
-        return Action::await_change();
+        shared.backoff.reset(key);
+        return None;
     }
     let delay = shared.backoff.next_delay(key.clone());
-    shared.queue.metrics.retries.inc();
-    tracing::debug!(controller = shared.name, object = %key, retry_in = ?delay, "retrying with backoff");
-    shared.queue.add_after(key, delay);
-    Action::requeue(delay)
-}
-
-/// A shadow of the controller's queue, for the work-queue metrics (see the module
-/// documentation).
-struct Queue<K: Resource<DynamicType = ()> + 'static> {
-    state: Mutex<QueueState<K>>,
-    metrics: QueueMetrics,
-}
-
-struct QueueState<K: Resource<DynamicType = ()> + 'static> {
-    /// Triggered and not yet started, with when each was first triggered.
-    waiting: HashMap<ObjectRef<K>, Instant>,
-    /// Asked to run again at a later time, by that time (and a sequence number, for ties).
-    delayed: BTreeMap<(Instant, u64), ObjectRef<K>>,
-    /// Where each delayed object sits in `delayed`.
-    delayed_at: HashMap<ObjectRef<K>, (Instant, u64)>,
-    /// Past their time and not waiting: queued like the waiting ones, since their time.
-    due: HashMap<ObjectRef<K>, Instant>,
-    /// Reconciling now, since when (each reconcile has a number: a key is reconciled once at a
-    /// time, but its guard may outlive the next start by a moment).
-    processing: HashMap<u64, Instant>,
-    sequence: u64,
-}
-
-impl<K: Resource<DynamicType = ()> + 'static> QueueState<K> {
-    /// Every operation is proportional to what it changes, not to the queue: with thousands of
-    /// objects each holding a resync time, a scan per trigger was a visible share of the CPU.
-    fn depth(&self) -> usize {
-        self.waiting.len() + self.due.len()
-    }
-
-    /// Moves the delayed objects whose time has come to `due`.
-    fn advance(&mut self, now: Instant) {
-        while let Some(entry) = self.delayed.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let at = entry.key().0;
-            let key = entry.remove();
-            self.delayed_at.remove(&key);
-            if !self.waiting.contains_key(&key) {
-                self.due.insert(key, at);
-            }
-        }
-    }
-
-    fn undelay(&mut self, key: &ObjectRef<K>) {
-        if let Some(at) = self.delayed_at.remove(key) {
-            self.delayed.remove(&at);
-        }
-        self.due.remove(key);
-    }
-}
-
-impl<K: Resource<DynamicType = ()> + 'static> Queue<K> {
-    fn new(metrics: QueueMetrics) -> Self {
-        let state = QueueState {
-            waiting: HashMap::new(),
-            delayed: BTreeMap::new(),
-            delayed_at: HashMap::new(),
-            due: HashMap::new(),
-            processing: HashMap::new(),
-            sequence: 0,
-        };
-        Self {
-            state: Mutex::new(state),
-            metrics,
-        }
-    }
-
-    fn with_state<T>(&self, f: impl FnOnce(&mut QueueState<K>) -> T) -> T {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let out = f(&mut state);
-        state.advance(Instant::now());
-        self.metrics
-            .depth
-            .set(i64::try_from(state.depth()).unwrap_or(i64::MAX));
-        out
-    }
-
-    fn add(&self, key: ObjectRef<K>) {
-        self.metrics.adds.inc();
-        self.with_state(|s| {
-            let since = s.due.remove(&key).unwrap_or_else(Instant::now);
-            s.waiting.entry(key).or_insert(since);
-        });
-    }
-
-    fn add_after(&self, key: ObjectRef<K>, after: Duration) {
-        let now = Instant::now();
-        let at = now
-            .checked_add(after)
-            .unwrap_or_else(|| now + RESYNC_PERIOD);
-        self.with_state(|s| {
-            s.undelay(&key);
-            s.sequence += 1;
-            let slot = (at, s.sequence);
-            s.delayed.insert(slot, key.clone());
-            s.delayed_at.insert(key, slot);
-        });
-    }
-
-    /// The reconcile of `key` starts: it leaves the queue (its time there is observed) and
-    /// counts as processing until the returned guard drops (its time is observed then).
-    fn start(self: &Arc<Self>, key: &ObjectRef<K>) -> Processing<K> {
-        let now = Instant::now();
-        let number = self.with_state(|s| {
-            let queued = [s.waiting.remove(key), s.due.remove(key)]
-                .into_iter()
-                .flatten()
-                .min();
-            s.undelay(key);
-            if let Some(since) = queued {
-                self.metrics
-                    .queue_duration
-                    .observe(now.saturating_duration_since(since).as_secs_f64());
-            }
-            s.sequence += 1;
-            s.processing.insert(s.sequence, now);
-            s.sequence
-        });
-        Processing {
-            queue: self.clone(),
-            number,
-            since: now,
-        }
-    }
-
-    fn forget(&self, key: &ObjectRef<K>) {
-        self.with_state(|s| {
-            s.waiting.remove(key);
-            s.undelay(key);
-        });
-    }
-
-    /// Refreshes the depth, and the gauges of the reconciles in progress.
-    fn refresh(&self) {
-        let now = Instant::now();
-        let running: Vec<Duration> = self.with_state(|s| {
-            s.processing
-                .values()
-                .map(|since| now.saturating_duration_since(*since))
-                .collect()
-        });
-        let total: Duration = running.iter().sum();
-        let longest = running.iter().max().copied().unwrap_or_default();
-        self.metrics.unfinished_work.set(total.as_secs_f64());
-        self.metrics.longest_running.set(longest.as_secs_f64());
-    }
-
-    fn clear(&self) {
-        self.with_state(|s| {
-            s.waiting.clear();
-            s.delayed.clear();
-            s.delayed_at.clear();
-            s.due.clear();
-        });
-        self.refresh();
-    }
-
-    #[cfg(test)]
-    fn depth(&self) -> i64 {
-        self.metrics.depth.get()
-    }
-}
-
-/// A reconcile in progress, until dropped (however the reconcile ends).
-struct Processing<K: Resource<DynamicType = ()> + 'static> {
-    queue: Arc<Queue<K>>,
-    number: u64,
-    since: Instant,
-}
-
-impl<K: Resource<DynamicType = ()> + 'static> Drop for Processing<K> {
-    fn drop(&mut self) {
-        self.queue
-            .metrics
-            .work_duration
-            .observe(self.since.elapsed().as_secs_f64());
-        self.queue.with_state(|s| s.processing.remove(&self.number));
-    }
+    shared.retries.inc();
+    Some(delay)
 }
 
 /// What a panic carried, when it is text.
@@ -646,11 +458,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 mod tests {
     use super::*;
     use apis::Memcached;
-
-    fn queue() -> Arc<Queue<Memcached>> {
-        let metrics = Metrics::new().expect("valid metrics");
-        Arc::new(Queue::new(metrics.queue("test")))
-    }
 
     fn key(name: &str) -> ObjectRef<Memcached> {
         ObjectRef::new(name).within("ns")
@@ -695,81 +502,232 @@ mod tests {
         );
     }
 
-    #[test]
-    fn depth_counts_waiting_objects_once_and_due_requeues() {
-        let q = queue();
-        q.add(key("a"));
-        q.add(key("a"));
-        q.add(key("b"));
-        assert_eq!(
-            q.depth(),
-            2,
-            "an object is queued once however often it is triggered"
-        );
-        assert_eq!(q.metrics.adds.get(), 3);
-        drop(q.start(&key("a")));
-        assert_eq!(q.depth(), 1);
-        q.add_after(key("a"), Duration::from_secs(3600));
-        assert_eq!(q.depth(), 1, "a requeue counts only once due");
-        q.add_after(key("d"), Duration::ZERO);
-        assert_eq!(q.depth(), 2, "a due requeue counts");
-        q.add(key("d"));
-        assert_eq!(q.depth(), 2, "due and triggered is still one item");
-        q.forget(&key("d"));
-        drop(q.start(&key("b")));
-        assert_eq!(q.depth(), 0);
-        q.add(key("c"));
-        q.clear();
-        assert_eq!(q.depth(), 0);
+    /// What a recording reconcile does with each object.
+    #[derive(Clone, Copy)]
+    enum Then {
+        /// Waits for a permit of the release semaphore, then succeeds.
+        WaitForRelease,
+        /// Fails (not terminally) the first time it sees an object, then succeeds.
+        FailOnce,
     }
 
-    #[test]
-    fn a_requeue_counts_once_its_time_has_come() {
-        let q = queue();
-        q.add_after(key("a"), Duration::from_millis(1));
-        q.add_after(key("b"), Duration::from_secs(3600));
-        std::thread::sleep(Duration::from_millis(5));
-        q.refresh();
-        assert_eq!(q.depth(), 1, "a is due, b is not");
-        q.add_after(key("a"), Duration::from_secs(3600));
-        assert_eq!(q.depth(), 0, "a new time replaces the old one");
-        q.add(key("b"));
-        drop(q.start(&key("b")));
-        q.refresh();
-        assert_eq!(q.depth(), 0, "a started object leaves no requeue behind");
+    /// Runs a driver of `concurrency` over `objects` (all in its cache), fed by `triggers`,
+    /// until `shutdown`; each reconcile records its object's name, then does as `then` says.
+    async fn run_recording(
+        objects: &[&str],
+        concurrency: u16,
+        triggers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<Memcached>>,
+        then: Then,
+        release: Arc<tokio::sync::Semaphore>,
+        shutdown: CancellationToken,
+    ) -> Vec<String> {
+        let server = crate::fake::ApiServer::failing(500, "unused");
+        let client = server.client();
+        let ctx = RunContext {
+            watches: crate::SharedWatches::new(
+                client.clone(),
+                crate::Namespaces::all(),
+                CancellationToken::new(),
+            ),
+            client,
+            options: crate::RunOptions {
+                max_concurrent_reconciles: concurrency,
+                debounce: Duration::ZERO,
+                ..Default::default()
+            },
+            metrics: Arc::new(Metrics::new().expect("metrics")),
+            shutdown,
+            rules: &[],
+        };
+        let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        for name in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply((*memcached(name)).clone()));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let driver = Driver::<Memcached>::new("test", &ctx);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recording = {
+            let seen = seen.clone();
+            move |obj: Arc<Memcached>, _: Arc<()>| {
+                let (seen, release) = (seen.clone(), release.clone());
+                async move {
+                    let name = kube::ResourceExt::name_any(obj.as_ref());
+                    let first = {
+                        let mut seen = seen.lock().expect("not poisoned");
+                        let first = !seen.contains(&name);
+                        seen.push(name);
+                        first
+                    };
+                    match then {
+                        Then::WaitForRelease => {
+                            release.acquire().await.expect("open").forget();
+                        }
+                        Then::FailOnce if first => {
+                            return Err(Error::Panicked {
+                                message: "failing once".into(),
+                            });
+                        }
+                        Then::FailOnce => {}
+                    }
+                    Ok(Outcome::Done)
+                }
+            }
+        };
+        driver
+            .run(vec![triggers.boxed()], cache, recording, Arc::new(()))
+            .await
+            .expect("runs");
+        seen.lock().expect("not poisoned").clone()
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn time_in_the_queue_and_at_work_is_observed() {
-        let q = queue();
-        q.add(key("a"));
-        tokio::time::advance(Duration::from_secs(2)).await;
-        q.add(key("a"));
-        let a = q.start(&key("a"));
-        let waited = &q.metrics.queue_duration;
-        assert_eq!(waited.get_sample_count(), 1);
-        assert!(
-            (waited.get_sample_sum() - 2.0).abs() < 0.01,
-            "from the first trigger: {}",
-            waited.get_sample_sum()
-        );
-        tokio::time::advance(Duration::from_secs(3)).await;
-        q.add(key("b"));
-        let b = q.start(&key("b"));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        q.refresh();
-        assert!((q.metrics.unfinished_work.get() - 5.0).abs() < 0.01);
-        assert!((q.metrics.longest_running.get() - 4.0).abs() < 0.01);
-        drop(a);
-        let worked = &q.metrics.work_duration;
-        assert_eq!(worked.get_sample_count(), 1);
-        assert!((worked.get_sample_sum() - 4.0).abs() < 0.01);
-        q.refresh();
-        assert!((q.metrics.longest_running.get() - 1.0).abs() < 0.01);
-        drop(b);
-        q.refresh();
-        assert_eq!(q.metrics.unfinished_work.get(), 0.0);
-        assert_eq!(q.metrics.longest_running.get(), 0.0);
+    /// A driver recording what it reconciles, run in the background.
+    struct Recording {
+        triggers: futures::channel::mpsc::UnboundedSender<ObjectRef<Memcached>>,
+        release: Arc<tokio::sync::Semaphore>,
+        shutdown: CancellationToken,
+        running: tokio::task::JoinHandle<Vec<String>>,
+    }
+
+    impl Recording {
+        fn start(objects: &[&str], concurrency: u16, then: Then) -> Self {
+            let (triggers, rx) = futures::channel::mpsc::unbounded();
+            let release = Arc::new(tokio::sync::Semaphore::new(0));
+            let shutdown = CancellationToken::new();
+            let objects: Vec<String> = objects.iter().map(|o| (*o).to_owned()).collect();
+            let running = tokio::spawn({
+                let (release, shutdown) = (release.clone(), shutdown.clone());
+                async move {
+                    let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
+                    run_recording(&objects, concurrency, rx, then, release, shutdown).await
+                }
+            });
+            Self {
+                triggers,
+                release,
+                shutdown,
+                running,
+            }
+        }
+
+        fn trigger(&self, name: &str) {
+            self.triggers.unbounded_send(key(name)).expect("running");
+        }
+
+        /// Lets the running reconciles go one by one, then stops the driver: what was seen.
+        async fn finish(self, releases: usize) -> Vec<String> {
+            for _ in 0..releases {
+                self.release.add_permits(1);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.shutdown.cancel();
+            self.release.add_permits(releases.max(1));
+            tokio::time::timeout(Duration::from_secs(5), self.running)
+                .await
+                .expect("stops")
+                .expect("no panic")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_busy_controller_reconciles_in_the_order_objects_were_triggered() {
+        // kube's runner picked what was due from a hash set once all its workers were busy, so
+        // an unlucky object could wait until the queue ran dry.
+        let names: Vec<String> = (0..200).map(|i| format!("m{i:03}")).collect();
+        let objects: Vec<&str> = names.iter().map(String::as_str).collect();
+        let recording = Recording::start(&objects, 2, Then::WaitForRelease);
+        for name in objects.iter().rev().skip(100).rev() {
+            recording.trigger(name);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for name in objects.iter().skip(100) {
+            recording.trigger(name);
+        }
+        // Triggered again while waiting: still one reconcile each.
+        for name in objects.iter().skip(50).step_by(10) {
+            recording.trigger(name);
+        }
+        let seen = recording.finish(objects.len()).await;
+        assert_eq!(seen, names);
+    }
+
+    #[tokio::test]
+    async fn an_object_triggered_while_it_runs_runs_once_more_afterwards() {
+        let recording = Recording::start(&["a", "b"], 2, Then::WaitForRelease);
+        recording.trigger("a");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        recording.trigger("a");
+        recording.trigger("a");
+        recording.trigger("b");
+        let seen = recording.finish(3).await;
+        assert_eq!(seen, ["a", "b", "a"], "never two of one object at once");
+    }
+
+    #[tokio::test]
+    async fn a_failed_reconcile_is_retried_and_a_deleted_object_skipped() {
+        let recording = Recording::start(&["a"], 1, Then::FailOnce);
+        recording.trigger("gone");
+        recording.trigger("a");
+        let seen = recording.finish(0).await;
+        assert_eq!(seen, ["a", "a"], "retried after the first backoff");
+    }
+
+    #[tokio::test]
+    async fn shutdown_drops_what_waits_and_lets_running_reconciles_finish() {
+        let recording = Recording::start(&["a", "b", "c"], 1, Then::WaitForRelease);
+        for name in ["a", "b", "c"] {
+            recording.trigger(name);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        recording.shutdown.cancel();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!recording.running.is_finished(), "a is still running");
+        let seen = recording.finish(1).await;
+        assert_eq!(seen, ["a"], "only the running reconcile finishes");
+    }
+
+    #[tokio::test]
+    async fn nothing_runs_before_the_cache_has_its_first_list() {
+        let server = crate::fake::ApiServer::failing(500, "unused");
+        let ctx = RunContext {
+            watches: crate::SharedWatches::new(
+                server.client(),
+                crate::Namespaces::all(),
+                CancellationToken::new(),
+            ),
+            client: server.client(),
+            options: crate::RunOptions::default(),
+            metrics: Arc::new(Metrics::new().expect("metrics")),
+            shutdown: CancellationToken::new(),
+            rules: &[],
+        };
+        let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        writer.apply_watcher_event(&watcher::Event::InitApply((*memcached("a")).clone()));
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reconcile = {
+            let ran = ran.clone();
+            move |_: Arc<Memcached>, _: Arc<()>| {
+                ran.store(true, std::sync::atomic::Ordering::SeqCst);
+                async { Ok(Outcome::Done) }
+            }
+        };
+        let driver = Driver::<Memcached>::new("test", &ctx);
+        let running = tokio::spawn(driver.run(
+            vec![futures::stream::iter([key("a")]).boxed()],
+            cache,
+            reconcile,
+            Arc::new(()),
+        ));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        ctx.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("stops at once")
+            .expect("no panic")
+            .expect("runs");
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        drop(writer);
     }
 
     fn shared(metrics: &Arc<Metrics>) -> Arc<Shared<Memcached, ()>> {
@@ -777,8 +735,8 @@ mod tests {
             name: "test",
             context: Arc::new(()),
             metrics: metrics.clone(),
-            backoff: Arc::default(),
-            queue: Arc::new(Queue::new(metrics.queue("test"))),
+            backoff: Backoff::default(),
+            retries: metrics.queue("test").retries,
         })
     }
 
@@ -815,7 +773,13 @@ mod tests {
         assert_eq!(count(&metrics.reconcile_panics_total, &["test"]), 1);
         assert_eq!(count(&metrics.reconcile_errors_total, &["test"]), 1);
         assert_eq!(count(&metrics.reconcile_total, &["test", "error"]), 1);
-        assert_eq!(shared.queue.metrics.work_duration.get_sample_count(), 1);
+        assert_eq!(
+            metrics
+                .reconcile_time_seconds
+                .with_label_values(&["test"])
+                .get_sample_count(),
+            1
+        );
         assert_eq!(metrics.active_workers.with_label_values(&["test"]).get(), 0);
     }
 
@@ -840,10 +804,7 @@ mod tests {
                 .get(),
             1
         );
-        assert_eq!(
-            error_policy(obj, &error, shared.clone()),
-            Action::await_change()
-        );
-        assert_eq!(shared.queue.metrics.retries.get(), 0, "not retried");
+        assert_eq!(retry_after(&key("a"), &error, &shared), None);
+        assert_eq!(shared.retries.get(), 0, "not retried");
     }
 }

@@ -39,6 +39,7 @@ pub mod status;
 pub mod status_writer;
 pub mod watches;
 pub mod webhook;
+pub mod workqueue;
 pub mod writes;
 
 pub use error::Error;

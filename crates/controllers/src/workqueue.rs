@@ -1,0 +1,412 @@
+//! A controller's work queue, with client-go's semantics: the keys of objects to reconcile,
+//! first come first served, each queued at most once however often it is triggered, never
+//! handed out while its reconcile runs (a trigger meanwhile runs it once more afterwards), and
+//! a timer per key for requeues, retries and the debounce of triggers.
+//!
+//! It holds keys, not futures: the driver asks it for the next key whenever a worker is free
+//! and reads the object from the cache then, so a queue of thousands costs a few maps, and the
+//! work per operation is proportional to what it changes, not to the queue.
+//!
+//! It records controller-runtime's work-queue metrics as it goes: `workqueue_depth` counts the
+//! objects waiting (triggered, or with a requeue that has fallen due, and not yet started),
+//! `workqueue_adds_total` every trigger, `workqueue_queue_duration_seconds` the wait from the
+//! first trigger (or the due time) to the start, `workqueue_work_duration_seconds` each
+//! reconcile, and the unfinished-work gauges the running ones (on [`WorkQueue::refresh`]).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::metrics::QueueMetrics;
+
+/// Where a key stands, apart from running (see [`WorkQueue::running`]).
+#[derive(Debug, Default)]
+struct Entry {
+    /// Waiting for a reconcile since then: its first trigger, or the time its requeue fell due.
+    waiting_since: Option<Instant>,
+    /// Its slot in [`WorkQueue::timers`].
+    timer: Option<(Instant, u64)>,
+    /// In [`WorkQueue::ready`].
+    queued: bool,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.waiting_since.is_none() && self.timer.is_none() && !self.queued
+    }
+}
+
+/// Whether a new timer replaces an earlier one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    /// Always: a new trigger restarts its debounce.
+    Replace,
+    /// Only if the new one is earlier: a requeue never postpones a pending trigger.
+    Earliest,
+}
+
+/// The work queue of one controller (see the module documentation).
+#[derive(Debug)]
+pub struct WorkQueue<Key> {
+    /// How long a trigger waits for the next one before its key is queued.
+    debounce: Duration,
+    /// Keys ready to run, in the order they became ready.
+    ready: VecDeque<Key>,
+    entries: HashMap<Key, Entry>,
+    /// Pending timers by due time, with a sequence number that keeps ties in order.
+    timers: BTreeMap<(Instant, u64), Key>,
+    sequence: u64,
+    /// Keys being reconciled, since when.
+    running: HashMap<Key, Instant>,
+    /// Entries with `waiting_since`, running or not.
+    waiting: usize,
+    metrics: QueueMetrics,
+}
+
+impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
+    /// An empty queue whose triggers wait `debounce` for a further one (none when zero).
+    pub fn new(debounce: Duration, metrics: QueueMetrics) -> Self {
+        Self {
+            debounce,
+            ready: VecDeque::new(),
+            entries: HashMap::new(),
+            timers: BTreeMap::new(),
+            sequence: 0,
+            running: HashMap::new(),
+            waiting: 0,
+            metrics,
+        }
+    }
+
+    /// A watch event asks for `key` to be reconciled: it is queued after the debounce, unless
+    /// it is queued already. Running, it runs once more when done.
+    pub fn trigger(&mut self, key: Key, now: Instant) {
+        self.metrics.adds.inc();
+        let entry = self.entries.entry(key.clone()).or_default();
+        if entry.waiting_since.is_none() {
+            entry.waiting_since = Some(now);
+            self.waiting += 1;
+        }
+        if !entry.queued {
+            if self.debounce.is_zero() {
+                self.make_ready(key);
+            } else {
+                self.set_timer(key, later(now, self.debounce), Timer::Replace);
+            }
+        }
+        self.publish_depth();
+    }
+
+    /// When the next timer falls due, if any is pending.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.timers.first_key_value().map(|((at, _), _)| *at)
+    }
+
+    /// Queues the keys whose timers have fallen due by `now`.
+    pub fn fire(&mut self, now: Instant) {
+        while let Some(timer) = self.timers.first_entry() {
+            let at = timer.key().0;
+            if at > now {
+                break;
+            }
+            let key = timer.remove();
+            let entry = self.entries.entry(key.clone()).or_default();
+            entry.timer = None;
+            if entry.waiting_since.is_none() {
+                entry.waiting_since = Some(at);
+                self.waiting += 1;
+            }
+            self.make_ready(key);
+        }
+        self.publish_depth();
+    }
+
+    /// The next key to reconcile, which counts as running until [`WorkQueue::done`] or
+    /// [`WorkQueue::gone`]. Its pending timer is dropped: the reconcile sets the next one.
+    pub fn pop(&mut self, now: Instant) -> Option<Key> {
+        let key = self.ready.pop_front()?;
+        if let Some(entry) = self.entries.get_mut(&key) {
+            entry.queued = false;
+            if let Some(since) = entry.waiting_since.take() {
+                self.waiting -= 1;
+                self.metrics
+                    .queue_duration
+                    .observe(now.saturating_duration_since(since).as_secs_f64());
+            }
+            if let Some(slot) = entry.timer.take() {
+                self.timers.remove(&slot);
+            }
+            if entry.is_empty() {
+                self.entries.remove(&key);
+            }
+        }
+        self.running.insert(key.clone(), now);
+        self.publish_depth();
+        Some(key)
+    }
+
+    /// The reconcile of `key` has ended; it runs again after `requeue`, or at once when it was
+    /// triggered meanwhile.
+    pub fn done(&mut self, key: &Key, requeue: Option<Duration>, now: Instant) {
+        if let Some(since) = self.running.remove(key) {
+            self.metrics
+                .work_duration
+                .observe(now.saturating_duration_since(since).as_secs_f64());
+        }
+        let triggered = self
+            .entries
+            .get(key)
+            .is_some_and(|e| e.waiting_since.is_some() && e.timer.is_none() && !e.queued);
+        if triggered {
+            self.make_ready(key.clone());
+        }
+        if let Some(after) = requeue {
+            self.set_timer(key.clone(), later(now, after), Timer::Earliest);
+        }
+        self.publish_depth();
+    }
+
+    /// `key` was handed out but its object is gone: it leaves the queue entirely.
+    pub fn gone(&mut self, key: &Key) {
+        self.running.remove(key);
+        if let Some(entry) = self.entries.remove(key) {
+            if entry.waiting_since.is_some() {
+                self.waiting -= 1;
+            }
+            if let Some(slot) = entry.timer {
+                self.timers.remove(&slot);
+            }
+            if entry.queued {
+                self.ready.retain(|k| k != key);
+            }
+        }
+        self.publish_depth();
+    }
+
+    /// Drops every waiting key and timer (at shutdown); running reconciles still end with
+    /// [`WorkQueue::done`].
+    pub fn clear(&mut self) {
+        self.ready.clear();
+        self.entries.clear();
+        self.timers.clear();
+        self.waiting = 0;
+        self.publish_depth();
+        self.refresh(Instant::now());
+    }
+
+    /// Reconciles running now.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Updates the gauges of the reconciles in progress.
+    pub fn refresh(&self, now: Instant) {
+        let running = self
+            .running
+            .values()
+            .map(|since| now.saturating_duration_since(*since));
+        let (total, longest) = running.fold((Duration::ZERO, Duration::ZERO), |(t, l), d| {
+            (t + d, l.max(d))
+        });
+        self.metrics.unfinished_work.set(total.as_secs_f64());
+        self.metrics.longest_running.set(longest.as_secs_f64());
+    }
+
+    /// Objects waiting and not running (a running one that waits runs again when done).
+    fn depth(&self) -> usize {
+        let running_and_waiting = self
+            .running
+            .keys()
+            .filter(|k| {
+                self.entries
+                    .get(*k)
+                    .is_some_and(|e| e.waiting_since.is_some())
+            })
+            .count();
+        self.waiting - running_and_waiting
+    }
+
+    fn publish_depth(&self) {
+        let depth = i64::try_from(self.depth()).unwrap_or(i64::MAX);
+        self.metrics.depth.set(depth);
+    }
+
+    /// Puts `key` at the back of the ready keys, unless it is there already or running.
+    fn make_ready(&mut self, key: Key) {
+        if self.running.contains_key(&key) {
+            return;
+        }
+        let entry = self.entries.entry(key.clone()).or_default();
+        if !entry.queued {
+            entry.queued = true;
+            self.ready.push_back(key);
+        }
+    }
+
+    fn set_timer(&mut self, key: Key, at: Instant, rule: Timer) {
+        let entry = self.entries.entry(key.clone()).or_default();
+        if let Some(old) = entry.timer {
+            if rule == Timer::Earliest && old.0 <= at {
+                return;
+            }
+            self.timers.remove(&old);
+        }
+        self.sequence += 1;
+        let slot = (at, self.sequence);
+        entry.timer = Some(slot);
+        self.timers.insert(slot, key);
+    }
+}
+
+/// `now + after`, or a year on when that cannot be represented.
+fn later(now: Instant, after: Duration) -> Instant {
+    now.checked_add(after)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Metrics;
+
+    fn queue(debounce: Duration) -> WorkQueue<&'static str> {
+        let metrics = Metrics::new().expect("valid metrics");
+        WorkQueue::new(debounce, metrics.queue("test"))
+    }
+
+    fn drain(q: &mut WorkQueue<&'static str>, now: Instant) -> Vec<&'static str> {
+        std::iter::from_fn(|| q.pop(now)).collect()
+    }
+
+    #[test]
+    fn keys_are_handed_out_first_come_first_served_and_once() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        for key in ["c", "a", "b", "a", "c"] {
+            q.trigger(key, now);
+        }
+        assert_eq!(q.metrics.depth.get(), 3);
+        assert_eq!(q.metrics.adds.get(), 5);
+        assert_eq!(drain(&mut q, now), ["c", "a", "b"]);
+        assert_eq!(q.metrics.depth.get(), 0);
+        assert_eq!(q.running(), 3);
+    }
+
+    #[test]
+    fn a_key_triggered_while_running_runs_once_more_when_done() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        q.trigger("a", now);
+        assert_eq!(q.pop(now), Some("a"));
+        q.trigger("a", now);
+        q.trigger("a", now);
+        assert_eq!(q.pop(now), None, "never two reconciles of one object");
+        assert_eq!(q.metrics.depth.get(), 0, "running, so not waiting");
+        q.done(&"a", Some(Duration::from_secs(3600)), now);
+        assert_eq!(q.metrics.depth.get(), 1);
+        assert_eq!(drain(&mut q, now), ["a"]);
+        q.done(&"a", Some(Duration::from_secs(3600)), now);
+        assert_eq!(drain(&mut q, now), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn triggers_within_the_debounce_become_one_queued_key() {
+        let mut q = queue(Duration::from_millis(250));
+        let start = Instant::now();
+        q.trigger("a", start);
+        q.trigger("b", start + Duration::from_millis(10));
+        q.trigger("a", start + Duration::from_millis(200));
+        assert_eq!(q.metrics.depth.get(), 2, "triggered objects wait");
+        q.fire(start + Duration::from_millis(300));
+        assert_eq!(drain(&mut q, start), ["b"], "a's debounce restarted");
+        q.fire(start + Duration::from_millis(450));
+        assert_eq!(drain(&mut q, start), ["a"]);
+        assert_eq!(q.next_timer(), None);
+    }
+
+    #[test]
+    fn requeues_count_once_due_and_the_earliest_time_wins() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        q.trigger("a", now);
+        q.trigger("b", now);
+        drain(&mut q, now);
+        q.done(&"a", Some(Duration::from_secs(3600)), now);
+        q.done(&"b", Some(Duration::from_secs(10)), now);
+        assert_eq!(q.metrics.depth.get(), 0, "a requeue counts only once due");
+        assert_eq!(q.next_timer(), Some(now + Duration::from_secs(10)));
+        q.fire(now + Duration::from_secs(10));
+        assert_eq!(q.metrics.depth.get(), 1);
+        assert_eq!(drain(&mut q, now), ["b"]);
+        q.done(&"b", Some(Duration::from_secs(3600)), now);
+        assert_eq!(q.next_timer(), Some(now + Duration::from_secs(3600)));
+        q.trigger("a", now + Duration::from_secs(1));
+        assert_eq!(drain(&mut q, now), ["a"]);
+        assert_eq!(q.timers.len(), 1, "a's requeue went with its start");
+    }
+
+    #[test]
+    fn a_requeue_does_not_postpone_a_pending_trigger() {
+        let mut q = queue(Duration::from_millis(250));
+        let now = Instant::now();
+        q.trigger("a", now);
+        q.fire(now + Duration::from_millis(250));
+        assert_eq!(drain(&mut q, now), ["a"]);
+        q.trigger("a", now + Duration::from_millis(300));
+        q.done(&"a", Some(Duration::from_secs(3600)), now);
+        assert_eq!(q.next_timer(), Some(now + Duration::from_millis(550)));
+        q.fire(now + Duration::from_millis(550));
+        assert_eq!(drain(&mut q, now), ["a"]);
+    }
+
+    #[test]
+    fn a_gone_key_leaves_nothing_behind() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        q.trigger("a", now);
+        assert_eq!(q.pop(now), Some("a"));
+        q.trigger("a", now);
+        q.gone(&"a");
+        assert_eq!(q.running(), 0);
+        assert_eq!(q.metrics.depth.get(), 0);
+        assert!(q.entries.is_empty() && q.timers.is_empty() && q.ready.is_empty());
+        q.trigger("b", now);
+        q.clear();
+        assert_eq!(q.metrics.depth.get(), 0);
+        assert_eq!(q.pop(now), None);
+    }
+
+    #[test]
+    fn time_in_the_queue_and_at_work_is_observed() {
+        let mut q = queue(Duration::ZERO);
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        q.trigger("a", start);
+        q.trigger("a", at(2));
+        assert_eq!(q.pop(at(2)), Some("a"));
+        let waited = &q.metrics.queue_duration;
+        assert_eq!(waited.get_sample_count(), 1);
+        assert!(
+            (waited.get_sample_sum() - 2.0).abs() < 0.01,
+            "from the first trigger: {}",
+            waited.get_sample_sum()
+        );
+        q.trigger("b", at(5));
+        assert_eq!(q.pop(at(5)), Some("b"));
+        q.refresh(at(6));
+        assert!((q.metrics.unfinished_work.get() - 5.0).abs() < 0.01);
+        assert!((q.metrics.longest_running.get() - 4.0).abs() < 0.01);
+        q.done(&"a", None, at(6));
+        let worked = &q.metrics.work_duration;
+        assert_eq!(worked.get_sample_count(), 1);
+        assert!((worked.get_sample_sum() - 4.0).abs() < 0.01);
+        q.refresh(at(6));
+        assert!((q.metrics.longest_running.get() - 1.0).abs() < 0.01);
+        q.done(&"b", None, at(6));
+        q.refresh(at(6));
+        assert_eq!(q.metrics.unfinished_work.get(), 0.0);
+        assert_eq!(q.metrics.longest_running.get(), 0.0);
+    }
+}
