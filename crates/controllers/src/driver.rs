@@ -502,28 +502,11 @@ mod tests {
         );
     }
 
-    /// What a recording reconcile does with each object.
-    #[derive(Clone, Copy)]
-    enum Then {
-        /// Waits for a permit of the release semaphore, then succeeds.
-        WaitForRelease,
-        /// Fails (not terminally) the first time it sees an object, then succeeds.
-        FailOnce,
-    }
-
-    /// Runs a driver of `concurrency` over `objects` (all in its cache), fed by `triggers`,
-    /// until `shutdown`; each reconcile records its object's name, then does as `then` says.
-    async fn run_recording(
-        objects: &[&str],
-        concurrency: u16,
-        triggers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<Memcached>>,
-        then: Then,
-        release: Arc<tokio::sync::Semaphore>,
-        shutdown: CancellationToken,
-    ) -> Vec<String> {
+    /// A test's context: no server behind the client, `concurrency` workers, no debounce.
+    fn run_context(concurrency: u16, shutdown: CancellationToken) -> RunContext {
         let server = crate::fake::ApiServer::failing(500, "unused");
         let client = server.client();
-        let ctx = RunContext {
+        RunContext {
             watches: crate::SharedWatches::new(
                 client.clone(),
                 crate::Namespaces::all(),
@@ -538,72 +521,76 @@ mod tests {
             metrics: Arc::new(Metrics::new().expect("metrics")),
             shutdown,
             rules: &[],
-        };
-        let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
-        for name in objects {
-            writer.apply_watcher_event(&watcher::Event::InitApply((*memcached(name)).clone()));
         }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        let driver = Driver::<Memcached>::new("test", &ctx);
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let recording = {
-            let seen = seen.clone();
-            move |obj: Arc<Memcached>, _: Arc<()>| {
-                let (seen, release) = (seen.clone(), release.clone());
-                async move {
-                    let name = kube::ResourceExt::name_any(obj.as_ref());
-                    let first = {
-                        let mut seen = seen.lock().expect("not poisoned");
-                        let first = !seen.contains(&name);
-                        seen.push(name);
-                        first
-                    };
-                    match then {
-                        Then::WaitForRelease => {
-                            release.acquire().await.expect("open").forget();
-                        }
-                        Then::FailOnce if first => {
-                            return Err(Error::Panicked {
-                                message: "failing once".into(),
-                            });
-                        }
-                        Then::FailOnce => {}
-                    }
-                    Ok(Outcome::Done)
-                }
-            }
-        };
-        driver
-            .run(vec![triggers.boxed()], cache, recording, Arc::new(()))
-            .await
-            .expect("runs");
-        seen.lock().expect("not poisoned").clone()
     }
 
-    /// A driver recording what it reconciles, run in the background.
+    /// What a recording reconcile does with each object.
+    #[derive(Clone, Copy)]
+    enum Then {
+        /// Waits for a permit of the release semaphore, then succeeds.
+        WaitForRelease,
+        /// Fails (not terminally) the first time it sees an object, then succeeds.
+        FailOnce,
+    }
+
+    /// A driver over a cache of Memcacheds, run in the background, whose reconciles record the
+    /// name of each object they start with, then do as [`Then`] says.
     struct Recording {
         triggers: futures::channel::mpsc::UnboundedSender<ObjectRef<Memcached>>,
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
         release: Arc<tokio::sync::Semaphore>,
+        metrics: Arc<Metrics>,
         shutdown: CancellationToken,
-        running: tokio::task::JoinHandle<Vec<String>>,
+        running: tokio::task::JoinHandle<Result<(), Error>>,
     }
 
     impl Recording {
         fn start(objects: &[&str], concurrency: u16, then: Then) -> Self {
-            let (triggers, rx) = futures::channel::mpsc::unbounded();
-            let release = Arc::new(tokio::sync::Semaphore::new(0));
             let shutdown = CancellationToken::new();
-            let objects: Vec<String> = objects.iter().map(|o| (*o).to_owned()).collect();
-            let running = tokio::spawn({
-                let (release, shutdown) = (release.clone(), shutdown.clone());
-                async move {
-                    let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
-                    run_recording(&objects, concurrency, rx, then, release, shutdown).await
+            let ctx = run_context(concurrency, shutdown.clone());
+            let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
+            for name in objects {
+                writer.apply_watcher_event(&watcher::Event::InitApply((*memcached(name)).clone()));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            let (triggers, rx) = futures::channel::mpsc::unbounded();
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let release = Arc::new(tokio::sync::Semaphore::new(0));
+            let recording = {
+                let (seen, release) = (seen.clone(), release.clone());
+                move |obj: Arc<Memcached>, _: Arc<()>| {
+                    let (seen, release) = (seen.clone(), release.clone());
+                    async move {
+                        let name = kube::ResourceExt::name_any(obj.as_ref());
+                        let first = {
+                            let mut seen = seen.lock().expect("not poisoned");
+                            let first = !seen.contains(&name);
+                            seen.push(name);
+                            first
+                        };
+                        match then {
+                            Then::WaitForRelease => {
+                                release.acquire().await.expect("open").forget();
+                            }
+                            Then::FailOnce if first => {
+                                return Err(Error::Panicked {
+                                    message: "failing once".into(),
+                                });
+                            }
+                            Then::FailOnce => {}
+                        }
+                        Ok(Outcome::Done)
+                    }
                 }
-            });
+            };
+            let driver = Driver::<Memcached>::new("test", &ctx);
+            let running =
+                tokio::spawn(driver.run(vec![rx.boxed()], cache, recording, Arc::new(())));
             Self {
                 triggers,
+                seen,
                 release,
+                metrics: ctx.metrics,
                 shutdown,
                 running,
             }
@@ -613,19 +600,52 @@ mod tests {
             self.triggers.unbounded_send(key(name)).expect("running");
         }
 
-        /// Lets the running reconciles go one by one, then stops the driver: what was seen.
-        async fn finish(self, releases: usize) -> Vec<String> {
-            for _ in 0..releases {
+        fn seen(&self) -> Vec<String> {
+            self.seen.lock().expect("not poisoned").clone()
+        }
+
+        /// Waits until the driver has taken `adds` triggers and started `started` reconciles.
+        async fn settle(&self, adds: u64, started: usize) {
+            let taken = self
+                .metrics
+                .workqueue_adds_total
+                .with_label_values(&["test", "test"]);
+            let settled = async {
+                while taken.get() < adds || self.seen().len() < started {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), settled)
+                .await
+                .unwrap_or_else(|_| panic!("settled: {} taken, {:?}", taken.get(), self.seen()));
+        }
+
+        /// Lets the reconciles go one at a time, each once the one before has let the next start,
+        /// until `started` have started; then stops the driver and returns what was seen.
+        async fn finish(self, started: usize) -> Vec<String> {
+            while self.seen().len() < started {
+                let before = self.seen().len();
                 self.release.add_permits(1);
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                let next = async {
+                    while self.seen().len() == before {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                };
+                if tokio::time::timeout(Duration::from_secs(10), next)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
             self.shutdown.cancel();
-            self.release.add_permits(releases.max(1));
-            tokio::time::timeout(Duration::from_secs(5), self.running)
+            self.release.add_permits(started.max(1));
+            tokio::time::timeout(Duration::from_secs(10), self.running)
                 .await
                 .expect("stops")
                 .expect("no panic")
+                .expect("runs");
+            self.seen.lock().expect("not poisoned").clone()
         }
     }
 
@@ -636,17 +656,14 @@ mod tests {
         let names: Vec<String> = (0..200).map(|i| format!("m{i:03}")).collect();
         let objects: Vec<&str> = names.iter().map(String::as_str).collect();
         let recording = Recording::start(&objects, 2, Then::WaitForRelease);
-        for name in objects.iter().rev().skip(100).rev() {
-            recording.trigger(name);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        for name in objects.iter().skip(100) {
+        for name in &objects {
             recording.trigger(name);
         }
         // Triggered again while waiting: still one reconcile each.
         for name in objects.iter().skip(50).step_by(10) {
             recording.trigger(name);
         }
+        recording.settle(215, 2).await;
         let seen = recording.finish(objects.len()).await;
         assert_eq!(seen, names);
     }
@@ -655,12 +672,18 @@ mod tests {
     async fn an_object_triggered_while_it_runs_runs_once_more_afterwards() {
         let recording = Recording::start(&["a", "b"], 2, Then::WaitForRelease);
         recording.trigger("a");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        recording.settle(1, 1).await;
         recording.trigger("a");
         recording.trigger("a");
         recording.trigger("b");
+        recording.settle(4, 2).await;
+        assert_eq!(
+            recording.seen(),
+            ["a", "b"],
+            "never two of one object at once"
+        );
         let seen = recording.finish(3).await;
-        assert_eq!(seen, ["a", "b", "a"], "never two of one object at once");
+        assert_eq!(seen, ["a", "b", "a"], "once more, not twice");
     }
 
     #[tokio::test]
@@ -668,7 +691,8 @@ mod tests {
         let recording = Recording::start(&["a"], 1, Then::FailOnce);
         recording.trigger("gone");
         recording.trigger("a");
-        let seen = recording.finish(0).await;
+        recording.settle(2, 2).await;
+        let seen = recording.finish(2).await;
         assert_eq!(seen, ["a", "a"], "retried after the first backoff");
     }
 
@@ -678,7 +702,7 @@ mod tests {
         for name in ["a", "b", "c"] {
             recording.trigger(name);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        recording.settle(3, 1).await;
         recording.shutdown.cancel();
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!recording.running.is_finished(), "a is still running");
@@ -688,19 +712,7 @@ mod tests {
 
     #[tokio::test]
     async fn nothing_runs_before_the_cache_has_its_first_list() {
-        let server = crate::fake::ApiServer::failing(500, "unused");
-        let ctx = RunContext {
-            watches: crate::SharedWatches::new(
-                server.client(),
-                crate::Namespaces::all(),
-                CancellationToken::new(),
-            ),
-            client: server.client(),
-            options: crate::RunOptions::default(),
-            metrics: Arc::new(Metrics::new().expect("metrics")),
-            shutdown: CancellationToken::new(),
-            rules: &[],
-        };
+        let ctx = run_context(1, CancellationToken::new());
         let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
         writer.apply_watcher_event(&watcher::Event::InitApply((*memcached("a")).clone()));
         let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
