@@ -245,6 +245,10 @@ pub struct ProcessSample {
     pub rss_bytes: u64,
     /// The highest resident memory since the process started, in bytes.
     pub peak_rss_bytes: u64,
+    /// Of the resident memory now, the anonymous pages: heap, stacks, runtime.
+    pub anon_rss_bytes: u64,
+    /// Of the resident memory now, pages of files: the binary's code and its libraries.
+    pub file_rss_bytes: u64,
     /// User plus system CPU time since the process started, in seconds.
     pub cpu_seconds: f64,
 }
@@ -260,6 +264,8 @@ pub fn sample(pid: u32) -> anyhow::Result<ProcessSample> {
     Ok(ProcessSample {
         rss_bytes: status_kib(&status, "VmRSS:").unwrap_or(0) * 1024,
         peak_rss_bytes: status_kib(&status, "VmHWM:").unwrap_or(0) * 1024,
+        anon_rss_bytes: status_kib(&status, "RssAnon:").unwrap_or(0) * 1024,
+        file_rss_bytes: status_kib(&status, "RssFile:").unwrap_or(0) * 1024,
         cpu_seconds: cpu_ticks(&stat).map_or(0.0, |t| t as f64 / ticks),
     })
 }
@@ -402,5 +408,8 @@ apiserver_flowcontrol_dispatched_requests_total_other{flow_schema=\"bench-operat
     fn samples_this_process() {
         let me = sample(std::process::id()).expect("own /proc entry");
         assert!(me.rss_bytes > 0 && me.peak_rss_bytes >= me.rss_bytes);
+        // The test binary's own code is a file's pages; its heap is anonymous.
+        assert!(me.anon_rss_bytes > 0 && me.file_rss_bytes > 0);
+        assert!(me.anon_rss_bytes + me.file_rss_bytes <= me.rss_bytes);
     }
 }

@@ -129,12 +129,14 @@ pub fn print_run(run: &Run) {
     }
     // Printed now, not only in the tables at the end: a run stopped later keeps these.
     println!(
-        "  cost: CPU {:.2} s ({:.2} ms per object), RSS idle / peak / converged {:.1} / {:.1} / {:.1} MiB",
+        "  cost: CPU {:.2} s ({:.2} ms per object), RSS idle / peak / converged {:.1} / {:.1} / {:.1} MiB (converged: {:.1} anonymous, {:.1} of files)",
         cpu_seconds(run),
         cpu_ms_per_object(run),
         run.memory.idle_mib,
         run.memory.peak_mib,
-        run.memory.converged_mib
+        run.memory.converged_mib,
+        run.memory.converged_anon_mib,
+        run.memory.converged_file_mib
     );
 }
 
@@ -368,6 +370,8 @@ mod tests {
                 idle_mib: 10.0,
                 peak_mib: 20.0,
                 converged_mib: 15.0,
+                converged_anon_mib: 5.0,
+                converged_file_mib: 10.0,
             },
         }
     }

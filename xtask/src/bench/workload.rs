@@ -86,6 +86,10 @@ pub struct Memory {
     pub idle_mib: f64,
     pub peak_mib: f64,
     pub converged_mib: f64,
+    /// Of `converged_mib`, the anonymous pages (heap, stacks, runtime) and the pages of files
+    /// (the binary's code, its libraries): at small counts the code is most of the peak.
+    pub converged_anon_mib: f64,
+    pub converged_file_mib: f64,
 }
 
 /// Everything measured for one manager at one object count.
@@ -189,6 +193,8 @@ pub async fn measure(
             idle_mib: mib(idle.rss_bytes),
             peak_mib: mib(after.peak_rss_bytes.max(converged.peak_rss_bytes)),
             converged_mib: mib(converged.rss_bytes),
+            converged_anon_mib: mib(converged.anon_rss_bytes),
+            converged_file_mib: mib(converged.file_rss_bytes),
         },
     };
     Ok((run, tenants))
