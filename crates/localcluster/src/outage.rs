@@ -10,6 +10,9 @@ const APISERVER: &str = "kube-apiserver";
 
 /// How long the API server gets to become ready again.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the stopped API server gets to exit and free its port. A killed process with a
+/// large heap can hold its listening socket for seconds after the kill.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl LocalCluster {
     /// Stops the running kube-apiserver (SIGTERM, as a restart by a supervisor would), keeps it
@@ -47,11 +50,30 @@ impl LocalCluster {
             .collect();
 
         let (pid, binary) = (component.pid, component.binary.clone());
+        let stopping = Instant::now();
         // Stopping waits (blocking) for the process to exit.
         let _ = tokio::task::spawn_blocking(move || {
             process::stop(pid, &binary, Duration::from_secs(10))
         })
         .await;
+        // Started again while the old process still holds its port, the new one would exit at
+        // once with "address already in use".
+        let port = secure_port(&args);
+        while process::is_alive(component.pid, &component.binary)
+            || port.is_some_and(|port| !port_is_free(port))
+        {
+            if stopping.elapsed() > RELEASE_TIMEOUT {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "the stopped API server (pid {}) to exit and free its port",
+                        component.pid
+                    ),
+                    seconds: RELEASE_TIMEOUT.as_secs(),
+                    detail: format!("; log: {}", component.log.display()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         tokio::time::sleep(downtime).await;
 
         let pid = process::spawn_detached(
@@ -68,6 +90,13 @@ impl LocalCluster {
         let started = Instant::now();
         let mut last = String::new();
         while started.elapsed() < READY_TIMEOUT {
+            if !process::is_alive(pid, &component.binary) {
+                return Err(Error::Exited {
+                    component: APISERVER.to_owned(),
+                    log: component.log.clone(),
+                    tail: process::tail(&component.log, 20),
+                });
+            }
             let request = http::Request::get("/readyz").body(Vec::new());
             if let Ok(request) = request {
                 match tokio::time::timeout(Duration::from_secs(5), client.request_text(request))
@@ -86,5 +115,42 @@ impl LocalCluster {
             seconds: READY_TIMEOUT.as_secs(),
             detail: format!("; last: {last}; log: {}", component.log.display()),
         })
+    }
+}
+
+/// The port the API server listens on, from its command line.
+fn secure_port(args: &[String]) -> Option<u16> {
+    args.iter()
+        .find_map(|arg| arg.strip_prefix("--secure-port="))
+        .and_then(|port| port.parse().ok())
+}
+
+/// Whether nothing listens on `port` of the loopback address the API server binds.
+fn port_is_free(port: u16) -> bool {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secure_port_comes_from_the_command_line() {
+        let args = [
+            "--etcd-servers=http://127.0.0.1:2379",
+            "--secure-port=23150",
+        ]
+        .map(String::from);
+        assert_eq!(secure_port(&args), Some(23150));
+        assert_eq!(secure_port(&["--bind-address=127.0.0.1".to_owned()]), None);
+    }
+
+    #[test]
+    fn a_port_in_use_is_not_free() {
+        let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(!port_is_free(port));
+        drop(listener);
+        assert!(port_is_free(port));
     }
 }
