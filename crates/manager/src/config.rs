@@ -797,7 +797,7 @@ fn read_file(path: &Path, named_by: &str) -> Result<Dict, ConfigError> {
     })?;
     let parsed: Result<Option<Dict>, String> = match extension.as_deref() {
         Some("yaml" | "yml") => {
-            yaml_serde::from_str(&text).map_err(|e| format!("invalid YAML: {e}"))
+            serde_saphyr::from_str(&text).map_err(|e| format!("invalid YAML: {e}"))
         }
         Some("toml") => {
             use figment::providers::Format as _;
@@ -1398,6 +1398,34 @@ mod tests {
             KNOWN,
         ));
         assert!(p.message.contains("unknown file type"), "{p}");
+    }
+
+    #[test]
+    fn an_empty_yaml_file_is_an_empty_configuration() {
+        for text in ["", "\n", "# nothing set yet\n", "---\n"] {
+            let file = TempFile::new("m.yaml", text);
+            let config = load(
+                &flags(&["--config", &file.0.to_string_lossy()]),
+                env(&[]),
+                KNOWN,
+            )
+            .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(config.lease_duration, Config::default().lease_duration);
+        }
+    }
+
+    #[test]
+    fn a_yaml_file_that_is_not_a_mapping_is_named() {
+        let file = TempFile::new("m.yaml", "- lease_duration\n");
+        let p = one_problem(load(
+            &flags(&["--config", &file.0.to_string_lossy()]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert!(
+            p.origin.starts_with("file ") && p.message.starts_with("invalid YAML"),
+            "{p}"
+        );
     }
 
     #[test]
