@@ -3,9 +3,9 @@
 //!
 //! - *Outage*: with a few Memcacheds converged, the API server is stopped for
 //!   `--outage-seconds` and started again; the moment it is ready, every Memcached is scaled.
-//!   Timed from readiness: until the manager has scaled each Deployment (its own part), and until
-//!   each Memcached has converged (the cluster's controllers, which reconnect on their own
-//!   schedule, are part of that). The manager runs with a Lease longer than the outage, so it
+//!   Timed from readiness: until the manager has scaled each Deployment (its own part), until
+//!   the cluster has rolled each out (its controllers reconnect on their own schedule), and until
+//!   each Memcached has reported it (the manager's part again). The manager runs with a Lease longer than the outage, so it
 //!   keeps leading through it, as a manager whose API server restarts quickly would.
 //! - *Foreign Deployment*: a Memcached whose name a Deployment of somebody else's holds reports
 //!   it; the clock runs from deleting that Deployment until the Memcached's own exists.
@@ -22,7 +22,7 @@ use serde_json::json;
 use testkit::{ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
 use super::tenants::populate;
-use super::workload::{self, delete_and_wait, is_converged};
+use super::workload::{self, delete_and_wait, is_converged, is_rolled_out};
 use super::{BenchArgs, Contender};
 
 /// Memcacheds scaled right after the outage.
@@ -46,8 +46,13 @@ pub struct Recovery {
     pub outage_seconds: u64,
     /// From the API server being ready until the manager had scaled every Deployment.
     pub reacted_seconds: f64,
+    /// From the API server being ready until the cluster had rolled out every Deployment.
+    pub rolled_out_seconds: f64,
     /// From the API server being ready until every Memcached had converged.
     pub converged_seconds: f64,
+    /// The manager's own share of `converged_seconds`: until it had scaled every Deployment,
+    /// plus from the last rollout until every Memcached reported it.
+    pub manager_seconds: f64,
     /// From deleting the foreign Deployment until the Memcached's own Deployment existed.
     pub foreign_seconds: f64,
 }
@@ -84,24 +89,43 @@ pub async fn measure(
     .await;
     workload::stop_manager(manager).await?;
     delete_and_wait(cluster, namespace, args.timeout()).await?;
-    let ((reacted, converged), foreign) = measured?;
+    let (outage, foreign) = measured?;
     Ok(Recovery {
         manager: contender.name.clone(),
         outage_seconds: args.outage_seconds,
-        reacted_seconds: reacted,
-        converged_seconds: converged,
+        reacted_seconds: outage.reacted,
+        rolled_out_seconds: outage.rolled_out,
+        converged_seconds: outage.converged,
+        manager_seconds: outage.managers_part(),
         foreign_seconds: foreign,
     })
 }
 
+/// When each step after the outage was done for every Memcached, in seconds from the API
+/// server's readiness.
+#[derive(Debug, PartialEq)]
+struct OutageTimes {
+    reacted: f64,
+    rolled_out: f64,
+    converged: f64,
+}
+
+impl OutageTimes {
+    /// The manager's part of the time to converge: until it wrote every Deployment, and from
+    /// the cluster's last rollout until every Memcached reported it. The rest is the cluster's.
+    fn managers_part(&self) -> f64 {
+        self.reacted + (self.converged - self.rolled_out)
+    }
+}
+
 /// Converges [`OBJECTS`] Memcacheds, takes the API server away, scales them all the moment it
-/// is back, and returns (manager reacted, all converged) in seconds from its readiness.
+/// is back, and times the steps to convergence.
 async fn outage(
     cluster: &TestCluster,
     api: &Api<Memcached>,
     namespace: &str,
     args: &BenchArgs,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<OutageTimes> {
     let names: Vec<String> = (0..OBJECTS).map(|i| format!("recover-{i}")).collect();
     populate(api, &names, args.size, args.concurrency).await?;
     wait_until(
@@ -125,7 +149,7 @@ async fn outage(
             .with_context(|| format!("scaling Memcached {name} after the outage"))?;
     }
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace);
-    let mut reacted = None;
+    let (mut reacted, mut rolled_out) = (None, None);
     let deadline = ready + args.timeout();
     loop {
         anyhow::ensure!(
@@ -133,12 +157,28 @@ async fn outage(
             "the Memcacheds did not converge within {:?} of the API server's return",
             args.timeout()
         );
-        if reacted.is_none() && all_scaled(&deployments, &names, scaled).await? {
-            reacted = Some(ready.elapsed().as_secs_f64());
+        // Read before the Memcacheds, so that a step seen done is never timed after a later one.
+        let now = ready.elapsed().as_secs_f64();
+        let list = deployments.list(&Default::default()).await?;
+        if reacted.is_none()
+            && every_deployment(&list.items, &names, |d| d.spec.replicas == Some(scaled))
+        {
+            reacted = Some(now);
+        }
+        if rolled_out.is_none()
+            && every_deployment(&list.items, &names, |d| is_rolled_out(d, scaled))
+        {
+            rolled_out = Some(now);
         }
         if all_converged(api, &names, scaled).await? {
             let converged = ready.elapsed().as_secs_f64();
-            return Ok((reacted.unwrap_or(converged), converged));
+            // A step done between two polls counts as done when the next one was.
+            let rolled_out = rolled_out.unwrap_or(converged);
+            return Ok(OutageTimes {
+                reacted: reacted.unwrap_or(rolled_out),
+                rolled_out,
+                converged,
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -213,17 +253,17 @@ async fn foreign(
     Ok(deleted.elapsed().as_secs_f64())
 }
 
-async fn all_scaled(
-    deployments: &Api<Deployment>,
+/// Whether every one of `names` has a Deployment in `deployments` for which `done` holds.
+fn every_deployment(
+    deployments: &[Deployment],
     names: &[String],
-    replicas: i32,
-) -> anyhow::Result<bool> {
-    let list = deployments.list(&Default::default()).await?;
-    Ok(names.iter().all(|name| {
-        list.items
+    done: impl Fn(&Deployment) -> bool,
+) -> bool {
+    names.iter().all(|name| {
+        deployments
             .iter()
-            .any(|d| d.metadata.name.as_deref() == Some(name) && d.spec.replicas == Some(replicas))
-    }))
+            .any(|d| d.metadata.name.as_deref() == Some(name) && done(d))
+    })
 }
 
 async fn all_converged(api: &Api<Memcached>, names: &[String], size: i32) -> anyhow::Result<bool> {
@@ -255,4 +295,37 @@ where
         .map(|e| format!(" (last error: {e:#})"))
         .unwrap_or_default();
     anyhow::bail!("timed out after {timeout:?} waiting for {what}{detail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_managers_part_leaves_out_the_rollout() {
+        let times = OutageTimes {
+            reacted: 1.5,
+            rolled_out: 9.0,
+            converged: 9.75,
+        };
+        assert_eq!(times.managers_part(), 2.25);
+    }
+
+    #[test]
+    fn every_deployment_needs_each_name_done() {
+        let deployment = |name: &str, replicas: i32| {
+            let mut d = Deployment::default();
+            d.metadata.name = Some(name.to_owned());
+            d.spec.replicas = Some(replicas);
+            d
+        };
+        let names = ["a".to_owned(), "b".to_owned()];
+        let scaled_to_two = |d: &Deployment| d.spec.replicas == Some(2);
+        let both = [deployment("a", 2), deployment("b", 2)];
+        assert!(every_deployment(&both, &names, scaled_to_two));
+        let one_behind = [deployment("a", 2), deployment("b", 1)];
+        assert!(!every_deployment(&one_behind, &names, scaled_to_two));
+        let one_missing = [deployment("a", 2)];
+        assert!(!every_deployment(&one_missing, &names, scaled_to_two));
+    }
 }

@@ -98,8 +98,14 @@ pub struct Results {
 
 pub fn print_recovery(r: &Recovery) {
     println!(
-        "{}: after a {} s outage, reacted {:.2} s and converged {:.2} s after the API server was ready; took its name back {:.2} s after the foreign Deployment went",
-        r.manager, r.outage_seconds, r.reacted_seconds, r.converged_seconds, r.foreign_seconds
+        "{}: after a {} s outage, from the API server being ready: reacted {:.2} s, rolled out {:.2} s, converged {:.2} s (the manager's part {:.2} s); took its name back {:.2} s after the foreign Deployment went",
+        r.manager,
+        r.outage_seconds,
+        r.reacted_seconds,
+        r.rolled_out_seconds,
+        r.converged_seconds,
+        r.manager_seconds,
+        r.foreign_seconds
     );
 }
 
@@ -252,16 +258,18 @@ pub fn markdown(results: &Results) -> String {
     }
     if !results.recovery.is_empty() {
         out.push_str(
-            "\n| manager | API-server outage (s) | reacted after ready (s) | converged after ready (s) | foreign Deployment deleted to own created (s) |\n|---|---:|---:|---:|---:|\n",
+            "\n| manager | API-server outage (s) | reacted after ready (s) | rolled out after ready (s) | converged after ready (s) | the manager's part (s) | foreign Deployment deleted to own created (s) |\n|---|---:|---:|---:|---:|---:|---:|\n",
         );
         for r in &results.recovery {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 r.manager,
                 r.outage_seconds,
                 r.reacted_seconds,
+                r.rolled_out_seconds,
                 r.converged_seconds,
+                r.manager_seconds,
                 r.foreign_seconds
             );
         }
@@ -412,7 +420,9 @@ mod tests {
                 manager: OURS.to_owned(),
                 outage_seconds: 20,
                 reacted_seconds: 1.5,
+                rolled_out_seconds: 4.0,
                 converged_seconds: 4.25,
+                manager_seconds: 1.75,
                 foreign_seconds: 0.5,
             }],
             failover: Vec::new(),
@@ -432,7 +442,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| ours | 20 | 1.50 | 4.25 | 0.50 |"),
+            text.contains("| ours | 20 | 1.50 | 4.00 | 4.25 | 1.75 | 0.50 |"),
             "{text}"
         );
     }
