@@ -1381,16 +1381,19 @@ mod tests {
 
     #[test]
     fn invalid_file_contents() {
-        let file = TempFile::new("m.yaml", "lease_duration: [unclosed\n");
-        let p = one_problem(load(
-            &flags(&["--config", &file.0.to_string_lossy()]),
-            env(&[]),
-            KNOWN,
-        ));
-        assert!(
-            p.origin.starts_with("file ") && p.message.starts_with("invalid YAML"),
-            "{p}"
-        );
+        // Broken YAML, and YAML that is not a mapping of keys.
+        for text in ["lease_duration: [unclosed\n", "- lease_duration\n"] {
+            let file = TempFile::new("m.yaml", text);
+            let p = one_problem(load(
+                &flags(&["--config", &file.0.to_string_lossy()]),
+                env(&[]),
+                KNOWN,
+            ));
+            assert!(
+                p.origin.starts_with("file ") && p.message.starts_with("invalid YAML"),
+                "{text:?}: {p}"
+            );
+        }
         let file = TempFile::new("m.json", "{}");
         let p = one_problem(load(
             &flags(&["--config", &file.0.to_string_lossy()]),
@@ -1412,20 +1415,6 @@ mod tests {
             .unwrap_or_else(|e| panic!("{text:?}: {e}"));
             assert_eq!(config.lease_duration, Config::default().lease_duration);
         }
-    }
-
-    #[test]
-    fn a_yaml_file_that_is_not_a_mapping_is_named() {
-        let file = TempFile::new("m.yaml", "- lease_duration\n");
-        let p = one_problem(load(
-            &flags(&["--config", &file.0.to_string_lossy()]),
-            env(&[]),
-            KNOWN,
-        ));
-        assert!(
-            p.origin.starts_with("file ") && p.message.starts_with("invalid YAML"),
-            "{p}"
-        );
     }
 
     #[test]
