@@ -4,9 +4,10 @@
 //! - *Outage*: with a few Memcacheds converged, the API server is stopped for
 //!   `--outage-seconds` and started again; the moment it is ready, every Memcached is scaled.
 //!   Timed from readiness: until the manager has scaled each Deployment (its own part), until
-//!   the cluster has rolled each out (its controllers reconnect on their own schedule), and until
-//!   each Memcached has reported it (the manager's part again). The manager runs with a Lease longer than the outage, so it
-//!   keeps leading through it, as a manager whose API server restarts quickly would.
+//!   the cluster has rolled each out (its controllers reconnect on their own schedule), and
+//!   until each Memcached has reported it (the manager's part again). The manager runs with a
+//!   Lease longer than the outage, so it keeps leading through it, as a manager whose API
+//!   server restarts quickly would.
 //! - *Foreign Deployment*: a Memcached whose name a Deployment of somebody else's holds reports
 //!   it; the clock runs from deleting that Deployment until the Memcached's own exists.
 
@@ -103,7 +104,7 @@ pub async fn measure(
 
 /// When each step after the outage was done for every Memcached, in seconds from the API
 /// server's readiness.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct OutageTimes {
     reacted: f64,
     rolled_out: f64,
