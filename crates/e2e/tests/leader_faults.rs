@@ -59,7 +59,7 @@ struct Replica {
 impl Replica {
     async fn start(&mut self) -> Result<()> {
         let metrics = testkit::free_port()?;
-        self.probes = testkit::free_port()?;
+        self.probes = testkit::free_port_other_than(&[metrics])?;
         let args = [
             "--leader-elect".to_owned(),
             format!("--leader-election-id={}", self.lease),

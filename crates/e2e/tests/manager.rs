@@ -326,7 +326,7 @@ impl Manager {
     /// loopback ports, JSON logs, and `extra` flags; waits until `/readyz` answers 200.
     async fn start(kubeconfig: &Path, name: &str, lease: &str, extra: &[&str]) -> Result<Self> {
         let metrics = testkit::free_port()?;
-        let probes = testkit::free_port()?;
+        let probes = testkit::free_port_other_than(&[metrics])?;
         let mut args = vec![
             "--leader-elect".to_owned(),
             format!("--leader-election-id={lease}"),

@@ -347,7 +347,8 @@ async fn write_through_rotations(
 /// `extra` arguments; returns once `/readyz` answers, which it does only once the webhooks are
 /// served.
 async fn start(kubeconfig: &Path, port: u16, extra: &[&str]) -> Result<Started> {
-    let probes = testkit::free_port()?;
+    // The webhook port is free while the manager restarts; the probes must not take it.
+    let probes = testkit::free_port_other_than(&[port])?;
     let mut args = vec![
         format!("--webhook-bind-address=127.0.0.1:{port}"),
         format!("--health-probe-bind-address=127.0.0.1:{probes}"),

@@ -44,8 +44,8 @@ pub use audit::{
 pub use cluster::{TestCluster, cluster, pod_ready};
 pub use error::{Error, Result};
 pub use manager::{
-    ManagerProcess, free_port, log_dir, manager_binary, profile_dir, spawn_manager,
-    spawn_manager_binary,
+    ManagerProcess, free_port, free_port_other_than, log_dir, manager_binary, profile_dir,
+    spawn_manager, spawn_manager_binary,
 };
 pub use manifests::{
     FIELD_MANAGER, apply_dir, apply_objects, apply_yaml_file, deploy_dir, parse_yaml,

@@ -180,3 +180,17 @@ pub fn free_port() -> Result<u16> {
         .map(|a| a.port())
         .map_err(Error::io("binding", "127.0.0.1:0"))
 }
+
+/// A free TCP port on 127.0.0.1 that is none of `kept`: the ports a test keeps for a process it
+/// restarts are free while that process is down, and the kernel may hand one out again.
+///
+/// # Errors
+/// [`Error::Io`] when no port can be bound.
+pub fn free_port_other_than(kept: &[u16]) -> Result<u16> {
+    loop {
+        let port = free_port()?;
+        if !kept.contains(&port) {
+            return Ok(port);
+        }
+    }
+}
