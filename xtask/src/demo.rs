@@ -339,7 +339,7 @@ fn local_process(
 
     step("Building the manager");
     let binary = build_manager()?;
-    let webhook_port = free_port()?;
+    let webhook_port = testkit::free_port()?;
     // Installed before the manager starts, so the manager finds them and puts its CA into
     // them before it serves.
     step(&format!(
@@ -372,7 +372,7 @@ fn local_process(
 
     step("Starting the manager in the background, as its ServiceAccount");
     write_manager_kubeconfig(kubectl, state, &files.kubeconfig)?;
-    let metrics_port = free_port()?;
+    let metrics_port = testkit::free_port_other_than(&[webhook_port])?;
     std::fs::write(&files.metrics_port, metrics_port.to_string())
         .with_context(|| format!("writing {}", files.metrics_port.display()))?;
     let pid = start_manager(&binary, files, metrics_port, webhook_port)?;
@@ -696,12 +696,6 @@ fn write_manager_kubeconfig(
     Ok(())
 }
 
-/// A free TCP port on 127.0.0.1.
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// Starts the manager detached from this process (its own process group, so a Ctrl-C in this
 /// terminal does not reach it) and records its pid.
 fn start_manager(
@@ -717,7 +711,7 @@ fn start_manager(
         .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
         .arg(format!(
             "--health-probe-bind-address=127.0.0.1:{}",
-            free_port()?
+            testkit::free_port_other_than(&[metrics_port, webhook_port])?
         ))
         .arg(format!("--webhook-bind-address=127.0.0.1:{webhook_port}"))
         .arg("--log-format=text")

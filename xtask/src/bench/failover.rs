@@ -254,8 +254,9 @@ async fn spawn(
 ) -> anyhow::Result<Replica> {
     let lease_arg = format!("--leader-election-id={lease}");
     let namespace = format!("--leader-election-namespace={}", kubeconfig.namespace);
-    let metrics = format!("--metrics-bind-address=127.0.0.1:{}", testkit::free_port()?);
-    let probes = testkit::free_port()?;
+    let metrics_port = testkit::free_port()?;
+    let metrics = format!("--metrics-bind-address=127.0.0.1:{metrics_port}");
+    let probes = testkit::free_port_other_than(&[metrics_port])?;
     let probes_arg = format!("--health-probe-bind-address=127.0.0.1:{probes}");
     // Logs at info level for both (no `extra_args`): a slow round prints the log's tail.
     let flags = [

@@ -429,7 +429,7 @@ pub async fn start_manager(
     let metrics = format!("--metrics-bind-address=127.0.0.1:{metrics_port}");
     let probes = format!(
         "--health-probe-bind-address=127.0.0.1:{}",
-        testkit::free_port()?
+        testkit::free_port_other_than(&[metrics_port])?
     );
     let lease = format!("--leader-election-id={lease_id}");
     let namespace = format!("--leader-election-namespace={}", kubeconfig.namespace);
