@@ -1,6 +1,7 @@
 //! What the benchmark reads: the manager's memory and CPU from `/proc`, the number of
-//! requests the API server dispatched for the manager's ServiceAccount, and the reconciles the
-//! manager counted on its own `/metrics`.
+//! requests the API server dispatched for the manager's ServiceAccount, the watch events the API
+//! server sent (to all its clients), and the reconciles the manager counted on its own
+//! `/metrics`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,6 +20,10 @@ use testkit::ServiceAccountKubeconfig;
 /// so behaviour is unchanged.
 const FLOW_SCHEMA: &str = "bench-operator-manager";
 const DISPATCHED_METRIC: &str = "apiserver_flowcontrol_dispatched_requests_total";
+/// Watch events the API server sent, to every client, by group, version and resource.
+const WATCH_EVENTS_METRIC: &str = "apiserver_watch_events_total";
+/// Their sizes in bytes: the sum of the histogram, by the same labels.
+const WATCH_BYTES_METRIC: &str = "apiserver_watch_events_sizes_sum";
 /// Precedence of the per-(resource, verb) schemas: before the catch-all (lower wins).
 const SPECIFIC_PRECEDENCE: u32 = 499;
 const CATCH_ALL_PRECEDENCE: u32 = 500;
@@ -40,11 +45,12 @@ const COUNTED_VERBS: [&str; 7] = [
 /// The key of requests outside [`COUNTED_RESOURCES`] × [`COUNTED_VERBS`].
 pub const OTHER: &str = "other";
 
-/// Requests the API server dispatched for the manager, by `resource verb` (or [`OTHER`]).
+/// Counts by key: requests the API server dispatched for the manager by `resource verb` (or
+/// [`OTHER`]), or watch events it sent by resource.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct RequestCounts(pub BTreeMap<String, f64>);
+pub struct Counts(pub BTreeMap<String, f64>);
 
-impl RequestCounts {
+impl Counts {
     pub fn total(&self) -> f64 {
         self.0.values().sum()
     }
@@ -109,7 +115,8 @@ fn key_of(schema: &str) -> Option<String> {
         .map(|r| format!("{r} {verb}"))
 }
 
-/// Counts the manager's API requests with the API server's own metrics.
+/// Counts the manager's API requests, and the watch events of the whole cluster, with the API
+/// server's own metrics.
 #[derive(Debug)]
 pub struct RequestCounter;
 
@@ -180,8 +187,8 @@ impl RequestCounter {
         Ok(Self)
     }
 
-    /// Requests dispatched for the manager so far, by resource and verb.
-    pub async fn read(&self, client: &kube::Client) -> anyhow::Result<RequestCounts> {
+    /// Requests dispatched for the manager so far, and watch events sent to every client.
+    pub async fn read(&self, client: &kube::Client) -> anyhow::Result<ApiServerReading> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
             .context("building the request")?;
@@ -189,7 +196,11 @@ impl RequestCounter {
             .request_text(request)
             .await
             .context("reading the API server's /metrics")?;
-        Ok(counts_by_schema(&text))
+        Ok(ApiServerReading {
+            requests: counts_by_schema(&text),
+            watch_events: sums_by_resource(&text, WATCH_EVENTS_METRIC),
+            watch_bytes: sums_by_resource(&text, WATCH_BYTES_METRIC),
+        })
     }
 
     pub async fn remove(self, client: &kube::Client) -> anyhow::Result<()> {
@@ -212,8 +223,69 @@ impl RequestCounter {
     }
 }
 
+/// One reading of the API server's own counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ApiServerReading {
+    /// Requests dispatched for the manager, by `resource verb`.
+    pub requests: Counts,
+    /// Watch events sent to every client (the cluster's controllers, the bench's own watches
+    /// and the manager's), by resource: how much the cluster had to say, not what the manager
+    /// received.
+    pub watch_events: Counts,
+    /// The bytes of those events, by resource.
+    pub watch_bytes: Counts,
+}
+
+impl ApiServerReading {
+    /// What was counted since `earlier`.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            requests: self.requests.since(&earlier.requests),
+            watch_events: self.watch_events.since(&earlier.watch_events),
+            watch_bytes: self.watch_bytes.since(&earlier.watch_bytes),
+        }
+    }
+}
+
+/// Sums the samples of `metric` per `resource` label, in Prometheus text format.
+fn sums_by_resource(text: &str, metric: &str) -> Counts {
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line
+            .strip_prefix(metric)
+            .and_then(|rest| rest.strip_prefix('{'))
+        else {
+            continue;
+        };
+        let Some(resource) = label(labels, "resource") else {
+            continue;
+        };
+        let Some(value) = sample_value(line) else {
+            continue;
+        };
+        *counts.entry(resource.to_owned()).or_insert(0.0) += value;
+    }
+    Counts(counts)
+}
+
+/// The value of label `name` among a sample's `labels` (what follows its `{`).
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let labels = labels.split_once('}').map_or(labels, |(inside, _)| inside);
+    labels
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| key.trim() == name)
+        .map(|(_, value)| value.trim_matches('"'))
+}
+
+/// The value of a sample line: its last field.
+fn sample_value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
+}
+
 /// Sums the samples of [`DISPATCHED_METRIC`] per schema of ours, in Prometheus text format.
-fn counts_by_schema(text: &str) -> RequestCounts {
+fn counts_by_schema(text: &str) -> Counts {
     let mut counts = BTreeMap::new();
     for line in text.lines() {
         let Some(labels) = line
@@ -222,20 +294,16 @@ fn counts_by_schema(text: &str) -> RequestCounts {
         else {
             continue;
         };
-        let Some(schema) = labels
-            .split_once("flow_schema=\"")
-            .and_then(|(_, rest)| rest.split_once('"'))
-            .map(|(schema, _)| schema)
-        else {
+        let Some(schema) = label(labels, "flow_schema") else {
             continue;
         };
         let Some(key) = key_of(schema) else { continue };
-        let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+        let Some(value) = sample_value(line) else {
             continue;
         };
         *counts.entry(key).or_insert(0.0) += value;
     }
-    RequestCounts(counts)
+    Counts(counts)
 }
 
 /// One reading of a process's resource use.
@@ -375,10 +443,48 @@ apiserver_flowcontrol_dispatched_requests_total_other{flow_schema=\"bench-operat
             ])
         );
         assert_eq!(counts.total(), 44.0);
-        let earlier = RequestCounts(BTreeMap::from([(OTHER.to_owned(), 2.0)]));
+        let earlier = Counts(BTreeMap::from([(OTHER.to_owned(), 2.0)]));
         let since = counts.since(&earlier).per(2.0);
         assert_eq!(since.describe(), "memcacheds/status patch 21.00");
         assert_eq!(counts_by_schema("").total(), 0.0);
+    }
+
+    #[test]
+    fn sums_watch_events_by_resource() {
+        let text = "\
+# TYPE apiserver_watch_events_total counter
+apiserver_watch_events_total{group=\"\",resource=\"pods\",version=\"v1\"} 30
+apiserver_watch_events_total{group=\"apps\",resource=\"deployments\",version=\"v1\"} 12
+apiserver_watch_events_total{group=\"events.k8s.io\",resource=\"events\",version=\"v1\"} 1
+apiserver_watch_events_total{group=\"\",resource=\"events\",version=\"v1\"} 2
+apiserver_watch_events_sizes_sum{group=\"\",resource=\"pods\",version=\"v1\"} 3.5e+04
+apiserver_watch_events_sizes_count{group=\"\",resource=\"pods\",version=\"v1\"} 30
+apiserver_watch_events_total_other{resource=\"pods\"} 99
+";
+        let events = sums_by_resource(text, WATCH_EVENTS_METRIC);
+        assert_eq!(
+            events.0,
+            BTreeMap::from([
+                ("deployments".to_owned(), 12.0),
+                ("events".to_owned(), 3.0),
+                ("pods".to_owned(), 30.0),
+            ])
+        );
+        let bytes = sums_by_resource(text, WATCH_BYTES_METRIC);
+        assert_eq!(bytes.0, BTreeMap::from([("pods".to_owned(), 35_000.0)]));
+        let earlier = ApiServerReading {
+            watch_events: Counts(BTreeMap::from([("pods".to_owned(), 10.0)])),
+            ..ApiServerReading::default()
+        };
+        let reading = ApiServerReading {
+            requests: Counts::default(),
+            watch_events: events,
+            watch_bytes: bytes,
+        };
+        assert_eq!(
+            reading.since(&earlier).watch_events.describe(),
+            "pods 20.00, deployments 12.00, events 3.00"
+        );
     }
 
     #[test]

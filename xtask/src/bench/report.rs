@@ -7,6 +7,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::failover::Failover;
+use super::probe::Counts;
 use super::recovery::Recovery;
 use super::workload::{Phase, Run};
 use super::{BenchArgs, REFERENCE};
@@ -127,6 +128,10 @@ pub fn print_run(run: &Run) {
             reconciles(measured),
             measured.requests_by_kind.describe()
         );
+        println!(
+            "  per object, {phase}: watch events the API server sent to all its clients {}",
+            watch_traffic(measured)
+        );
         let split = &measured.split;
         println!(
             "  {phase}, per object (p50 / p99 / max): Deployment written {} s after the request, rolled out {} s later, reported {} s after that",
@@ -144,6 +149,26 @@ pub fn print_run(run: &Run) {
         run.memory.converged_anon_mib,
         run.memory.converged_file_mib
     );
+}
+
+/// The watch events per object of `phase`: their total, the resources with at least one per
+/// hundred objects, and their size.
+fn watch_traffic(phase: &Phase) -> String {
+    let events = &phase.watch_events_by_resource;
+    let notable = Counts(
+        events
+            .0
+            .iter()
+            .filter(|(_, count)| **count >= 0.01)
+            .map(|(resource, count)| (resource.clone(), *count))
+            .collect(),
+    );
+    format!(
+        "{:.1} ({}), {:.1} KiB",
+        events.total(),
+        notable.describe(),
+        phase.watch_kib_per_object
+    )
 }
 
 /// Reconciles per object in `phase`, or `-` when the manager's metrics were unreadable.
@@ -198,20 +223,21 @@ pub fn markdown(results: &Results) -> String {
         );
     }
     out.push_str(
-        "\nPer object: the reconciles the manager counted, the requests by resource and verb:\n\n",
+        "\nPer object: the reconciles the manager counted, the requests by resource and verb, and the watch events the API server sent to all its clients (the cluster's controllers, kwok, the bench and the manager):\n\n",
     );
     out.push_str(
-        "| manager | objects | phase | reconciles | requests |\n|---|---:|---|---:|---|\n",
+        "| manager | objects | phase | reconciles | requests | watch events (all clients) |\n|---|---:|---|---:|---|---|\n",
     );
     for r in &results.runs {
         for (phase, measured) in [("converge", &r.convergence), ("scale", &r.scale)] {
             let _ = writeln!(
                 out,
-                "| {} | {} | {phase} | {} | {} |",
+                "| {} | {} | {phase} | {} | {} | {} |",
                 r.manager,
                 r.objects,
                 reconciles(measured),
-                measured.requests_by_kind.describe()
+                measured.requests_by_kind.describe(),
+                watch_traffic(measured)
             );
         }
     }
@@ -337,7 +363,6 @@ mod tests {
     use super::*;
     use crate::bench::OURS;
     use crate::bench::baseline::Limit;
-    use crate::bench::probe::RequestCounts;
     use crate::bench::workload::{Memory, Split, Spread};
 
     fn run(manager: &str, objects: usize, seconds: f64, requests: f64, cpu: f64) -> Run {
@@ -357,10 +382,15 @@ mod tests {
                 reported: spread,
             },
             requests_per_object: requests,
-            requests_by_kind: RequestCounts(std::collections::BTreeMap::from([(
+            requests_by_kind: Counts(std::collections::BTreeMap::from([(
                 "deployments patch".to_owned(),
                 requests,
             )])),
+            watch_events_by_resource: Counts(std::collections::BTreeMap::from([
+                ("pods".to_owned(), 6.0),
+                ("leases".to_owned(), 0.001),
+            ])),
+            watch_kib_per_object: 12.0,
             cpu_seconds: cpu,
             reconciles_per_object: Some(2.0),
         };
@@ -438,7 +468,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| ours | 100 | converge | 2.00 | deployments patch 4.00 |"),
+            text.contains(
+                "| ours | 100 | converge | 2.00 | deployments patch 4.00 | 6.0 (pods 6.00), 12.0 KiB |"
+            ),
             "{text}"
         );
         assert!(

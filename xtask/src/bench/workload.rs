@@ -16,7 +16,7 @@ use serde_json::json;
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
 use super::baseline::Limit;
-use super::probe::{self, RequestCounter, RequestCounts, sample};
+use super::probe::{self, Counts, RequestCounter, sample};
 use super::tenants::{Target, Tenants};
 use super::{BenchArgs, Contender, percentile};
 
@@ -34,7 +34,12 @@ pub struct Phase {
     /// Requests the API server dispatched for the manager during the phase, per object.
     pub requests_per_object: f64,
     /// The same, by resource and verb.
-    pub requests_by_kind: RequestCounts,
+    pub requests_by_kind: Counts,
+    /// Watch events the API server sent during the phase to all its clients (the cluster's
+    /// controllers, kwok, the bench and the manager), per object, by resource.
+    pub watch_events_by_resource: Counts,
+    /// The bytes of those events, per object, in KiB.
+    pub watch_kib_per_object: f64,
     /// The manager's CPU seconds during the phase.
     pub cpu_seconds: f64,
     /// Reconciles the manager finished during the phase, per object (from its own
@@ -248,7 +253,7 @@ where
             ],
         )),
     ];
-    let requests_before = counter.read(&cluster.client).await?;
+    let api_server_before = counter.read(&cluster.client).await?;
     let cpu_before = sample(pid)?.cpu_seconds;
     let reconciles_before = reconciles_or_warn(metrics_port).await;
 
@@ -292,7 +297,11 @@ where
         rolled_out: Spread::of(&sorted_gaps(&written_at, &ready_at)),
         reported: Spread::of(&sorted_gaps(&ready_at, &converged_at)),
     };
-    let requests = counter.read(&cluster.client).await?.since(&requests_before);
+    let api_server = counter
+        .read(&cluster.client)
+        .await?
+        .since(&api_server_before);
+    let requests = api_server.requests;
     #[allow(clippy::cast_precision_loss)]
     let count = targets.len() as f64;
     let seconds = converged_at
@@ -307,6 +316,8 @@ where
         split,
         requests_per_object: requests.total() / count,
         requests_by_kind: requests.per(count),
+        watch_events_by_resource: api_server.watch_events.per(count),
+        watch_kib_per_object: api_server.watch_bytes.total() / 1024.0 / count,
         cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
         reconciles_per_object: reconciles_before
             .zip(reconciles_or_warn(metrics_port).await)
