@@ -24,6 +24,12 @@ const DISPATCHED_METRIC: &str = "apiserver_flowcontrol_dispatched_requests_total
 const WATCH_EVENTS_METRIC: &str = "apiserver_watch_events_total";
 /// Their sizes in bytes: the sum of the histogram, by the same labels.
 const WATCH_BYTES_METRIC: &str = "apiserver_watch_events_sizes_sum";
+/// Changes the API server's watch cache received from etcd, by resource: each change of an
+/// object once, however many clients watch it.
+const CHANGES_METRIC: &str = "apiserver_watch_cache_events_received_total";
+/// Events a new watch was sent for the objects that existed when it started (a client's
+/// re-list as a watch), by resource: part of [`WATCH_EVENTS_METRIC`] that is no change.
+const INITIAL_EVENTS_METRIC: &str = "apiserver_init_events_total";
 /// Precedence of the per-(resource, verb) schemas: before the catch-all (lower wins).
 const SPECIFIC_PRECEDENCE: u32 = 499;
 const CATCH_ALL_PRECEDENCE: u32 = 500;
@@ -52,7 +58,8 @@ pub struct Counts(pub BTreeMap<String, f64>);
 
 impl Counts {
     pub fn total(&self) -> f64 {
-        self.0.values().sum()
+        // Not `sum()`: a float sum of nothing is -0.0, which prints as "-0.0".
+        self.0.values().fold(0.0, |total, count| total + count)
     }
 
     /// What was counted since `earlier`, leaving out what did not change.
@@ -200,6 +207,8 @@ impl RequestCounter {
             requests: counts_by_schema(&text),
             watch_events: sums_by_resource(&text, WATCH_EVENTS_METRIC),
             watch_bytes: sums_by_resource(&text, WATCH_BYTES_METRIC),
+            changes: sums_by_resource(&text, CHANGES_METRIC),
+            initial_events: sums_by_resource(&text, INITIAL_EVENTS_METRIC),
         })
     }
 
@@ -234,6 +243,11 @@ pub struct ApiServerReading {
     pub watch_events: Counts,
     /// The bytes of those events, by resource.
     pub watch_bytes: Counts,
+    /// Changes of objects, each once, by resource.
+    pub changes: Counts,
+    /// Of the watch events, those that started a new watch with the objects it found, by
+    /// resource.
+    pub initial_events: Counts,
 }
 
 impl ApiServerReading {
@@ -244,6 +258,8 @@ impl ApiServerReading {
             requests: self.requests.since(&earlier.requests),
             watch_events: self.watch_events.since(&earlier.watch_events),
             watch_bytes: self.watch_bytes.since(&earlier.watch_bytes),
+            changes: self.changes.since(&earlier.changes),
+            initial_events: self.initial_events.since(&earlier.initial_events),
         }
     }
 }
@@ -447,6 +463,7 @@ apiserver_flowcontrol_dispatched_requests_total_other{flow_schema=\"bench-operat
         let since = counts.since(&earlier).per(2.0);
         assert_eq!(since.describe(), "memcacheds/status patch 21.00");
         assert_eq!(counts_by_schema("").total(), 0.0);
+        assert_eq!(format!("{:.1}", Counts::default().total()), "0.0");
     }
 
     #[test]
@@ -460,6 +477,8 @@ apiserver_watch_events_total{group=\"\",resource=\"events\",version=\"v1\"} 2
 apiserver_watch_events_sizes_sum{group=\"\",resource=\"pods\",version=\"v1\"} 3.5e+04
 apiserver_watch_events_sizes_count{group=\"\",resource=\"pods\",version=\"v1\"} 30
 apiserver_watch_events_total_other{resource=\"pods\"} 99
+apiserver_watch_cache_events_received_total{group=\"\",resource=\"pods\"} 8
+apiserver_init_events_total{group=\"\",resource=\"pods\"} 4
 ";
         let events = sums_by_resource(text, WATCH_EVENTS_METRIC);
         assert_eq!(
@@ -476,10 +495,16 @@ apiserver_watch_events_total_other{resource=\"pods\"} 99
             watch_events: Counts(BTreeMap::from([("pods".to_owned(), 10.0)])),
             ..ApiServerReading::default()
         };
+        let changes = sums_by_resource(text, CHANGES_METRIC);
+        assert_eq!(changes.0, BTreeMap::from([("pods".to_owned(), 8.0)]));
+        let initial = sums_by_resource(text, INITIAL_EVENTS_METRIC);
+        assert_eq!(initial.0, BTreeMap::from([("pods".to_owned(), 4.0)]));
         let reading = ApiServerReading {
             requests: Counts::default(),
             watch_events: events,
             watch_bytes: bytes,
+            changes,
+            initial_events: initial,
         };
         assert_eq!(
             reading.since(&earlier).watch_events.describe(),

@@ -128,10 +128,7 @@ pub fn print_run(run: &Run) {
             reconciles(measured),
             measured.requests_by_kind.describe()
         );
-        println!(
-            "  per object, {phase}: watch events the API server sent to all its clients {}",
-            watch_traffic(measured)
-        );
+        println!("  per object, {phase}: {}", watch_traffic(measured));
         let split = &measured.split;
         println!(
             "  {phase}, per object (p50 / p99 / max): Deployment written {} s after the request, rolled out {} s later, reported {} s after that",
@@ -151,24 +148,31 @@ pub fn print_run(run: &Run) {
     );
 }
 
-/// The watch events per object of `phase`: their total, the resources with at least one per
-/// hundred objects, and their size.
+/// The watch traffic per object of `phase`: the changes of objects (each once), then the events
+/// the API server sent for them to all its clients and their size, and how many of those
+/// started a new watch (a client's re-list); each total with the resources that had at least
+/// one per hundred objects.
 fn watch_traffic(phase: &Phase) -> String {
-    let events = &phase.watch_events_by_resource;
-    let notable = Counts(
-        events
+    format!(
+        "changes {}; watch events to all clients {}, {:.1} KiB, {:.1} of them a new watch's initial list",
+        notable(&phase.changes_by_resource),
+        notable(&phase.watch_events_by_resource),
+        phase.watch_kib_per_object,
+        phase.watch_initial_events_per_object
+    )
+}
+
+/// `total (largest, ...)` of per-object counts, leaving out those under one per hundred objects.
+fn notable(counts: &Counts) -> String {
+    let shown = Counts(
+        counts
             .0
             .iter()
             .filter(|(_, count)| **count >= 0.01)
-            .map(|(resource, count)| (resource.clone(), *count))
+            .map(|(key, count)| (key.clone(), *count))
             .collect(),
     );
-    format!(
-        "{:.1} ({}), {:.1} KiB",
-        events.total(),
-        notable.describe(),
-        phase.watch_kib_per_object
-    )
+    format!("{:.1} ({})", counts.total(), shown.describe())
 }
 
 /// Reconciles per object in `phase`, or `-` when the manager's metrics were unreadable.
@@ -223,10 +227,10 @@ pub fn markdown(results: &Results) -> String {
         );
     }
     out.push_str(
-        "\nPer object: the reconciles the manager counted, the requests by resource and verb, and the watch events the API server sent to all its clients (the cluster's controllers, kwok, the bench and the manager):\n\n",
+        "\nPer object: the reconciles the manager counted, the requests by resource and verb, the changes of objects in the cluster (each once), and the watch events the API server sent for them to all its clients (the cluster's controllers, kwok, the bench and the manager), with those that started a new watch:\n\n",
     );
     out.push_str(
-        "| manager | objects | phase | reconciles | requests | watch events (all clients) |\n|---|---:|---|---:|---|---|\n",
+        "| manager | objects | phase | reconciles | requests | watch traffic |\n|---|---:|---|---:|---|---|\n",
     );
     for r in &results.runs {
         for (phase, measured) in [("converge", &r.convergence), ("scale", &r.scale)] {
@@ -391,6 +395,11 @@ mod tests {
                 ("leases".to_owned(), 0.001),
             ])),
             watch_kib_per_object: 12.0,
+            watch_initial_events_per_object: 0.5,
+            changes_by_resource: Counts(std::collections::BTreeMap::from([(
+                "pods".to_owned(),
+                2.0,
+            )])),
             cpu_seconds: cpu,
             reconciles_per_object: Some(2.0),
         };
@@ -469,7 +478,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "| ours | 100 | converge | 2.00 | deployments patch 4.00 | 6.0 (pods 6.00), 12.0 KiB |"
+                "| ours | 100 | converge | 2.00 | deployments patch 4.00 | changes 2.0 (pods 2.00); watch events to all clients 6.0 (pods 6.00), 12.0 KiB, 0.5 of them a new watch's initial list |"
             ),
             "{text}"
         );

@@ -40,6 +40,11 @@ pub struct Phase {
     pub watch_events_by_resource: Counts,
     /// The bytes of those events, per object, in KiB.
     pub watch_kib_per_object: f64,
+    /// Of those events, the ones that started a new watch (a client's re-list), per object.
+    pub watch_initial_events_per_object: f64,
+    /// Changes of objects during the phase (each once, whoever watches it), per object, by
+    /// resource: what the cluster did, before the API server fans it out to its watchers.
+    pub changes_by_resource: Counts,
     /// The manager's CPU seconds during the phase.
     pub cpu_seconds: f64,
     /// Reconciles the manager finished during the phase, per object (from its own
@@ -318,6 +323,8 @@ where
         requests_by_kind: requests.per(count),
         watch_events_by_resource: api_server.watch_events.per(count),
         watch_kib_per_object: api_server.watch_bytes.total() / 1024.0 / count,
+        watch_initial_events_per_object: api_server.initial_events.total() / count,
+        changes_by_resource: api_server.changes.per(count),
         cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
         reconciles_per_object: reconciles_before
             .zip(reconciles_or_warn(metrics_port).await)
