@@ -266,6 +266,14 @@ impl ApiServerReading {
 
 /// Sums the samples of `metric` per `resource` label, in Prometheus text format.
 fn sums_by_resource(text: &str, metric: &str) -> Counts {
+    sums_by(text, metric, |labels| {
+        label(labels, "resource").map(str::to_owned)
+    })
+}
+
+/// Sums the samples of `metric` per key that `key_of_labels` finds in their labels (what
+/// follows the `{`), leaving out the samples it finds none in.
+fn sums_by(text: &str, metric: &str, key_of_labels: impl Fn(&str) -> Option<String>) -> Counts {
     let mut counts = BTreeMap::new();
     for line in text.lines() {
         let Some(labels) = line
@@ -274,13 +282,10 @@ fn sums_by_resource(text: &str, metric: &str) -> Counts {
         else {
             continue;
         };
-        let Some(resource) = label(labels, "resource") else {
+        let (Some(key), Some(value)) = (key_of_labels(labels), sample_value(line)) else {
             continue;
         };
-        let Some(value) = sample_value(line) else {
-            continue;
-        };
-        *counts.entry(resource.to_owned()).or_insert(0.0) += value;
+        *counts.entry(key).or_insert(0.0) += value;
     }
     Counts(counts)
 }
@@ -302,24 +307,9 @@ fn sample_value(line: &str) -> Option<f64> {
 
 /// Sums the samples of [`DISPATCHED_METRIC`] per schema of ours, in Prometheus text format.
 fn counts_by_schema(text: &str) -> Counts {
-    let mut counts = BTreeMap::new();
-    for line in text.lines() {
-        let Some(labels) = line
-            .strip_prefix(DISPATCHED_METRIC)
-            .and_then(|rest| rest.strip_prefix('{'))
-        else {
-            continue;
-        };
-        let Some(schema) = label(labels, "flow_schema") else {
-            continue;
-        };
-        let Some(key) = key_of(schema) else { continue };
-        let Some(value) = sample_value(line) else {
-            continue;
-        };
-        *counts.entry(key).or_insert(0.0) += value;
-    }
-    Counts(counts)
+    sums_by(text, DISPATCHED_METRIC, |labels| {
+        label(labels, "flow_schema").and_then(key_of)
+    })
 }
 
 /// One reading of a process's resource use.
