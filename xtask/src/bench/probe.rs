@@ -1,7 +1,7 @@
 //! What the benchmark reads: the manager's memory and CPU from `/proc`, the number of
-//! requests the API server dispatched for the manager's ServiceAccount, the watch events the API
-//! server sent (to all its clients), and the reconciles the manager counted on its own
-//! `/metrics`.
+//! requests the API server dispatched for the manager's ServiceAccount, the whole cluster's watch
+//! traffic (changes, and the events sent for them to all the API server's clients), and the
+//! reconciles the manager counted on its own `/metrics`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -52,7 +52,7 @@ const COUNTED_VERBS: [&str; 7] = [
 pub const OTHER: &str = "other";
 
 /// Counts by key: requests the API server dispatched for the manager by `resource verb` (or
-/// [`OTHER`]), or watch events it sent by resource.
+/// [`OTHER`]), or one of its watch counters by resource.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Counts(pub BTreeMap<String, f64>);
 
@@ -122,7 +122,7 @@ fn key_of(schema: &str) -> Option<String> {
         .map(|r| format!("{r} {verb}"))
 }
 
-/// Counts the manager's API requests, and the watch events of the whole cluster, with the API
+/// Counts the manager's API requests, and the whole cluster's watch traffic, with the API
 /// server's own metrics.
 #[derive(Debug)]
 pub struct RequestCounter;
@@ -194,7 +194,7 @@ impl RequestCounter {
         Ok(Self)
     }
 
-    /// Requests dispatched for the manager so far, and watch events sent to every client.
+    /// Requests dispatched for the manager so far, and the cluster's watch traffic.
     pub async fn read(&self, client: &kube::Client) -> anyhow::Result<ApiServerReading> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
