@@ -408,8 +408,8 @@ fn sum_of(text: &str, name: &str) -> f64 {
             line.strip_prefix(name)
                 .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
         })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .filter_map(sample_value)
+        .fold(0.0, |total, value| total + value)
 }
 
 #[cfg(test)]
