@@ -76,6 +76,14 @@ impl Tenants {
         &self.targets
     }
 
+    /// At most `count` of the Memcacheds, evenly spread over the creation order (and so over
+    /// the namespaces).
+    pub fn spread_sample(&self, count: usize) -> Vec<Target> {
+        spread_indices(self.targets.len(), count)
+            .map(|i| self.targets[i].clone())
+            .collect()
+    }
+
     /// One API of `K` per namespace.
     pub fn apis<K>(&self, cluster: &TestCluster) -> Vec<Api<K>>
     where
@@ -158,6 +166,11 @@ pub async fn delete_namespaces_and_wait(
     Ok(())
 }
 
+/// At most `count` indices of `0..len`, evenly spaced from 0.
+fn spread_indices(len: usize, count: usize) -> impl Iterator<Item = usize> {
+    (0..len).step_by((len / count.max(1)).max(1)).take(count)
+}
+
 /// How many namespaces hold `objects` at `per_namespace` to each: at least one.
 fn namespaces_for(objects: usize, per_namespace: usize) -> usize {
     objects.div_ceil(per_namespace).max(1)
@@ -165,7 +178,7 @@ fn namespaces_for(objects: usize, per_namespace: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::namespaces_for;
+    use super::{namespaces_for, spread_indices};
 
     #[test]
     fn objects_fill_namespaces_in_turn() {
@@ -174,5 +187,17 @@ mod tests {
         assert_eq!(namespaces_for(1001, 1000), 2);
         assert_eq!(namespaces_for(10_000, 1000), 10);
         assert_eq!(namespaces_for(0, 1000), 1);
+    }
+
+    #[test]
+    fn a_sample_spreads_over_every_namespace() {
+        let sample: Vec<usize> = spread_indices(10_000, 100).collect();
+        assert_eq!(sample.len(), 100);
+        assert_eq!(&sample[..3], [0, 100, 200]);
+        assert_eq!(sample.last(), Some(&9900));
+        // Fewer objects than asked for: all of them, each once.
+        assert_eq!(spread_indices(3, 100).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(spread_indices(150, 100).count(), 100);
+        assert_eq!(spread_indices(5, 0).count(), 0);
     }
 }

@@ -14,6 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::Serialize;
 use serde_json::json;
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
+use tokio::sync::oneshot;
 
 use super::baseline::Limit;
 use super::probe::{self, Counts, RequestCounter, sample};
@@ -113,8 +114,18 @@ pub struct Run {
     /// Convergence time over the physical limit's time.
     pub ratio_to_limit: f64,
     pub scale: Phase,
+    /// The same work at every object count: [`BURST_OBJECTS`] of the Memcacheds (all, when
+    /// there are fewer), spread over the namespaces, scaled back at once with every other
+    /// object present. What it costs per object is the manager's cost of one scale event, apart
+    /// from how much longer the cluster's rollouts take at larger counts.
+    pub burst: Phase,
+    /// How many Memcacheds the burst scaled.
+    pub burst_objects: usize,
     pub memory: Memory,
 }
+
+/// Memcacheds scaled in the burst after the scale phase (see [`Run::burst`]).
+pub const BURST_OBJECTS: usize = 100;
 
 /// Measures `contender` at `objects` Memcacheds. Returns the run with the namespaces it used,
 /// which the caller deletes once the run is saved: at 10,000 objects that takes ten minutes.
@@ -156,7 +167,7 @@ pub async fn measure(
         cluster,
         counter,
         (pid, metrics_port),
-        &tenants,
+        (&tenants, tenants.targets()),
         size,
         args,
         |api, name| async move {
@@ -175,7 +186,7 @@ pub async fn measure(
         cluster,
         counter,
         (pid, metrics_port),
-        &tenants,
+        (&tenants, tenants.targets()),
         scaled,
         args,
         |api, name| async move {
@@ -187,8 +198,27 @@ pub async fn measure(
     )
     .await
     .context("scale phase")?;
-    let after = sample(pid)?;
     println!("scaled: {:.2} s", scale.seconds);
+
+    let sampled = tenants.spread_sample(BURST_OBJECTS);
+    let burst = timed_phase(
+        cluster,
+        counter,
+        (pid, metrics_port),
+        (&tenants, &sampled),
+        size,
+        args,
+        |api, name| async move {
+            let patch = json!({"spec": {"size": size}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map(|_| ())
+        },
+    )
+    .await
+    .context("burst phase")?;
+    let after = sample(pid)?;
+    println!("burst of {}: {:.2} s", sampled.len(), burst.seconds);
 
     stop_manager(manager).await?;
 
@@ -199,6 +229,8 @@ pub async fn measure(
         limit,
         convergence,
         scale,
+        burst,
+        burst_objects: sampled.len(),
         memory: Memory {
             idle_mib: mib(idle.rss_bytes),
             peak_mib: mib(after.peak_rss_bytes.max(converged.peak_rss_bytes)),
@@ -215,13 +247,15 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// Changes every object with `change` (at the configured concurrency) and waits until each has
-/// converged at `size`, timing each object from its own request's response.
+/// Changes each of `targets` (among `tenants`' Memcacheds) with `change`, at the configured
+/// concurrency, and waits until each has converged at `size`, timing each object from its own
+/// request's response. The clock starts once the bench's own watches have listed what the
+/// namespaces hold, so their lists are no part of the phase.
 async fn timed_phase<F, Fut>(
     cluster: &TestCluster,
     counter: &RequestCounter,
     (pid, metrics_port): (u32, u16),
-    tenants: &Tenants,
+    (tenants, targets): (&Tenants, &[Target]),
     size: i32,
     args: &BenchArgs,
     change: F,
@@ -230,14 +264,15 @@ where
     F: Fn(Api<Memcached>, String) -> Fut,
     Fut: Future<Output = Result<(), kube::Error>>,
 {
-    let targets = tenants.targets();
     let expected: Arc<HashSet<String>> = Arc::new(targets.iter().map(Target::key).collect());
     let (converged_at, written_at, ready_at): (FirstSeen, FirstSeen, FirstSeen) =
         Default::default();
+    let (memcacheds_listed, deployments_listed) = (oneshot::channel(), oneshot::channel());
     let watches = [
         tokio::spawn(record_first(
             tenants.apis(cluster),
             expected.clone(),
+            memcacheds_listed.0,
             vec![(
                 Box::new(move |memcached: &Memcached| is_converged(memcached, size)),
                 Arc::clone(&converged_at),
@@ -246,6 +281,7 @@ where
         tokio::spawn(record_first(
             tenants.apis(cluster),
             expected,
+            deployments_listed.0,
             vec![
                 (
                     Box::new(move |deployment: &Deployment| deployment.spec.replicas == Some(size)),
@@ -258,6 +294,17 @@ where
             ],
         )),
     ];
+    let listed = async { memcacheds_listed.1.await.and(deployments_listed.1.await) };
+    if !matches!(
+        tokio::time::timeout(args.timeout(), listed).await,
+        Ok(Ok(()))
+    ) {
+        watches.iter().for_each(tokio::task::JoinHandle::abort);
+        anyhow::bail!(
+            "the bench's watches of the Memcacheds and Deployments did not list within {:?}",
+            args.timeout()
+        );
+    }
     let api_server_before = counter.read(&cluster.client).await?;
     let cpu_before = sample(pid)?.cpu_seconds;
     let reconciles_before = reconciles_or_warn(metrics_port).await;
@@ -357,22 +404,39 @@ fn sorted_gaps(from: &HashMap<String, Instant>, to: &HashMap<String, Instant>) -
 type Milestone<K> = (Box<dyn Fn(&K) -> bool + Send>, FirstSeen);
 
 /// Notes the first moment each of the `expected` objects (`namespace/name`) reaches each
-/// milestone, watching each namespace's objects of `K`.
+/// milestone, watching each namespace's objects of `K`; says on `listed` when every
+/// namespace's first list is in.
 async fn record_first<K>(
     apis: Vec<Api<K>>,
     expected: Arc<HashSet<String>>,
+    listed: oneshot::Sender<()>,
     milestones: Vec<Milestone<K>>,
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let mut events = stream::select_all(apis.into_iter().map(|api| {
+    let mut unlisted: HashSet<usize> = (0..apis.len()).collect();
+    let mut listed = Some(listed);
+    let mut events = stream::select_all(apis.into_iter().enumerate().map(|(namespace, api)| {
         watcher(api, watcher::Config::default())
             .default_backoff()
-            .applied_objects()
+            .map(move |event| (namespace, event))
             .boxed()
     }));
-    while let Some(event) = events.next().await {
-        let Ok(object) = event else { continue };
+    while let Some((namespace, event)) = events.next().await {
+        let object = match event {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => object,
+            Ok(watcher::Event::InitDone) => {
+                unlisted.remove(&namespace);
+                if unlisted.is_empty()
+                    && let Some(listed) = listed.take()
+                {
+                    // Nobody waits any more when the phase gave up.
+                    let _ = listed.send(());
+                }
+                continue;
+            }
+            Ok(watcher::Event::Init | watcher::Event::Delete(_)) | Err(_) => continue,
+        };
         let meta = object.meta();
         let key = format!(
             "{}/{}",
