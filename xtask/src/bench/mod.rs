@@ -8,6 +8,9 @@
 //!   True; reported as total time, objects per second, per-object p50/p99, and a ratio to the
 //!   physical limit;
 //! - a *scale event*: the size of all N objects changed at once, timed the same way;
+//! - a *burst*: the same 100 scale events at every N (100 of the objects, spread over the
+//!   namespaces, scaled back at once), so what it costs per object is the manager's cost of the
+//!   same work with N objects present, apart from how long the cluster's rollouts take at N;
 //! - *cost*: the manager's resident memory (idle, peak, after convergence), its CPU seconds, and
 //!   the API requests it made per object, counted by the API server itself (a FlowSchema that
 //!   matches only the manager's ServiceAccount, read from `apiserver_flowcontrol_*` metrics).

@@ -189,12 +189,7 @@ pub async fn measure(
         (&tenants, tenants.targets()),
         scaled,
         args,
-        |api, name| async move {
-            let patch = json!({"spec": {"size": scaled}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .map(|_| ())
-        },
+        |api, name| resize(api, name, scaled),
     )
     .await
     .context("scale phase")?;
@@ -208,12 +203,7 @@ pub async fn measure(
         (&tenants, &sampled),
         size,
         args,
-        |api, name| async move {
-            let patch = json!({"spec": {"size": size}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .map(|_| ())
-        },
+        |api, name| resize(api, name, size),
     )
     .await
     .context("burst phase")?;
@@ -240,6 +230,14 @@ pub async fn measure(
         },
     };
     Ok((run, tenants))
+}
+
+/// Sets the size of Memcached `name` to `size`.
+async fn resize(api: Api<Memcached>, name: String, size: i32) -> Result<(), kube::Error> {
+    let patch = json!({"spec": {"size": size}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
 }
 
 #[allow(clippy::cast_precision_loss)]
