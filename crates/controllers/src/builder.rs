@@ -117,6 +117,14 @@ where
             .extend(rbac::missing(self.ctx.rules, &group, &resource, verbs));
     }
 
+    /// The count of the triggers that changes of `C` give this controller.
+    fn triggers_from<C: Resource<DynamicType = ()>>(&self) -> prometheus::IntCounter {
+        self.ctx
+            .metrics
+            .reconcile_triggers
+            .with_label_values(&[self.name, &C::kind(&())])
+    }
+
     /// The cache of the custom resources (filled once the controller runs).
     pub fn store(&self) -> Store<K> {
         self.store.clone()
@@ -153,12 +161,17 @@ where
         self.caches
             .push(async move { ready.ready(&shutdown).await }.boxed());
         let store = self.store.clone();
+        let counted = self.triggers_from::<C>();
         let triggers = cache.subscribe().filter_map(move |obj| {
-            std::future::ready(if own_write(&obj) {
+            let trigger = if own_write(&obj) {
                 None
             } else {
                 map(&store, &obj)
-            })
+            };
+            if trigger.is_some() {
+                counted.inc();
+            }
+            std::future::ready(trigger)
         });
         self.triggers.push(triggers.boxed());
         self
@@ -206,6 +219,7 @@ where
         F: Fn(Arc<K>, Arc<C>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
     {
+        let counted = self.triggers_from::<K>();
         if !self.missing_rbac.is_empty() {
             let mut missing = self.missing_rbac;
             missing.sort();
@@ -221,7 +235,7 @@ where
         let driver = Driver::<K>::new(self.name, &self.ctx);
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
         let mut triggers = self.triggers;
-        triggers.insert(0, resources.boxed());
+        triggers.insert(0, resources.inspect(move |_| counted.inc()).boxed());
         let (events, publisher) =
             Events::start(client.clone(), self.name, &self.ctx.options.instance);
         let scoped = Arc::new(Scoped {
@@ -327,6 +341,59 @@ mod tests {
             !message.contains("create pods"),
             "pods are only read: {message}"
         );
+        ctx.watches.stop().await;
+    }
+
+    #[tokio::test]
+    async fn each_trigger_is_counted_by_the_kind_that_changed() {
+        use futures::StreamExt as _;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let server = ApiServer::answering(|request| {
+            if request.query.contains("watch=true") {
+                return crate::fake::failure(500, "InternalError", "no watch in this test");
+            }
+            let item = |name: &str| serde_json::json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"}});
+            let list = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "1"},
+                "items": [item("a"), item("unrelated"), item("b")],
+            });
+            (200, list)
+        });
+        let ctx = context(&server, &ONLY_ITS_OWN);
+        let config_maps = ctx
+            .watches
+            .watch(crate::watches::WatchSpec::<ConfigMap>::labelled(
+                "team=blue",
+            ));
+        let mut builder = Builder::<Memcached>::new("memcached", &ctx).watches(
+            &config_maps,
+            |_, cm: &ConfigMap| {
+                let name = cm.name_any();
+                (name != "unrelated").then(|| ObjectRef::new(&name).within("ns"))
+            },
+        );
+        let mut triggers = builder.triggers.pop().expect("one watch declared");
+        let two = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            (&mut triggers).take(2).collect::<Vec<_>>(),
+        )
+        .await
+        .expect("the list's objects trigger");
+        let mut names: Vec<String> = two.into_iter().map(|r| r.name).collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        let counted = |source: &str| {
+            ctx.metrics
+                .reconcile_triggers
+                .with_label_values(&["memcached", source])
+                .get()
+        };
+        assert_eq!(
+            counted("ConfigMap"),
+            2,
+            "what maps to nothing is no trigger"
+        );
+        assert_eq!(counted("Memcached"), 0);
         ctx.watches.stop().await;
     }
 

@@ -66,6 +66,10 @@ pub struct Metrics {
     /// `operator_manager_reconcile_errors_total{controller,kind}`: failures by
     /// [`crate::Error::metric_label`], a finer breakdown than controller-runtime's counter.
     pub reconcile_errors_by_kind: IntCounterVec,
+    /// `operator_manager_reconcile_triggers_total{controller,source}`: watch events that asked
+    /// for a reconcile, by the kind of object that changed (`source`), before the queue folds
+    /// them: what makes a controller reconcile as often as it does.
+    pub reconcile_triggers: IntCounterVec,
 }
 
 impl Metrics {
@@ -92,6 +96,7 @@ impl Metrics {
             metrics.workqueue_longest_running_processor_seconds.clone(),
         ))?;
         registry.register(Box::new(metrics.reconcile_errors_by_kind.clone()))?;
+        registry.register(Box::new(metrics.reconcile_triggers.clone()))?;
         Ok(metrics)
     }
 
@@ -219,6 +224,13 @@ impl Metrics {
                     "Reconciliation errors per controller and kind of error",
                 ),
                 &["controller", "kind"],
+            )?,
+            reconcile_triggers: IntCounterVec::new(
+                Opts::new(
+                    "operator_manager_reconcile_triggers_total",
+                    "Watch events that asked for a reconcile, per controller and kind of object that changed",
+                ),
+                &["controller", "source"],
             )?,
         })
     }
