@@ -375,9 +375,22 @@ fn clock_ticks_per_second() -> f64 {
 /// The metric both managers count every finished reconcile in (controller-runtime's name).
 const RECONCILES_METRIC: &str = "controller_runtime_reconcile_total";
 
-/// Every reconcile the manager serving plain-HTTP metrics on `127.0.0.1:port` has finished,
-/// of every controller and result.
-pub async fn reconciles(port: u16) -> anyhow::Result<f64> {
+/// The metric ours counts the watch events that asked for a reconcile in, by `source` (the
+/// kind of object that changed). The reference has no such metric.
+const TRIGGERS_METRIC: &str = "operator_manager_reconcile_triggers_total";
+
+/// What a manager counted on its own `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub struct ManagerCounts {
+    /// Every reconcile finished, of every controller and result.
+    pub reconciles: f64,
+    /// The watch events that asked for a reconcile, by the kind of object that changed (empty
+    /// for a manager that does not count them).
+    pub triggers: Counts,
+}
+
+/// What the manager serving plain-HTTP metrics on `127.0.0.1:port` has counted so far.
+pub async fn manager_counts(port: u16) -> anyhow::Result<ManagerCounts> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let read = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
@@ -398,7 +411,17 @@ pub async fn reconciles(port: u16) -> anyhow::Result<f64> {
         "the manager's /metrics on port {port} answered {:?}",
         head.lines().next().unwrap_or_default()
     );
-    Ok(sum_of(body, RECONCILES_METRIC))
+    Ok(counts_of(body))
+}
+
+/// The reconciles and triggers in a manager's metrics text.
+fn counts_of(text: &str) -> ManagerCounts {
+    ManagerCounts {
+        reconciles: sum_of(text, RECONCILES_METRIC),
+        triggers: sums_by(text, TRIGGERS_METRIC, |labels| {
+            label(labels, "source").map(str::to_owned)
+        }),
+    }
 }
 
 /// The sum of every sample of counter `name` in Prometheus text.
@@ -428,6 +451,32 @@ controller_runtime_reconcile_errors_total{controller=\"memcached\"} 7
 ";
         assert!((sum_of(text, RECONCILES_METRIC) - 43.0).abs() < f64::EPSILON);
         assert!(sum_of("", RECONCILES_METRIC).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn counts_triggers_by_source_over_every_controller() {
+        let text = "\
+# TYPE operator_manager_reconcile_triggers_total counter
+operator_manager_reconcile_triggers_total{controller=\"memcached\",source=\"Deployment\"} 30
+operator_manager_reconcile_triggers_total{controller=\"memcached\",source=\"Pod\"} 12
+operator_manager_reconcile_triggers_total{controller=\"myapp\",source=\"Deployment\"} 5
+operator_manager_reconcile_triggers_total{controller=\"myapp\",source=\"MyApp\"} 0
+controller_runtime_reconcile_total{controller=\"memcached\",result=\"success\"} 9
+";
+        let counts = counts_of(text);
+        assert!((counts.reconciles - 9.0).abs() < f64::EPSILON);
+        assert_eq!(
+            counts.triggers.0,
+            BTreeMap::from([
+                ("Deployment".to_owned(), 35.0),
+                ("MyApp".to_owned(), 0.0),
+                ("Pod".to_owned(), 12.0),
+            ])
+        );
+        assert!(
+            counts_of("").triggers.0.is_empty(),
+            "the reference counts none"
+        );
     }
 
     #[test]

@@ -177,11 +177,19 @@ fn notable(counts: &Counts) -> String {
     format!("{:.1} ({})", counts.total(), shown.describe())
 }
 
-/// Reconciles per object in `phase`, or `-` when the manager's metrics were unreadable.
+/// Reconciles per object in `phase` (`-` when the manager's metrics were unreadable), and the
+/// watch events that asked for them by the kind of object that changed, when counted.
 fn reconciles(phase: &Phase) -> String {
-    phase
+    let reconciles = phase
         .reconciles_per_object
-        .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"))
+        .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"));
+    if phase.triggers_by_source.0.is_empty() {
+        return reconciles;
+    }
+    format!(
+        "{reconciles} (triggered by {})",
+        phase.triggers_by_source.describe()
+    )
 }
 
 /// The results as Markdown tables (what BENCHMARKS.md holds).
@@ -232,7 +240,7 @@ pub fn markdown(results: &Results) -> String {
         );
     }
     out.push_str(
-        "\nPer object: the reconciles the manager counted, the requests by resource and verb, the changes of objects in the cluster (each once), and the watch events the API server sent for them to all its clients (the cluster's controllers, kwok, the bench and the manager), with those that started a new watch:\n\n",
+        "\nPer object: the reconciles the manager counted (for ours, with the watch events that asked for them, by the kind of object that changed: the queue folds several into one reconcile), the requests by resource and verb, the changes of objects in the cluster (each once), and the watch events the API server sent for them to all its clients (the cluster's controllers, kwok, the bench and the manager), with those that started a new watch:\n\n",
     );
     out.push_str(
         "| manager | objects | phase | reconciles | requests | watch traffic |\n|---|---:|---|---:|---|---|\n",
@@ -423,6 +431,10 @@ mod tests {
             )])),
             cpu_seconds: cpu,
             reconciles_per_object: Some(2.0),
+            triggers_by_source: Counts(std::collections::BTreeMap::from([
+                ("Deployment".to_owned(), 1.5),
+                ("Memcached".to_owned(), 1.0),
+            ])),
         };
         Run {
             manager: manager.to_owned(),
@@ -502,7 +514,9 @@ mod tests {
         // CPU 2.00 s is 20.00 ms per object; the burst, 0.15 s for 10 objects, 15.00.
         assert!(text.contains("| 2.00 | 20.00 | 15.00 |"), "{text}");
         assert!(
-            text.contains("| ours | 100 | burst | 2.00 | deployments patch 4.00 |"),
+            text.contains(
+                "| ours | 100 | burst | 2.00 (triggered by Deployment 1.50, Memcached 1.00) | deployments patch 4.00 |"
+            ),
             "{text}"
         );
         assert!(
@@ -511,7 +525,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "| ours | 100 | converge | 2.00 | deployments patch 4.00 | changes 2.0 (pods 2.00); watch events to all clients 6.0 (pods 6.00), 12.0 KiB, 0.5 of them a new watch's initial list |"
+                "| ours | 100 | converge | 2.00 (triggered by Deployment 1.50, Memcached 1.00) | deployments patch 4.00 | changes 2.0 (pods 2.00); watch events to all clients 6.0 (pods 6.00), 12.0 KiB, 0.5 of them a new watch's initial list |"
             ),
             "{text}"
         );

@@ -51,6 +51,10 @@ pub struct Phase {
     /// Reconciles the manager finished during the phase, per object (from its own
     /// `controller_runtime_reconcile_total`); `None` when its metrics could not be read.
     pub reconciles_per_object: Option<f64>,
+    /// The watch events that asked ours for a reconcile during the phase, per object, by the
+    /// kind of object that changed (from its `operator_manager_reconcile_triggers_total`;
+    /// empty for the reference). The queue folds several into one reconcile.
+    pub triggers_by_source: Counts,
 }
 
 /// How a per-object time spreads, in seconds.
@@ -305,7 +309,7 @@ where
     }
     let api_server_before = counter.read(&cluster.client).await?;
     let cpu_before = sample(pid)?.cpu_seconds;
-    let reconciles_before = reconciles_or_warn(metrics_port).await;
+    let counted_before = manager_counts_or_warn(metrics_port).await;
 
     let started = Instant::now();
     let changed_at: HashMap<String, Instant> = stream::iter(targets.iter())
@@ -351,6 +355,7 @@ where
         .read(&cluster.client)
         .await?
         .since(&api_server_before);
+    let counted = counted_before.zip(manager_counts_or_warn(metrics_port).await);
     let requests = api_server.requests;
     #[allow(clippy::cast_precision_loss)]
     let count = targets.len() as f64;
@@ -371,15 +376,18 @@ where
         watch_initial_events_per_object: api_server.initial_events.total() / count,
         changes_by_resource: api_server.changes.per(count),
         cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
-        reconciles_per_object: reconciles_before
-            .zip(reconciles_or_warn(metrics_port).await)
-            .map(|(before, after)| (after - before) / count),
+        reconciles_per_object: counted
+            .as_ref()
+            .map(|(before, after)| (after.reconciles - before.reconciles) / count),
+        triggers_by_source: counted.map_or_else(Counts::default, |(before, after)| {
+            after.triggers.since(&before.triggers).per(count)
+        }),
     })
 }
 
-/// The manager's reconciles so far, or `None` (said on stderr) when its metrics are unreadable.
-async fn reconciles_or_warn(port: u16) -> Option<f64> {
-    probe::reconciles(port)
+/// What the manager counted so far, or `None` (said on stderr) when its metrics are unreadable.
+async fn manager_counts_or_warn(port: u16) -> Option<probe::ManagerCounts> {
+    probe::manager_counts(port)
         .await
         .inspect_err(|error| eprintln!("warning: no reconcile count: {error:#}"))
         .ok()
