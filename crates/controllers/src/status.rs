@@ -133,6 +133,21 @@ impl Rollout {
         self.is_available() && self.updated == self.desired && self.replicas == self.desired
     }
 
+    /// Whether an owner reading this state instead of `earlier` (both against the same desired
+    /// replicas) could write anything sooner than at the rollout's end. Between two passing
+    /// states with the same conditions and ready pods, what differs (how many pods exist, how
+    /// many are of the current template) is a detail the status waits to write until the
+    /// rollout settles (see [`crate::status_writer::StatusWriter`]), and the settled state
+    /// differs in its conditions.
+    pub fn is_news_after(&self, earlier: &Self) -> bool {
+        let passing = |r: &Self| r.progress() == Progress::Moving;
+        self != earlier
+            && !(passing(self)
+                && passing(earlier)
+                && self.ready == earlier.ready
+                && self.conditions() == earlier.conditions())
+    }
+
     /// The three conditions this rollout state implies.
     pub fn conditions(&self) -> [NewCondition; 3] {
         let (desired, ready) = (self.desired, self.ready);

@@ -14,7 +14,8 @@
 //! - every added or changed object is broadcast when its [`WatchSpec`] says the change matters
 //!   (Pods only when their labels or deletion state change: a metadata watch sees every status
 //!   update, which the controllers do not need);
-//! - a deleted object is broadcast as last seen, after it left the cache;
+//! - a deleted object is broadcast as last seen, after it left the cache, unless its
+//!   [`WatchSpec`] says the deletion no longer matters (a pod whose deletion started earlier);
 //! - after a re-list, objects that vanished meanwhile are broadcast as deletions and only
 //!   changed ones as updates;
 //! - a subscriber that falls behind by more than the channel holds gets every cached object
@@ -78,16 +79,37 @@ pub type DeploymentMeta = MetaView<Deployment>;
 #[derive(Clone, Debug)]
 pub struct WatchSpec<K> {
     selector: String,
-    changed: fn(Option<&K>, &K) -> bool,
+    broadcasts: Broadcasts<K>,
     strip: fn(&mut K),
 }
+
+/// Which changes of a shared watch its subscribers hear about.
+#[derive(Debug)]
+struct Broadcasts<K> {
+    /// Whether an added or changed object matters, given its cached version (`None` if new).
+    changed: fn(Option<&K>, &K) -> bool,
+    /// Whether the deletion of an object matters, given its cached version.
+    deleted: fn(&K) -> bool,
+}
+
+// Not derived: a derive would ask `K` to be `Clone` and `Copy` too.
+impl<K> Clone for Broadcasts<K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Broadcasts<K> {}
 
 impl<K: Resource> WatchSpec<K> {
     /// Every object of the type, kept whole; every new `resourceVersion` is broadcast.
     pub fn all() -> Self {
         Self {
             selector: String::new(),
-            changed: new_version,
+            broadcasts: Broadcasts {
+                changed: new_version,
+                deleted: |_| true,
+            },
             strip: |_| {},
         }
     }
@@ -110,7 +132,23 @@ impl<K: Resource> WatchSpec<K> {
     /// for a new object).
     #[must_use]
     pub fn broadcasting(self, changed: fn(Option<&K>, &K) -> bool) -> Self {
-        Self { changed, ..self }
+        let broadcasts = Broadcasts {
+            changed,
+            ..self.broadcasts
+        };
+        Self { broadcasts, ..self }
+    }
+
+    /// Broadcasts a deletion only when `deleted(cached)` says it matters (every deletion
+    /// matters unless this says otherwise). A deletion seen only in a re-list is always
+    /// broadcast: nothing is known of what came before it.
+    #[must_use]
+    pub fn broadcasting_deletions(self, deleted: fn(&K) -> bool) -> Self {
+        let broadcasts = Broadcasts {
+            deleted,
+            ..self.broadcasts
+        };
+        Self { broadcasts, ..self }
     }
 
     /// The label selector (empty for every object).
@@ -187,10 +225,13 @@ pub fn managed_deployments() -> WatchSpec<DeploymentView> {
 }
 
 /// Whether a managed Deployment changed in what its owner reads: its metadata, its spec as the
-/// view keeps it, or its rollout as [`Rollout`] reads the status. The Deployment controller
-/// also writes what no owner reads (`unavailableReplicas` on its own, a condition's times and
-/// messages): in a scale event of one pod, one of its four status writes is such, and each
-/// would reconcile the owner to find nothing to do.
+/// view keeps it, or its rollout as [`Rollout`] reads the status, when that is news to the
+/// owner's status ([`Rollout::is_news_after`]). The Deployment controller also writes what no
+/// owner reads (`unavailableReplicas` on its own, a condition's times and messages) and steps
+/// that change no condition (a new pod counted before it is ready): in a scale event of one
+/// pod, two of its four status writes are such, and each would reconcile the owner to find
+/// nothing to write. On a busy cluster those steps come further apart than the queue's
+/// debounce, and each was a reconcile of its own.
 fn owners_read_a_change(old: Option<&DeploymentView>, new: &DeploymentView) -> bool {
     old.is_none_or(|old| {
         if old.metadata.resource_version == new.metadata.resource_version {
@@ -200,11 +241,13 @@ fn owners_read_a_change(old: Option<&DeploymentView>, new: &DeploymentView) -> b
         old_metadata
             .resource_version
             .clone_from(&new.metadata.resource_version);
-        // The owner's desired replicas do not matter here: both sides are read against the same.
+        // Read against the replicas the Deployment asks for: its owner asks for the same, or
+        // is about to change the spec, which is news of its own.
+        let desired = new.desired_replicas();
         old_metadata != new.metadata
             || old.replicas != new.replicas
             || old.containers != new.containers
-            || Rollout::of(0, old) != Rollout::of(0, new)
+            || Rollout::of(desired, new).is_news_after(&Rollout::of(desired, old))
     })
 }
 
@@ -219,7 +262,10 @@ pub fn unmanaged_deployments() -> WatchSpec<DeploymentMeta> {
 }
 
 /// The metadata of the managed Pods of every namespace; a change matters when it moves a pod
-/// between owners or starts its deletion.
+/// between owners or starts its deletion. After that nothing of it matters: a pod being
+/// deleted already counts as gone to the controllers. When its containers take longer to stop
+/// than the queue's debounce, a shorter grace period (which moves its deletion timestamp) and
+/// its removal would each reconcile its owner once more for nothing.
 pub fn managed_pods() -> WatchSpec<PodMeta> {
     WatchSpec::labelled(labels::managed_selector())
         .keeping(|pod: &mut PodMeta| {
@@ -230,11 +276,11 @@ pub fn managed_pods() -> WatchSpec<PodMeta> {
             (meta.resource_version, meta.generate_name) = (None, None);
         })
         .broadcasting(|old, new| {
-            old.is_none_or(|old| {
-                old.labels != new.labels
-                    || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
-            })
+            let deleting = |pod: &PodMeta| pod.metadata.deletion_timestamp.is_some();
+            // Only the start of a deletion: a shorter grace period moves the timestamp again.
+            old.is_none_or(|old| old.labels != new.labels || deleting(old) != deleting(new))
         })
+        .broadcasting_deletions(|cached| cached.metadata.deletion_timestamp.is_none())
 }
 
 /// The watches shared by the controllers of one [`crate::run`]; each starts on first use and
@@ -354,7 +400,7 @@ impl SharedWatches {
             shared.clone(),
             events,
             Cache { writer, indexes },
-            spec.changed,
+            spec.broadcasts,
             self.inner.stop.clone(),
         ));
         lock(&self.inner.tasks).push(task);
@@ -544,7 +590,7 @@ async fn fan_out<K>(
     shared: Shared<K>,
     events: impl Stream<Item = watcher::Result<Event<K>>> + Send,
     mut cache: Cache<K>,
-    changed: fn(Option<&K>, &K) -> bool,
+    broadcasts: Broadcasts<K>,
     stop: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
@@ -572,7 +618,7 @@ async fn fan_out<K>(
             Some(Ok(event)) => event,
         };
         listed |= matches!(event, Event::InitDone);
-        for obj in cache.apply(&event, changed) {
+        for obj in cache.apply(&event, broadcasts) {
             // An error only means nobody subscribes right now.
             let _ = shared.tx.send(obj);
         }
@@ -585,7 +631,8 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     /// Applies one event to the cache and its indexes, and returns the objects to broadcast.
-    fn apply(&mut self, event: &Event<K>, changed: fn(Option<&K>, &K) -> bool) -> Vec<Arc<K>> {
+    fn apply(&mut self, event: &Event<K>, broadcasts: Broadcasts<K>) -> Vec<Arc<K>> {
+        let Broadcasts { changed, deleted } = broadcasts;
         let store = self.writer.as_reader();
         let indexes = lock(&self.indexes);
         match event {
@@ -606,11 +653,16 @@ where
                 }
             }
             Event::Delete(obj) => {
+                let cached = store.get(&crate::object_key(obj));
                 self.writer.apply_watcher_event(event);
                 for index in indexes.iter() {
                     index.remove(obj);
                 }
-                vec![Arc::new(obj.clone())]
+                if cached.as_deref().is_none_or(deleted) {
+                    vec![Arc::new(obj.clone())]
+                } else {
+                    Vec::new()
+                }
             }
             Event::Init | Event::InitApply(_) => {
                 self.writer.apply_watcher_event(event);
@@ -653,6 +705,7 @@ mod tests {
     use crate::fake::ApiServer;
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;
 
     fn deployment(name: &str, rv: &str) -> Deployment {
@@ -705,7 +758,9 @@ mod tests {
             cache.indexes.clone(),
         );
         let by_rv = shared.index("rv", |d: &Deployment| d.metadata.resource_version.clone());
-        let mut step = |event: Event<Deployment>| names(&cache.apply(&event, new_version));
+        let mut step = |event: Event<Deployment>| {
+            names(&cache.apply(&event, WatchSpec::<Deployment>::all().broadcasts))
+        };
 
         assert!(step(Event::Init).is_empty());
         assert!(step(Event::InitApply(deployment("a", "1"))).is_empty());
@@ -751,7 +806,7 @@ mod tests {
         let mut step = |obj: Deployment| {
             let mut obj = DeploymentView::from(obj);
             (spec.strip)(&mut obj);
-            let changed = cache.apply(&Event::Apply(obj), spec.changed);
+            let changed = cache.apply(&Event::Apply(obj), spec.broadcasts);
             let mut names: Vec<_> = changed
                 .iter()
                 .filter_map(|o| o.metadata.name.clone())
@@ -785,7 +840,7 @@ mod tests {
     #[test]
     fn only_the_status_writes_an_owner_reads_are_broadcast() {
         use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
-        let changed = managed_deployments().changed;
+        let changed = managed_deployments().broadcasts.changed;
         let condition = |type_: &str, status: &str, updated: &str| DeploymentCondition {
             type_: Some(type_.into()),
             status: Some(status.into()),
@@ -816,7 +871,12 @@ mod tests {
                 )]),
                 ..DeploymentStatus::default()
             };
+        let unobserved = view("320", counts(1, 1, 1, 1, 1, None));
         let observed = view("321", counts(2, 1, 1, 1, 1, None));
+        assert!(
+            changed(Some(&unobserved), &observed),
+            "the Deployment controller saw the new spec"
+        );
         let unavailable_counted = view("328", counts(2, 1, 1, 1, 1, Some(1)));
         assert!(
             !changed(Some(&observed), &unavailable_counted),
@@ -836,9 +896,21 @@ mod tests {
             "a condition's update time alone"
         );
         let scaled = view("330", counts(2, 2, 2, 1, 1, Some(1)));
-        assert!(changed(Some(&condition_touched), &scaled), "a new pod");
+        assert!(
+            !changed(Some(&condition_touched), &scaled),
+            "a new pod, not ready yet: a detail until the rollout settles"
+        );
         let ready = view("333", counts(2, 2, 2, 2, 2, None));
         assert!(changed(Some(&scaled), &ready), "the new pod ready");
+        let mut settled_scaled = ready.clone();
+        settled_scaled.metadata.resource_version = Some("336".into());
+        if let Some(status) = settled_scaled.status.as_mut() {
+            status.replicas = Some(3);
+        }
+        assert!(
+            changed(Some(&ready), &settled_scaled),
+            "a pod more than asked for leaves the settled state"
+        );
         let mut failed = ready.clone();
         failed.metadata.resource_version = Some("334".into());
         if let Some(status) = failed.status.as_mut() {
@@ -857,6 +929,61 @@ mod tests {
         assert!(changed(None, &ready), "a new Deployment");
     }
 
+    #[test]
+    fn a_pod_is_broadcast_when_its_deletion_starts_not_again_when_it_is_gone() {
+        let mut cache = Cache {
+            writer: Writer::<PodMeta>::default(),
+            indexes: Arc::default(),
+        };
+        let broadcasts = managed_pods().broadcasts;
+        let pod = |name: &str, rv: &str, terminating: bool| {
+            MetaView::new(ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                deletion_timestamp: terminating.then(crate::status::now),
+                ..ObjectMeta::default()
+            })
+        };
+        let mut step = |event: Event<PodMeta>| {
+            let mut names: Vec<_> = cache
+                .apply(&event, broadcasts)
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(step(Event::Apply(pod("a", "1", false))), ["a"]);
+        assert_eq!(step(Event::Apply(pod("b", "1", false))), ["b"]);
+        assert_eq!(
+            step(Event::Apply(pod("a", "2", true))),
+            ["a"],
+            "its deletion starts"
+        );
+        let mut sooner = pod("a", "3", true);
+        sooner.metadata.deletion_timestamp =
+            Some(Time("2026-01-01T00:00:00Z".parse().expect("a timestamp")));
+        assert!(
+            step(Event::Apply(sooner)).is_empty(),
+            "a shorter grace period"
+        );
+        assert!(
+            step(Event::Delete(pod("a", "4", true))).is_empty(),
+            "gone after its deletion was told"
+        );
+        assert_eq!(
+            step(Event::Delete(pod("b", "2", true))),
+            ["b"],
+            "gone at once, never seen terminating"
+        );
+        assert_eq!(
+            step(Event::Delete(pod("c", "1", true))),
+            ["c"],
+            "gone, never seen at all"
+        );
+    }
+
     fn budget(rv: &str, generation: i64) -> MetaView<PodDisruptionBudget> {
         MetaView::new(ObjectMeta {
             name: Some("b".into()),
@@ -868,7 +995,9 @@ mod tests {
 
     #[test]
     fn children_by_generation_ignore_status_only_changes() {
-        let changed = managed_by_generation::<PodDisruptionBudget>().changed;
+        let changed = managed_by_generation::<PodDisruptionBudget>()
+            .broadcasts
+            .changed;
         let old = budget("1", 1);
         assert!(changed(None, &old), "a new child");
         assert!(!changed(Some(&old), &budget("2", 1)), "the status alone");
@@ -888,13 +1017,13 @@ mod tests {
     fn a_metadata_watch_broadcasts_every_new_version() {
         let spec = managed_metadata::<PodDisruptionBudget>();
         let old = budget("1", 1);
-        assert!((spec.changed)(None, &old), "a new child");
+        assert!((spec.broadcasts.changed)(None, &old), "a new child");
         assert!(
-            (spec.changed)(Some(&old), &budget("2", 1)),
+            (spec.broadcasts.changed)(Some(&old), &budget("2", 1)),
             "a spec edit without a generation"
         );
         assert!(
-            !(spec.changed)(Some(&old), &budget("1", 1)),
+            !(spec.broadcasts.changed)(Some(&old), &budget("1", 1)),
             "the same version again"
         );
     }
