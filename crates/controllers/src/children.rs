@@ -230,6 +230,8 @@ struct Written {
     /// The cache has shown the write since, or the write was an apply to an object the cache
     /// showed: its absence now means it was deleted.
     seen: bool,
+    /// The uid of the child, when the write was its deletion.
+    removed: Option<String>,
 }
 
 impl<C> OwnedChildren<C>
@@ -358,16 +360,20 @@ where
         let key = ObjectRef::new(name).within(namespace);
         lock(&self.written).remove(&key);
         // Only a child this owner controls: one of that name made by another owner stays.
-        let controlled = self
+        let Some(child) = self
             .cache
             .get(&key)
-            .is_some_and(|child| is_controlled_by(child.as_ref(), owner_uid));
-        if !controlled {
+            .filter(|child| is_controlled_by(child.as_ref(), owner_uid))
+        else {
             return Ok(false);
-        }
+        };
         let api = Api::<C>::namespaced(self.client.clone(), namespace);
         match api.delete(name, &DeleteParams::background()).await {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                // Its watch event is our own write: the owner knows it is gone.
+                self.remember_removal(key, child.metadata.uid.clone());
+                Ok(true)
+            }
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
             Err(e) => Err(e.into()),
         }
@@ -390,7 +396,7 @@ where
         desired_hash: u64,
     ) -> bool {
         let mut written = lock(&self.written);
-        let Some(last) = written.get_mut(key) else {
+        let Some(last) = written.get_mut(key).filter(|last| last.removed.is_none()) else {
             return false;
         };
         match cached {
@@ -422,20 +428,38 @@ where
         answer: &ObjectMeta,
         seen: bool,
     ) {
+        let write = Written {
+            desired_hash,
+            resource_version: answer.resource_version.clone(),
+            generation: answer.generation,
+            at: Instant::now(),
+            seen,
+            removed: None,
+        };
+        self.note(key, write);
+    }
+
+    /// Notes that we deleted the child `key`, which had `uid`.
+    fn remember_removal(&self, key: ObjectRef<MetaView<C>>, uid: Option<String>) {
+        let removal = Written {
+            desired_hash: 0,
+            resource_version: None,
+            generation: None,
+            at: Instant::now(),
+            seen: false,
+            removed: uid,
+        };
+        self.note(key, removal);
+    }
+
+    fn note(&self, key: ObjectRef<MetaView<C>>, write: Written) {
         let mut written = lock(&self.written);
-        written.insert(
-            key,
-            Written {
-                desired_hash,
-                resource_version: answer.resource_version.clone(),
-                generation: answer.generation,
-                at: Instant::now(),
-                seen,
-            },
-        );
-        // Owners deleted with their children leave entries nobody asks for again.
+        written.insert(key, write);
+        // Owners deleted with their children leave entries nobody asks for again, and so do
+        // removals once the cache no longer shows what was removed.
         if written.len() > 2 * self.cache.len() + 1024 {
-            written.retain(|key, w| !w.seen || self.cache.get(key).is_some());
+            written
+                .retain(|key, w| (!w.seen && w.removed.is_none()) || self.cache.get(key).is_some());
         }
     }
 }
@@ -446,11 +470,20 @@ pub(crate) trait RememberedWrite {
     fn answered_with(&self) -> Option<&str>;
     /// Notes that the cache has shown the write.
     fn mark_seen(&mut self);
+    /// The uid of the object, when the write deleted it: every later event of that object
+    /// (its deletion, a finalizer's last steps) is the echo of our own write.
+    fn removed(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl RememberedWrite for Written {
     fn answered_with(&self) -> Option<&str> {
         self.resource_version.as_deref()
+    }
+
+    fn removed(&self) -> Option<&str> {
+        self.removed.as_deref()
     }
 
     fn mark_seen(&mut self) {
@@ -459,17 +492,20 @@ impl RememberedWrite for Written {
 }
 
 /// Whether `obj`, as its watch shows it, is exactly what our last write to it left (the
-/// resourceVersion the API server answered with); if so, notes that the cache has shown it.
+/// resourceVersion the API server answered with), or the object we last deleted; if the
+/// former, notes that the cache has shown it.
 pub(crate) fn shows_own_write<C, W>(written: &Mutex<HashMap<ObjectRef<C>, W>>, obj: &C) -> bool
 where
     C: Resource<DynamicType = ()>,
     W: RememberedWrite,
 {
-    let Some(version) = obj.meta().resource_version.as_deref() else {
+    let meta = obj.meta();
+    let Some(version) = meta.resource_version.as_deref() else {
         return false;
     };
     let mut written = lock(written);
     match written.get_mut(&crate::object_key(obj)) {
+        Some(last) if last.removed().is_some() => last.removed() == meta.uid.as_deref(),
         Some(last) if last.answered_with() == Some(version) => {
             last.mark_seen();
             true
@@ -631,6 +667,7 @@ mod holds_tests {
                 generation: None,
                 at: Instant::now(),
                 seen: false,
+                removed: None,
             },
         );
         assert!(
@@ -750,5 +787,74 @@ mod ensure_tests {
             ["PATCH"],
             "a label of ours edited"
         );
+    }
+
+    #[tokio::test]
+    async fn a_removal_of_ours_is_its_own_write_and_a_later_create_is_not_held() {
+        let server = ApiServer::answering(|request| {
+            let metadata = serde_json::json!({
+                "name": "m", "namespace": "ns", "uid": "u-new", "resourceVersion": "9",
+                "generation": 1,
+            });
+            if request.method == "DELETE" {
+                let status = serde_json::json!({"kind": "Status", "status": "Success"});
+                return (200, status);
+            }
+            (
+                200,
+                serde_json::json!({"kind": "PartialObjectMetadata", "metadata": metadata}),
+            )
+        });
+        let mut cache = Writer::<MetaView<PodDisruptionBudget>>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let owned = |uid: &str| {
+            let mut child = cached("5", 1);
+            child.metadata.uid = Some(uid.into());
+            child.metadata.owner_references = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    uid: "owner".into(),
+                    controller: Some(true),
+                    ..Default::default()
+                },
+            ]);
+            child
+        };
+        cache.apply_watcher_event(&Event::Apply(owned("u-old")));
+        let children = OwnedChildren {
+            client: server.client(),
+            cache: cache.as_reader(),
+            field_manager: "test",
+            written: Arc::default(),
+        };
+        let removed = children
+            .remove("ns", "m", "owner")
+            .await
+            .expect("the API server answers");
+        assert!(removed);
+        let mut gone = owned("u-old");
+        gone.metadata.resource_version = Some("6".into());
+        assert!(
+            shows_own_write(&children.written, &gone),
+            "the deletion we asked for"
+        );
+        assert!(
+            !shows_own_write(&children.written, &owned("u-other")),
+            "another object of that name"
+        );
+
+        cache.apply_watcher_event(&Event::Delete(gone));
+        let (events, _publisher) = Events::start(server.client(), "test", "test");
+        let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
+        children
+            .ensure(&desired(), &regarding, &events)
+            .await
+            .expect("the API server answers");
+        let methods: Vec<String> = server
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("/poddisruptionbudgets"))
+            .map(|r| r.method.clone())
+            .collect();
+        assert_eq!(methods, ["DELETE", "POST"], "created again at once");
     }
 }
