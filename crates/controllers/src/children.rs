@@ -371,7 +371,9 @@ where
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {
                 // Its watch event is our own write: the owner knows it is gone.
-                self.remember_removal(key, child.metadata.uid.clone());
+                if let Some(uid) = child.metadata.uid.clone() {
+                    self.remember_removal(key, uid);
+                }
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
@@ -440,14 +442,14 @@ where
     }
 
     /// Notes that we deleted the child `key`, which had `uid`.
-    fn remember_removal(&self, key: ObjectRef<MetaView<C>>, uid: Option<String>) {
+    fn remember_removal(&self, key: ObjectRef<MetaView<C>>, uid: String) {
         let removal = Written {
             desired_hash: 0,
             resource_version: None,
             generation: None,
             at: Instant::now(),
             seen: false,
-            removed: uid,
+            removed: Some(uid),
         };
         self.note(key, removal);
     }
