@@ -9,15 +9,16 @@
 //!   a Deployment nobody of ours controls, to the `Memcached` of the same name, which reports it
 //!   and takes the name as soon as that Deployment is gone);
 //! - Pod metadata, from the shared cache, mapped to their `Memcached` by the `memcached_cr`
-//!   label, so `status.nodes` follows pods as they come and go; the cache indexes them by that
-//!   label, so a reconcile reads only its own pods;
+//!   label, so `status.nodes` follows pods as they come and go (a pod is gone once its
+//!   deletion starts); the cache indexes them by that label, so a reconcile reads only its own
+//!   pods;
 //! - managed Services and PodDisruptionBudgets, mapped to the `Memcached` that controls them;
 //!   a budget's status alone (the disruption controller's, as pods come and go) triggers
 //!   nothing.
 //!
 //! A change to a child that only shows this controller's own write (the resourceVersion its
-//! create or apply was answered with) triggers nothing either: the reconcile that wrote it has
-//! already accounted for it.
+//! create or apply was answered with), or the removal of a child it deleted itself, triggers
+//! nothing either: the reconcile that wrote it has already accounted for it.
 //!
 //! # Reconcile
 //! 0. The Service (same name, port `memcached`) is created when missing and applied again when
