@@ -206,8 +206,8 @@ pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static> {
     written: Arc<Mutex<Writes<C>>>,
 }
 
-/// What was last written to each child.
-type Writes<C> = HashMap<ObjectRef<MetaView<C>>, Written>;
+/// What was last done to each child.
+type Writes<C> = HashMap<ObjectRef<MetaView<C>>, LastWrite>;
 
 impl<C: Resource<DynamicType = ()> + 'static> Debug for OwnedChildren<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -218,7 +218,17 @@ impl<C: Resource<DynamicType = ()> + 'static> Debug for OwnedChildren<C> {
     }
 }
 
-/// What was last written to one child.
+/// What we last did to one child.
+#[derive(Clone, Debug)]
+enum LastWrite {
+    /// A create or apply, and what the API server answered it with.
+    Written(Written),
+    /// A deletion of the child with this uid: every later event of that object (its
+    /// deletion, a finalizer's last steps) is the echo of our own write.
+    Removed { uid: String },
+}
+
+/// A create or apply of one child, as the API server answered it.
 #[derive(Clone, Debug)]
 struct Written {
     desired_hash: u64,
@@ -230,8 +240,6 @@ struct Written {
     /// The cache has shown the write since, or the write was an apply to an object the cache
     /// showed: its absence now means it was deleted.
     seen: bool,
-    /// The uid of the child, when the write was its deletion.
-    removed: Option<String>,
 }
 
 impl<C> OwnedChildren<C>
@@ -398,7 +406,7 @@ where
         desired_hash: u64,
     ) -> bool {
         let mut written = lock(&self.written);
-        let Some(last) = written.get_mut(key).filter(|last| last.removed.is_none()) else {
+        let Some(LastWrite::Written(last)) = written.get_mut(key) else {
             return false;
         };
         match cached {
@@ -436,32 +444,24 @@ where
             generation: answer.generation,
             at: Instant::now(),
             seen,
-            removed: None,
         };
-        self.note(key, write);
+        self.note(key, LastWrite::Written(write));
     }
 
     /// Notes that we deleted the child `key`, which had `uid`.
     fn remember_removal(&self, key: ObjectRef<MetaView<C>>, uid: String) {
-        let removal = Written {
-            desired_hash: 0,
-            resource_version: None,
-            generation: None,
-            at: Instant::now(),
-            seen: false,
-            removed: Some(uid),
-        };
-        self.note(key, removal);
+        self.note(key, LastWrite::Removed { uid });
     }
 
-    fn note(&self, key: ObjectRef<MetaView<C>>, write: Written) {
+    fn note(&self, key: ObjectRef<MetaView<C>>, write: LastWrite) {
         let mut written = lock(&self.written);
         written.insert(key, write);
         // Owners deleted with their children leave entries nobody asks for again, and so do
         // removals once the cache no longer shows what was removed.
         if written.len() > 2 * self.cache.len() + 1024 {
-            written
-                .retain(|key, w| (!w.seen && w.removed.is_none()) || self.cache.get(key).is_some());
+            written.retain(|key, last| {
+                matches!(last, LastWrite::Written(w) if !w.seen) || self.cache.get(key).is_some()
+            });
         }
     }
 }
@@ -479,17 +479,25 @@ pub(crate) trait RememberedWrite {
     }
 }
 
-impl RememberedWrite for Written {
+impl RememberedWrite for LastWrite {
     fn answered_with(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+        match self {
+            Self::Written(written) => written.resource_version.as_deref(),
+            Self::Removed { .. } => None,
+        }
     }
 
     fn removed(&self) -> Option<&str> {
-        self.removed.as_deref()
+        match self {
+            Self::Written(_) => None,
+            Self::Removed { uid } => Some(uid),
+        }
     }
 
     fn mark_seen(&mut self) {
-        self.seen = true;
+        if let Self::Written(written) = self {
+            written.seen = true;
+        }
     }
 }
 
@@ -663,14 +671,13 @@ mod holds_tests {
         let written: Mutex<Writes<Service>> = Mutex::default();
         lock(&written).insert(
             ObjectRef::new("s").within("ns"),
-            Written {
+            LastWrite::Written(Written {
                 desired_hash: 1,
                 resource_version: Some("5".into()),
                 generation: None,
                 at: Instant::now(),
                 seen: false,
-                removed: None,
-            },
+            }),
         );
         assert!(
             !shows_own_write(&written, &service("s", Some("6"))),
@@ -684,15 +691,13 @@ mod holds_tests {
             !shows_own_write(&written, &service("t", Some("5"))),
             "another child"
         );
-        assert!(!lock(&written).values().any(|w| w.seen));
+        let seen = |last: &LastWrite| matches!(last, LastWrite::Written(w) if w.seen);
+        assert!(!lock(&written).values().any(seen));
         assert!(
             shows_own_write(&written, &service("s", Some("5"))),
             "our own write"
         );
-        assert!(
-            lock(&written).values().all(|w| w.seen),
-            "the cache has shown it"
-        );
+        assert!(lock(&written).values().all(seen), "the cache has shown it");
     }
 }
 
