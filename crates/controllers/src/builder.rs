@@ -33,8 +33,19 @@ use crate::watches::Shared;
 use crate::{Error, RunContext, children, rbac};
 
 /// Maps an object of a watched cache to the custom resource it concerns, given the cache of
-/// those custom resources; `None` when it concerns none.
-pub type MapFn<K, C> = fn(&Store<K>, &C) -> Option<ObjectRef<K>>;
+/// those custom resources; `None` when it concerns none (or when the change can bring that
+/// resource's reconcile nothing). A plain `fn`, or a closure over other caches.
+pub trait MapFn<K: Resource<DynamicType = ()>, C>:
+    Fn(&Store<K>, &C) -> Option<ObjectRef<K>> + Send + 'static
+{
+}
+
+impl<K, C, F> MapFn<K, C> for F
+where
+    K: Resource<DynamicType = ()>,
+    F: Fn(&Store<K>, &C) -> Option<ObjectRef<K>> + Send + 'static,
+{
+}
 
 /// Whether a changed child only shows the controller's own write, which the reconcile that
 /// made it has already accounted for: see [`Builder::owns_except`].
@@ -137,7 +148,7 @@ where
 
     /// Reconciles the custom resource that `map` names for every change `cache` broadcasts.
     #[must_use]
-    pub fn watches<C>(self, cache: &Shared<C>, map: MapFn<K, C>) -> Self
+    pub fn watches<C>(self, cache: &Shared<C>, map: impl MapFn<K, C>) -> Self
     where
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
@@ -150,7 +161,7 @@ where
     pub fn watches_except<C>(
         mut self,
         cache: &Shared<C>,
-        map: MapFn<K, C>,
+        map: impl MapFn<K, C>,
         own_write: impl OwnWrite<C>,
     ) -> Self
     where

@@ -11,7 +11,8 @@
 //! - Pod metadata, from the shared cache, mapped to their `Memcached` by the `memcached_cr`
 //!   label, so `status.nodes` follows pods as they come and go (a pod is gone once its
 //!   deletion starts); the cache indexes them by that label, so a reconcile reads only its own
-//!   pods;
+//!   pods. While the Deployment's rollout is in motion a pod change triggers nothing: the
+//!   rollout's end triggers through the Deployment and lists the pods then;
 //! - managed Services and PodDisruptionBudgets, mapped to the `Memcached` that controls them;
 //!   a budget's status alone (the disruption controller's, as pods come and go) triggers
 //!   nothing.
@@ -163,8 +164,14 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
         services,
         budgets,
     };
+    let deployment_cache = builder.context().watches.deployments().store();
     builder
-        .watches(&pods, for_pod)
+        .watches(
+            &pods,
+            move |memcacheds: &Store<Memcached>, pod: &PodMeta| {
+                for_pod_news(memcacheds, &deployment_cache, pod)
+            },
+        )
         .run(context, reconcile)
         .await
 }
@@ -205,6 +212,19 @@ fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Mem
                 && labels::label_value(&mc.name_any()) == value
         })
         .map(|mc| crate::object_key(mc.as_ref()))
+}
+
+/// The `Memcached` a pod change is news to: its own ([`for_pod`]), unless that one's
+/// Deployment, in `deployments`, is in a rollout in motion, whose end brings the pod's change
+/// along ([`owned::rollout_in_motion`]).
+fn for_pod_news(
+    memcacheds: &Store<Memcached>,
+    deployments: &Store<DeploymentView>,
+    pod: &PodMeta,
+) -> Option<ObjectRef<Memcached>> {
+    let key = for_pod(memcacheds, pod)?;
+    let mc = memcacheds.get(&key)?;
+    (!owned::rollout_in_motion(deployments, mc.as_ref(), mc.spec.size)).then_some(key)
 }
 
 /// The labels that select a `Memcached`'s pods: `app: memcached`, `memcached_cr: <name>`.
@@ -409,6 +429,7 @@ mod tests {
 
     use apis::condition::{AVAILABLE, DEGRADED};
     use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use kube::api::ObjectMeta;
     use kube::runtime::watcher;
 
@@ -556,6 +577,60 @@ mod tests {
             None
         );
         assert_eq!(for_pod(&store, &pod("p4", "ns", BTreeMap::new())), None);
+    }
+
+    /// A cache of one Deployment: `mc`'s own, with `ready` of its pods ready and available.
+    fn deployment_cache(mc: &Memcached, ready: i32) -> Store<DeploymentView> {
+        let desired = desired_deployment(mc).expect("desired deployment");
+        let mut deployment = DeploymentView::from(desired);
+        deployment.metadata.generation = Some(1);
+        deployment.status = ready_deployment(ready).status;
+        let mut writer = kube::runtime::reflector::store::Writer::default();
+        writer.apply_watcher_event(&watcher::Event::Apply(deployment));
+        writer.as_reader()
+    }
+
+    #[test]
+    fn a_pod_change_waits_for_a_rollout_in_motion() {
+        let mc = memcached("mc", 3);
+        let memcacheds = store_of(vec![mc.clone()]);
+        let p = pod("mc-a", "ns", object_labels("mc"));
+        let own = Some(ObjectRef::new("mc").within("ns"));
+
+        let settled = deployment_cache(&mc, 3);
+        assert_eq!(
+            for_pod_news(&memcacheds, &settled, &p),
+            own,
+            "a pod of a settled Deployment (replaced by hand) is news"
+        );
+        let moving = deployment_cache(&mc, 2);
+        assert_eq!(
+            for_pod_news(&memcacheds, &moving, &p),
+            None,
+            "the rollout's end brings it"
+        );
+        let mut predecessor = mc.clone();
+        predecessor.metadata.uid = Some("uid-0".into());
+        let not_its_own = deployment_cache(&predecessor, 2);
+        assert_eq!(for_pod_news(&memcacheds, &not_its_own, &p), own);
+
+        let mut failed = mc.clone();
+        failed.status = Some(MemcachedStatus {
+            conditions: vec![Condition {
+                type_: DEGRADED.into(),
+                status: "True".into(),
+                reason: "ReplicaFailure".into(),
+                message: String::new(),
+                last_transition_time: time(1),
+                observed_generation: None,
+            }],
+            ..MemcachedStatus::default()
+        });
+        assert_eq!(
+            for_pod_news(&store_of(vec![failed]), &moving, &p),
+            own,
+            "leaving a reported failure is news at once"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::deployment_view::DeploymentView;
 use crate::driver::Outcome;
 use crate::events::Events;
 use crate::pod_security;
-use crate::status::{REASON_NOT_OWNED, reports};
+use crate::status::{Progress, REASON_NOT_OWNED, reports};
 use crate::status_writer::{StatusWrite, StatusWriter, WithStatus};
 use crate::watches::DeploymentMeta;
 
@@ -305,6 +305,30 @@ where
     }
     let namesake = ObjectRef::new(&deployment.name_any()).within(&namespace);
     owners.get(&namesake).map(|_| namesake)
+}
+
+/// Whether `owner`'s own Deployment, as the shared cache `deployments` shows it, is in a rollout
+/// that the owner's status reports in motion ([`Progress::Moving`]) against `desired` replicas.
+///
+/// While it is, a change to the Deployment's pods (one created, one deleted) brings the owner's
+/// reconcile nothing to write: its status lists the pods, a detail of a status in motion that
+/// the [`StatusWriter`] keeps for the rollout's settled state, and every change of the
+/// Deployment that could end the rollout triggers the owner itself, which reads the pods then.
+/// A pod change of a settled Deployment (a pod deleted by hand) is news as always.
+pub fn rollout_in_motion<K: DeploymentOwner>(
+    deployments: &Store<DeploymentView>,
+    owner: &K,
+    desired: i32,
+) -> bool {
+    let (Some(namespace), Some(uid)) = (owner.namespace(), owner.uid()) else {
+        return false;
+    };
+    let key = ObjectRef::new(&owner.name_any()).within(&namespace);
+    deployments.get(&key).is_some_and(|deployment| {
+        is_controlled_by(deployment.as_ref(), &uid)
+            && crate::status::progress(desired, Some(&deployment), owner.current_conditions())
+                == Progress::Moving
+    })
 }
 
 /// What creating a Deployment came to.
