@@ -76,6 +76,20 @@ pub fn label_value(name: &str) -> String {
     }
 }
 
+/// Whether `value` has the shape of a shortened name from [`label_value`]: [`HASH_DIGITS`]
+/// lower-case hex digits, alone or after a prefix and a `-`. A value of any other shape stands
+/// for exactly the name it spells, so nothing needs to be searched for the name it shortens.
+pub fn may_be_shortened(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let Some(start) = bytes.len().checked_sub(HASH_DIGITS) else {
+        return false;
+    };
+    let hex = bytes[start..]
+        .iter()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    hex && (start == 0 || bytes[start - 1] == b'-')
+}
+
 /// A DNS label (RFC 1035: at most 63 lower-case letters, digits and `-`, starting with a letter,
 /// ending with a letter or digit) that stands for the object name `name`, as Service names must
 /// be: `name` itself when it is one, otherwise a prefix of it, a `-` and a hash of the whole name
@@ -181,6 +195,26 @@ mod tests {
         // Stable across calls and releases: this exact value is part of Deployment selectors.
         assert_eq!(value, label_value(&long));
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn only_values_of_the_shortened_shape_may_be_shortened() {
+        for long in [
+            format!("m{}", "x".repeat(99)),
+            format!("{}.{}", "a".repeat(51), "b".repeat(40)),
+        ] {
+            assert!(may_be_shortened(&label_value(&long)), "{long}");
+        }
+        assert!(may_be_shortened("0123456789"));
+        for short in [
+            "memcached-sample",
+            "mc-1",
+            "m-012345678",
+            "m_0123456789",
+            "",
+        ] {
+            assert!(!may_be_shortened(short), "{short}");
+        }
     }
 
     #[test]

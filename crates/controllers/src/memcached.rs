@@ -194,8 +194,8 @@ fn pods_key(namespace: &str, name: &str) -> String {
 }
 
 /// The `Memcached` a pod belongs to, by its labels. The `memcached_cr` value is the name itself
-/// unless the name is longer than a label value allows; then the `Memcached`s of the namespace
-/// are searched for the one whose shortened name it is.
+/// unless the name is longer than a label value allows; then (a value of the shortened shape)
+/// the `Memcached`s are searched for the one whose shortened name it is.
 fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Memcached>> {
     if pod.labels.get(LABEL_APP) != Some(APP) {
         return None;
@@ -205,6 +205,11 @@ fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Mem
     let direct = ObjectRef::new(value).within(namespace);
     if memcacheds.get(&direct).is_some() {
         return Some(direct);
+    }
+    // Only a shortened name is searched for: a pod of a `Memcached` that is gone (thousands of
+    // them, as a namespace is deleted) must not scan the whole cache.
+    if !labels::may_be_shortened(value) {
+        return None;
     }
     memcacheds
         .find(|mc| {
