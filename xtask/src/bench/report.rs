@@ -300,6 +300,27 @@ pub fn markdown(results: &Results) -> String {
             );
         }
     }
+    let growth = growth(&results.runs);
+    if !growth.is_empty() {
+        out.push_str(
+            "\nCPU per object at each count over the same manager's at its smallest count (flat is 1.00):\n\n",
+        );
+        out.push_str(
+            "| manager | objects | CPU/obj (ms) | over the smallest | burst CPU/obj (ms) | over the smallest |\n|---|---:|---:|---:|---:|---:|\n",
+        );
+        for (run, smallest) in growth {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                run.manager,
+                run.objects,
+                cpu_ms_per_object(run),
+                cpu_ms_per_object(run) / cpu_ms_per_object(smallest),
+                burst_cpu_ms_per_object(run),
+                burst_cpu_ms_per_object(run) / burst_cpu_ms_per_object(smallest),
+            );
+        }
+    }
     if !results.recovery.is_empty() {
         out.push_str(
             "\n| manager | API-server outage (s) | reacted after ready (s) | rolled out after ready (s) | converged after ready (s) | the manager's part (s) | foreign Deployment deleted to own created (s) |\n|---|---:|---:|---:|---:|---:|---:|\n",
@@ -367,6 +388,28 @@ fn cpu_seconds(run: &Run) -> f64 {
 #[allow(clippy::cast_precision_loss)]
 fn cpu_ms_per_object(run: &Run) -> f64 {
     cpu_seconds(run) * 1000.0 / run.objects.max(1) as f64
+}
+
+/// Each run of a manager measured at more than one count, with that manager's run at its
+/// smallest count; by manager (in the order each first ran), then by count.
+fn growth(runs: &[Run]) -> Vec<(&Run, &Run)> {
+    let mut managers: Vec<&str> = Vec::new();
+    for run in runs {
+        if !managers.contains(&run.manager.as_str()) {
+            managers.push(&run.manager);
+        }
+    }
+    let mut rows = Vec::new();
+    for manager in managers {
+        let mut own: Vec<&Run> = runs.iter().filter(|r| r.manager == manager).collect();
+        own.sort_by_key(|r| r.objects);
+        if let [smallest, _, ..] = own[..]
+            && own.iter().any(|r| r.objects != smallest.objects)
+        {
+            rows.extend(own.into_iter().map(|run| (run, smallest)));
+        }
+    }
+    rows
 }
 
 /// Each run of ours (or of another build of ours) and the reference's run of the same object
@@ -533,5 +576,66 @@ mod tests {
             text.contains("| ours | 20 | 1.50 | 4.00 | 4.25 | 1.75 | 0.50 |"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn growth_is_over_the_same_managers_smallest_count() {
+        let runs = vec![
+            run(OURS, 1000, 20.0, 4.0, 10.0),
+            run(REFERENCE, 100, 4.0, 8.0, 4.0),
+            run(OURS, 100, 2.0, 4.0, 1.0),
+            run(REFERENCE, 1000, 40.0, 8.0, 40.0),
+            run(OURS, 5000, 20.0, 4.0, 10.0),
+            // One count only: nothing to compare.
+            run("size-opt", 1000, 30.0, 4.0, 20.0),
+        ];
+        let rows: Vec<(&str, usize, usize)> = growth(&runs)
+            .iter()
+            .map(|(run, smallest)| (run.manager.as_str(), run.objects, smallest.objects))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (OURS, 100, 100),
+                (OURS, 1000, 100),
+                (OURS, 5000, 100),
+                (REFERENCE, 100, 100),
+                (REFERENCE, 1000, 100),
+            ]
+        );
+        let results = Results {
+            machine: Machine {
+                cores: 2,
+                memory_gib: 24.0,
+                kernel: "k".into(),
+                rustc: "r".into(),
+                kubernetes: "v".into(),
+                kube_crate: "5".into(),
+            },
+            settings: Settings {
+                concurrency: 16,
+                objects_per_namespace: 1000,
+                size: 1,
+                max_concurrent_reconciles: 4,
+            },
+            runs,
+            recovery: Vec::new(),
+            failover: Vec::new(),
+        };
+        let text = markdown(&results);
+        // Ours: 20 ms per object at 100 and at 1000, 4 at 5000; the burst 15, 10.5 and 2.1.
+        assert!(
+            text.contains("| ours | 1000 | 20.00 | 1.00 | 10.50 | 0.70 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ours | 5000 | 4.00 | 0.20 | 2.10 | 0.14 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| controller-runtime | 1000 | 80.00 | 1.00 | 40.50 | 0.90 |"),
+            "{text}"
+        );
+        assert!(!text.contains("| size-opt | 1000 | 30"), "{text}");
     }
 }
