@@ -421,9 +421,7 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
     let status = desired_status(mc, deployment.as_deref(), nodes, service, &now);
     let progress = status::progress(mc.spec.size, deployment.as_deref(), mc.current_conditions());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
-    let written = owner
-        .write_status(mc, status, progress, deployment.as_deref())
-        .await?;
+    let written = owner.status.write(mc, status, progress).await?;
     if written == StatusWrite::Written {
         tracing::debug!(nodes, ready, "status changed");
     }

@@ -119,9 +119,7 @@ async fn reconcile(app: Arc<MyApp>, ctx: Arc<OwnerTools<MyApp>>) -> Result<Outco
     let status = desired_status(app, deployment.as_deref(), &crate::status::now());
     let replicas = app.spec.replicas;
     let progress = status::progress(replicas, deployment.as_deref(), app.current_conditions());
-    let written = ctx
-        .write_status(app, status, progress, deployment.as_deref())
-        .await?;
+    let written = ctx.status.write(app, status, progress).await?;
     Ok(owned::after_status(written, deployment.as_deref()))
 }
 

@@ -217,27 +217,6 @@ impl<K: WithStatus> OwnerTools<K> {
             deployments,
         }
     }
-
-    /// Writes `owner`'s `status`, which reports `deployment` (see [`StatusWriter::write`]): a
-    /// rollout of a spec this process wrote counts as under way since that write
-    /// ([`StatusWriter::write_since`]).
-    ///
-    /// # Errors
-    /// As [`StatusWriter::write`].
-    pub async fn write_status(
-        &self,
-        owner: &K,
-        status: K::Status,
-        progress: Progress,
-        deployment: Option<&DeploymentView>,
-    ) -> Result<StatusWrite, Error> {
-        let started = deployment
-            .and_then(|d| self.deployments.rollout_started(d))
-            .map(tokio::time::Instant::from_std);
-        self.status
-            .write_since(owner, status, progress, started)
-            .await
-    }
 }
 
 /// How long a write of ours may go unseen by the cache before it counts as lost (the object
@@ -558,17 +537,6 @@ impl OwnedDeployments {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// When this process wrote the spec that `deployment` (as the cache shows it) rolls out:
-    /// when its rollout began. `None` for a spec somebody else wrote, or one written before a
-    /// restart.
-    pub fn rollout_started(&self, deployment: &DeploymentView) -> Option<Instant> {
-        let key = crate::object_key(deployment);
-        let written = self.lock();
-        let last = written.get(&key)?;
-        (last.uid == deployment.metadata.uid && last.generation == deployment.metadata.generation)
-            .then_some(last.at)
-    }
-
     fn last_written(&self, key: &ObjectRef<DeploymentView>) -> Option<Written> {
         self.lock().get(key).cloned()
     }
@@ -751,42 +719,6 @@ mod tests {
         cached.metadata.generation = Some(1);
         assert!(
             !written.ahead_of(Some(&cached)),
-            "another object of that name"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_rollout_started_with_our_write_of_its_generation() {
-        use kube::runtime::reflector::store::Writer;
-        let server = crate::fake::ApiServer::echoing(serde_json::json!({}));
-        let writer = OwnedDeployments::new(
-            server.client(),
-            Writer::<DeploymentView>::default().as_reader(),
-            Writer::<DeploymentMeta>::default().as_reader(),
-            "test",
-        );
-        let mut cached = DeploymentView::from(deployment(3));
-        cached.metadata.namespace = Some("ns".into());
-        cached.metadata.uid = Some("u1".into());
-        cached.metadata.generation = Some(2);
-        assert_eq!(writer.rollout_started(&cached), None, "never written");
-
-        let before = Instant::now();
-        writer.remember(crate::object_key(&cached), 1, &cached.metadata);
-        let started = writer.rollout_started(&cached).expect("our write");
-        assert!(started >= before);
-
-        cached.metadata.generation = Some(3);
-        assert_eq!(
-            writer.rollout_started(&cached),
-            None,
-            "a spec somebody else wrote since"
-        );
-        cached.metadata.generation = Some(2);
-        cached.metadata.uid = Some("u2".into());
-        assert_eq!(
-            writer.rollout_started(&cached),
-            None,
             "another object of that name"
         );
     }

@@ -63,11 +63,6 @@ impl<K> WithStatus for K where
 ///   ([`StatusWrite::Deferred`]): a rollout that a busy cluster draws out over minutes writes
 ///   its start and its end, like one that takes seconds, and never hides bad news.
 /// - A settled state (complete, failed, blocked) is written at once, and ends the rollout.
-/// - The first state of a newer generation counts as standing since the rollout began, when
-///   the caller knows when that was ([`StatusWriter::write_since`]: our write of the spec that
-///   started it). On a busy cluster the Deployment controller may take longer than the hold
-///   just to pick the spec up; a rollout that has been under way that long is written at once,
-///   rather than after one more hold and one more reconcile.
 ///
 /// A rollout that finishes within the hold writes once, complete; one that waits on a slow
 /// cluster writes its start once it has stood, then its end.
@@ -212,22 +207,6 @@ impl<K: WithStatus> StatusWriter<K> {
         status: K::Status,
         progress: Progress,
     ) -> Result<StatusWrite, Error> {
-        self.write_since(obj, status, progress, None).await
-    }
-
-    /// [`StatusWriter::write`], for a status of a rollout that began at `started` (when the
-    /// spec it rolls out was written): a first state of a newer generation counts as standing
-    /// since then.
-    ///
-    /// # Errors
-    /// As [`StatusWriter::write`].
-    pub async fn write_since(
-        &self,
-        obj: &K,
-        status: K::Status,
-        progress: Progress,
-        started: Option<Instant>,
-    ) -> Result<StatusWrite, Error> {
         let key = crate::object_key(obj);
         if obj.status() == Some(&status) {
             if progress == Progress::Settled {
@@ -236,7 +215,7 @@ impl<K: WithStatus> StatusWriter<K> {
             return Ok(StatusWrite::Unchanged);
         }
         if progress == Progress::Moving
-            && let Some(held) = self.hold(key.clone(), &status, obj.status(), started)
+            && let Some(held) = self.hold(key.clone(), &status, obj.status())
         {
             return Ok(held);
         }
@@ -278,32 +257,26 @@ impl<K: WithStatus> StatusWriter<K> {
 }
 
 impl<K: WithStatus> StatusWriter<K> {
-    /// Holds `status`, a state of a rollout in motion (which began at `started`, if known),
-    /// of an object that reports `reported`: what to answer instead of writing it, or `None`
-    /// when it is to be written now (see [`StatusWriter`]).
+    /// Holds `status`, a state of a rollout in motion, of an object that reports `reported`:
+    /// what to answer instead of writing it, or `None` when it is to be written now (see
+    /// [`StatusWriter`]).
     fn hold(
         &self,
         key: ObjectRef<K>,
         status: &K::Status,
         reported: Option<&K::Status>,
-        started: Option<Instant>,
     ) -> Option<StatusWrite> {
         let now = Instant::now();
         let (held, shown) = (Summary::of(Some(status)), Summary::of(reported));
-        // Only the first report of a newer generation is the rollout that began then; a later
-        // step (a pod replaced long after) holds from now.
-        let since = started
-            .filter(|_| held.generation > shown.generation)
-            .map_or(now, |started| started.min(now));
         let mut written = self.lock();
         let hold = written
             .held
             .entry(key)
-            .or_insert_with(|| Hold::new(since, held.phase));
+            .or_insert_with(|| Hold::new(now, held.phase));
         hold.seen = now;
         if hold.phase != held.phase {
             hold.phase = held.phase;
-            hold.phase_since = since;
+            hold.phase_since = now;
         }
         let stood_left = PROGRESS_HOLD.saturating_sub(now - hold.phase_since);
         let spaced_left = PROGRESS_MAX_HOLD.saturating_sub(now - hold.since);
@@ -335,8 +308,6 @@ struct Summary {
     signal: u64,
     /// `readyReplicas`, where the status has it.
     ready: Option<i64>,
-    /// `observedGeneration`, where the status has it.
-    generation: Option<i64>,
 }
 
 impl Summary {
@@ -367,7 +338,6 @@ impl Summary {
             phase: phase.finish(),
             signal: signal.finish(),
             ready: value.get("readyReplicas").and_then(Value::as_i64),
-            generation: value.get("observedGeneration").and_then(Value::as_i64),
         }
     }
 
@@ -684,67 +654,6 @@ mod tests {
             (StatusWrite::Written, 2)
         );
         assert!(writer.lock().held.is_empty(), "the rollout is over");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_newer_generation_holds_from_the_start_of_its_rollout() {
-        let (writer, server) = echo_writer();
-        let reporting = |name: &str, generation: i64| {
-            let mut o = memcached("5", 1);
-            o.metadata.name = Some(name.into());
-            o.status = Some(apis::MemcachedStatus {
-                observed_generation: Some(generation),
-                ..status(3)
-            });
-            o
-        };
-        let started = Instant::now();
-        tokio::time::advance(PROGRESS_HOLD / 2).await;
-
-        // Picked up half a hold after its spec was written: half a hold to go.
-        let picked_up = writer
-            .write_since(
-                &reporting("soon", 1),
-                phase("ScalingUp", 1, 0),
-                Progress::Moving,
-                Some(started),
-            )
-            .await;
-        assert_eq!(
-            picked_up.expect("held"),
-            StatusWrite::Held {
-                retry: PROGRESS_HOLD / 2
-            }
-        );
-        // A step of the generation the object already reports holds from now.
-        let step = writer
-            .write_since(
-                &reporting("step", 2),
-                phase("ScalingUp", 1, 0),
-                Progress::Moving,
-                Some(started),
-            )
-            .await;
-        assert_eq!(
-            step.expect("held"),
-            StatusWrite::Held {
-                retry: PROGRESS_HOLD
-            }
-        );
-        assert_eq!(server.requests().len(), 0);
-
-        // Picked up a hold or more after: written at once.
-        tokio::time::advance(PROGRESS_HOLD / 2).await;
-        let late = writer
-            .write_since(
-                &reporting("late", 1),
-                phase("ScalingUp", 1, 0),
-                Progress::Moving,
-                Some(started),
-            )
-            .await;
-        assert_eq!(late.expect("written"), StatusWrite::Written);
-        assert_eq!(server.requests().len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
