@@ -505,6 +505,29 @@ mod tests {
         }
     }
 
+    /// The results of `runs` on a 2-core machine, without recovery or failover.
+    fn results_of(runs: Vec<Run>) -> Results {
+        Results {
+            machine: Machine {
+                cores: 2,
+                memory_gib: 24.0,
+                kernel: "k".into(),
+                rustc: "r".into(),
+                kubernetes: "v".into(),
+                kube_crate: "5".into(),
+            },
+            settings: Settings {
+                concurrency: 16,
+                objects_per_namespace: 1000,
+                size: 1,
+                max_concurrent_reconciles: 4,
+            },
+            runs,
+            recovery: Vec::new(),
+            failover: Vec::new(),
+        }
+    }
+
     #[test]
     fn ratios_pair_runs_of_the_same_count() {
         let runs = vec![
@@ -522,21 +545,6 @@ mod tests {
             .collect();
         assert_eq!(paired, [(OURS, 100), (OURS, 1000), ("size-opt", 1000)]);
         let results = Results {
-            machine: Machine {
-                cores: 2,
-                memory_gib: 24.0,
-                kernel: "k".into(),
-                rustc: "r".into(),
-                kubernetes: "v".into(),
-                kube_crate: "5".into(),
-            },
-            settings: Settings {
-                concurrency: 16,
-                objects_per_namespace: 1000,
-                size: 1,
-                max_concurrent_reconciles: 4,
-            },
-            runs,
             recovery: vec![Recovery {
                 manager: OURS.to_owned(),
                 outage_seconds: 20,
@@ -546,7 +554,7 @@ mod tests {
                 manager_seconds: 1.75,
                 foreign_seconds: 0.5,
             }],
-            failover: Vec::new(),
+            ..results_of(runs)
         };
         let text = markdown(&results);
         assert!(
@@ -603,26 +611,7 @@ mod tests {
                 (REFERENCE, 1000, 100),
             ]
         );
-        let results = Results {
-            machine: Machine {
-                cores: 2,
-                memory_gib: 24.0,
-                kernel: "k".into(),
-                rustc: "r".into(),
-                kubernetes: "v".into(),
-                kube_crate: "5".into(),
-            },
-            settings: Settings {
-                concurrency: 16,
-                objects_per_namespace: 1000,
-                size: 1,
-                max_concurrent_reconciles: 4,
-            },
-            runs,
-            recovery: Vec::new(),
-            failover: Vec::new(),
-        };
-        let text = markdown(&results);
+        let text = markdown(&results_of(runs));
         // Ours: 20 ms per object at 100 and at 1000, 4 at 5000; the burst 15, 10.5 and 2.1.
         assert!(
             text.contains("| ours | 1000 | 20.00 | 1.00 | 10.50 | 0.70 |"),
