@@ -323,25 +323,97 @@ pub struct ProcessSample {
     pub anon_rss_bytes: u64,
     /// Of the resident memory now, pages of files: the binary's code and its libraries.
     pub file_rss_bytes: u64,
-    /// User plus system CPU time since the process started, in seconds.
-    pub cpu_seconds: f64,
 }
 
-/// Reads `/proc/<pid>/status` and `/proc/<pid>/stat`.
+/// Reads `/proc/<pid>/status`.
 pub fn sample(pid: u32) -> anyhow::Result<ProcessSample> {
-    let proc_dir = Path::new("/proc").join(pid.to_string());
-    let status = std::fs::read_to_string(proc_dir.join("status"))
+    let path = Path::new("/proc").join(pid.to_string()).join("status");
+    let status = std::fs::read_to_string(path)
         .with_context(|| format!("reading /proc/{pid}/status (has the manager exited?)"))?;
-    let stat = std::fs::read_to_string(proc_dir.join("stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    let ticks = clock_ticks_per_second();
     Ok(ProcessSample {
         rss_bytes: status_kib(&status, "VmRSS:").unwrap_or(0) * 1024,
         peak_rss_bytes: status_kib(&status, "VmHWM:").unwrap_or(0) * 1024,
         anon_rss_bytes: status_kib(&status, "RssAnon:").unwrap_or(0) * 1024,
         file_rss_bytes: status_kib(&status, "RssFile:").unwrap_or(0) * 1024,
-        cpu_seconds: cpu_ticks(&stat).map_or(0.0, |t| t as f64 / ticks),
     })
+}
+
+/// A reading of a process's CPU time, precise enough to compare phases of a few seconds.
+///
+/// `/proc/<pid>/stat` counts the whole process, threads that exited included, but in clock
+/// ticks (10 ms) with user and system time each rounded down: a 100-object phase uses 10 to 20
+/// ticks, so the rounding alone moved it by a tenth. Each thread's `schedstat` counts its run
+/// time in nanoseconds, but only while the thread lives. So [`CpuClock::seconds_since`] sums
+/// the threads' nanoseconds, and takes the ticks instead when they show more than their
+/// rounding could: time of threads that exited between the two readings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuClock {
+    /// Each live thread's run time in nanoseconds, by thread id.
+    threads_ns: BTreeMap<u32, u64>,
+    /// User plus system time of the whole process, in clock ticks.
+    ticks: u64,
+    ticks_per_second: f64,
+}
+
+impl CpuClock {
+    /// Reads `/proc/<pid>/stat` and each `/proc/<pid>/task/<tid>/schedstat`.
+    pub fn read(pid: u32) -> anyhow::Result<Self> {
+        let proc_dir = Path::new("/proc").join(pid.to_string());
+        let stat = std::fs::read_to_string(proc_dir.join("stat"))
+            .with_context(|| format!("reading /proc/{pid}/stat (has the manager exited?)"))?;
+        let ticks = cpu_ticks(&stat)
+            .with_context(|| format!("no utime and stime in /proc/{pid}/stat: {stat:?}"))?;
+        let tasks = std::fs::read_dir(proc_dir.join("task"))
+            .with_context(|| format!("listing /proc/{pid}/task"))?;
+        let mut threads_ns = BTreeMap::new();
+        for task in tasks {
+            let task = task.with_context(|| format!("listing /proc/{pid}/task"))?;
+            let Some(tid) = task.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            // A thread that exits between the listing and the read has nothing left to count.
+            let Ok(schedstat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+                continue;
+            };
+            let ns = run_time_ns(&schedstat).with_context(|| {
+                format!("no run time in /proc/{pid}/task/{tid}/schedstat: {schedstat:?}")
+            })?;
+            threads_ns.insert(tid, ns);
+        }
+        Ok(Self {
+            threads_ns,
+            ticks,
+            ticks_per_second: clock_ticks_per_second(),
+        })
+    }
+
+    /// The CPU time used between `earlier` and this reading, in seconds.
+    #[allow(clippy::cast_precision_loss)]
+    pub fn seconds_since(&self, earlier: &Self) -> f64 {
+        let threads_ns: u64 = self
+            .threads_ns
+            .iter()
+            .map(|(tid, &ns)| match earlier.threads_ns.get(tid) {
+                Some(&before) if before <= ns => ns - before,
+                // New since `earlier`, or a new thread with an exited one's id.
+                _ => ns,
+            })
+            .sum();
+        let threads = threads_ns as f64 / 1e9;
+        let ticks = self.ticks.saturating_sub(earlier.ticks) as f64 / self.ticks_per_second;
+        // Each reading rounds user and system time down: up to two ticks between two readings.
+        let rounding = 2.0 / self.ticks_per_second;
+        if ticks - threads > rounding {
+            ticks
+        } else {
+            threads
+        }
+    }
+}
+
+/// The first field of a thread's `schedstat`: its time on a CPU, in nanoseconds.
+fn run_time_ns(schedstat: &str) -> Option<u64> {
+    schedstat.split_whitespace().next()?.parse().ok()
 }
 
 fn status_kib(status: &str, key: &str) -> Option<u64> {
@@ -572,6 +644,73 @@ apiserver_init_events_total{group=\"\",resource=\"pods\"} 4
         assert_eq!(status_kib(status, "VmHWM:"), Some(20480));
         let stat = "123 (a b) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0";
         assert_eq!(cpu_ticks(stat), Some(300));
+    }
+
+    #[test]
+    fn parses_thread_run_time() {
+        assert_eq!(run_time_ns("1849973 0 1\n"), Some(1_849_973));
+        assert_eq!(run_time_ns(""), None);
+        assert_eq!(run_time_ns("x 0 1"), None);
+    }
+
+    fn clock(threads: &[(u32, u64)], ticks: u64) -> CpuClock {
+        CpuClock {
+            threads_ns: threads.iter().copied().collect(),
+            ticks,
+            ticks_per_second: 100.0,
+        }
+    }
+
+    #[test]
+    fn cpu_time_is_the_threads_nanoseconds_within_the_ticks_rounding() {
+        let before = clock(&[(1, 1_000_000_000), (2, 500_000_000)], 150);
+        // 0.123 s in thread 1, 0.004 s in thread 2, 0.010 s in a new thread 3: 0.137 s, which
+        // the ticks round to 0.12 s.
+        let after = clock(
+            &[(1, 1_123_000_000), (2, 504_000_000), (3, 10_000_000)],
+            162,
+        );
+        assert!((after.seconds_since(&before) - 0.137).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cpu_time_of_exited_threads_comes_from_the_ticks() {
+        // Thread 2 ran 0.3 s and exited: only the ticks saw it.
+        let before = clock(&[(1, 1_000_000_000), (2, 500_000_000)], 150);
+        let after = clock(&[(1, 1_100_000_000)], 190);
+        assert!((after.seconds_since(&before) - 0.40).abs() < 1e-9);
+        // A new thread that took an exited one's id counts from zero.
+        let reused = clock(&[(1, 1_100_000_000), (2, 50_000_000)], 165);
+        assert!((reused.seconds_since(&before) - 0.15).abs() < 1e-9);
+    }
+
+    #[test]
+    fn reads_this_process_cpu_clock_as_the_ticks_do() {
+        let me = std::process::id();
+        let before = CpuClock::read(me).expect("own /proc entry");
+        assert!(before.threads_ns.contains_key(&me));
+        // Spin until the kernel's ticks have counted 50 ms (other tests may share the CPUs).
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut x = 0u64;
+        let after = loop {
+            x = std::hint::black_box(x.wrapping_add(1));
+            if x.is_multiple_of(100_000) {
+                let now = CpuClock::read(me).expect("own /proc entry");
+                if now.ticks >= before.ticks + 5 || std::time::Instant::now() > give_up {
+                    break now;
+                }
+            }
+        };
+        let ticks = (after.ticks - before.ticks) as f64 / after.ticks_per_second;
+        let used = after.seconds_since(&before);
+        assert!(
+            ticks >= 0.05,
+            "the ticks counted {ticks} s in 30 s of spinning"
+        );
+        assert!(
+            (used - ticks).abs() <= 2.0 / after.ticks_per_second,
+            "counted {used} s where the ticks counted {ticks} s"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespa
 use tokio::sync::oneshot;
 
 use super::baseline::Limit;
-use super::probe::{self, Counts, RequestCounter, sample};
+use super::probe::{self, Counts, CpuClock, RequestCounter, sample};
 use super::tenants::{Target, Tenants};
 use super::{BenchArgs, Contender, percentile};
 
@@ -126,6 +126,13 @@ pub struct Run {
     /// How many Memcacheds the burst scaled.
     pub burst_objects: usize,
     pub memory: Memory,
+}
+
+impl Run {
+    /// How long its three phases took together.
+    pub fn measured_seconds(&self) -> f64 {
+        self.convergence.seconds + self.scale.seconds + self.burst.seconds
+    }
 }
 
 /// Memcacheds scaled in the burst after the scale phase (see [`Run::burst`]).
@@ -308,7 +315,7 @@ where
         );
     }
     let api_server_before = counter.read(&cluster.client).await?;
-    let cpu_before = sample(pid)?.cpu_seconds;
+    let cpu_before = CpuClock::read(pid)?;
     let counted_before = manager_counts_or_warn(metrics_port).await;
 
     let started = Instant::now();
@@ -375,7 +382,7 @@ where
         watch_kib_per_object: api_server.watch_bytes.total() / 1024.0 / count,
         watch_initial_events_per_object: api_server.initial_events.total() / count,
         changes_by_resource: api_server.changes.per(count),
-        cpu_seconds: sample(pid)?.cpu_seconds - cpu_before,
+        cpu_seconds: CpuClock::read(pid)?.seconds_since(&cpu_before),
         reconciles_per_object: counted
             .as_ref()
             .map(|(before, after)| (after.reconciles - before.reconciles) / count),
