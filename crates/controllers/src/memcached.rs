@@ -196,14 +196,13 @@ fn pods_key(namespace: &str, name: &str) -> String {
 /// The `Memcached` a pod belongs to, by its labels. The `memcached_cr` value is the name itself
 /// unless the name is longer than a label value allows; then (a value of the shortened shape)
 /// the `Memcached`s are searched for the one whose shortened name it is.
-fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Memcached>> {
+fn pod_owner(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<Arc<Memcached>> {
     if pod.labels.get(LABEL_APP) != Some(APP) {
         return None;
     }
     let value = pod.labels.get(LABEL_CR)?;
     let namespace = pod.metadata.namespace.as_deref()?;
-    let direct = ObjectRef::new(value).within(namespace);
-    if memcacheds.get(&direct).is_some() {
+    if let Some(direct) = memcacheds.get(&ObjectRef::new(value).within(namespace)) {
         return Some(direct);
     }
     // Only a shortened name is searched for: a pod of a `Memcached` that is gone (thousands of
@@ -211,15 +210,13 @@ fn for_pod(memcacheds: &Store<Memcached>, pod: &PodMeta) -> Option<ObjectRef<Mem
     if !labels::may_be_shortened(value) {
         return None;
     }
-    memcacheds
-        .find(|mc| {
-            mc.metadata.namespace.as_deref() == Some(namespace)
-                && labels::label_value(&mc.name_any()) == value
-        })
-        .map(|mc| crate::object_key(mc.as_ref()))
+    memcacheds.find(|mc| {
+        mc.metadata.namespace.as_deref() == Some(namespace)
+            && labels::label_value(&mc.name_any()) == value
+    })
 }
 
-/// The `Memcached` a pod change is news to: its own ([`for_pod`]), unless that one's
+/// The `Memcached` a pod change is news to: its own ([`pod_owner`]), unless that one's
 /// Deployment, in `deployments`, is in a rollout in motion, whose end brings the pod's change
 /// along ([`owned::rollout_in_motion`]).
 fn for_pod_news(
@@ -227,9 +224,9 @@ fn for_pod_news(
     deployments: &Store<DeploymentView>,
     pod: &PodMeta,
 ) -> Option<ObjectRef<Memcached>> {
-    let key = for_pod(memcacheds, pod)?;
-    let mc = memcacheds.get(&key)?;
-    (!owned::rollout_in_motion(deployments, mc.as_ref(), mc.spec.size)).then_some(key)
+    let mc = pod_owner(memcacheds, pod)?;
+    (!owned::rollout_in_motion(deployments, mc.as_ref(), mc.spec.size))
+        .then(|| crate::object_key(mc.as_ref()))
 }
 
 /// The labels that select a `Memcached`'s pods: `app: memcached`, `memcached_cr: <name>`.
@@ -567,21 +564,17 @@ mod tests {
     fn pods_map_to_their_memcached_even_with_long_names() {
         let long = format!("m{}", "y".repeat(99));
         let store = store_of(vec![memcached("short", 1), memcached(&long, 1)]);
-        let short_pod = pod("p1", "ns", object_labels("short"));
+        let owner = |pod: &PodMeta| pod_owner(&store, pod).map(|mc| crate::object_key(&*mc));
         assert_eq!(
-            for_pod(&store, &short_pod),
+            owner(&pod("p1", "ns", object_labels("short"))),
             Some(ObjectRef::new("short").within("ns"))
         );
-        let long_pod = pod("p2", "ns", object_labels(&long));
         assert_eq!(
-            for_pod(&store, &long_pod),
+            owner(&pod("p2", "ns", object_labels(&long))),
             Some(ObjectRef::new(&long).within("ns"))
         );
-        assert_eq!(
-            for_pod(&store, &pod("p3", "other", object_labels("short"))),
-            None
-        );
-        assert_eq!(for_pod(&store, &pod("p4", "ns", BTreeMap::new())), None);
+        assert_eq!(owner(&pod("p3", "other", object_labels("short"))), None);
+        assert_eq!(owner(&pod("p4", "ns", BTreeMap::new())), None);
     }
 
     /// A cache of one Deployment: `mc`'s own, with `ready` of its pods ready and available.
