@@ -75,6 +75,7 @@ pub struct Settings {
     pub objects_per_namespace: usize,
     pub size: i32,
     pub max_concurrent_reconciles: u16,
+    pub min_measured_seconds: u64,
 }
 
 impl From<&BenchArgs> for Settings {
@@ -84,6 +85,7 @@ impl From<&BenchArgs> for Settings {
             objects_per_namespace: args.objects_per_namespace,
             size: args.size,
             max_concurrent_reconciles: args.max_concurrent_reconciles,
+            min_measured_seconds: args.min_measured_seconds,
         }
     }
 }
@@ -274,50 +276,55 @@ pub fn markdown(results: &Results) -> String {
             );
         }
     }
-    let pairs = pairs(&results.runs);
+    let points = points(&results.runs);
+    let pairs = pairs(&points);
     if !pairs.is_empty() {
         let _ = writeln!(
             out,
-            "\nOurs over {REFERENCE} (below 1 is better for ours):\n"
+            "\nOurs over {REFERENCE} (below 1 is better for ours; of a count measured more than once, each value's median):\n"
         );
         out.push_str(
-            "| manager | objects | converge | req/obj | scale | scale req/obj | CPU | burst CPU | peak RSS |\n",
+            "| manager | objects | runs | converge | req/obj | scale | scale req/obj | CPU | burst CPU | peak RSS |\n",
         );
-        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for (ours, reference) in pairs {
+            let ratio = |value: fn(&Run) -> f64| ours.median(value) / reference.median(value);
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 ours.manager,
                 ours.objects,
-                ours.convergence.seconds / reference.convergence.seconds,
-                ours.convergence.requests_per_object / reference.convergence.requests_per_object,
-                ours.scale.seconds / reference.scale.seconds,
-                ours.scale.requests_per_object / reference.scale.requests_per_object,
-                cpu_seconds(ours) / cpu_seconds(reference),
-                burst_cpu_ms_per_object(ours) / burst_cpu_ms_per_object(reference),
-                ours.memory.peak_mib / reference.memory.peak_mib,
+                ours.runs.len(),
+                reference.runs.len(),
+                ratio(|r| r.convergence.seconds),
+                ratio(|r| r.convergence.requests_per_object),
+                ratio(|r| r.scale.seconds),
+                ratio(|r| r.scale.requests_per_object),
+                ratio(cpu_seconds),
+                ratio(burst_cpu_ms_per_object),
+                ratio(|r| r.memory.peak_mib),
             );
         }
     }
-    let growth = growth(&results.runs);
+    let growth = growth(&points);
     if !growth.is_empty() {
         out.push_str(
-            "\nCPU per object at each count over the same manager's at its smallest count (flat is 1.00):\n\n",
+            "\nCPU per object at each count over the same manager's at its smallest count (flat is 1.00; of a count measured more than once, the median):\n\n",
         );
         out.push_str(
-            "| manager | objects | CPU/obj (ms) | over the smallest | burst CPU/obj (ms) | over the smallest |\n|---|---:|---:|---:|---:|---:|\n",
+            "| manager | objects | runs | CPU/obj (ms) | over the smallest | burst CPU/obj (ms) | over the smallest |\n|---|---:|---:|---:|---:|---:|---:|\n",
         );
-        for (run, smallest) in growth {
+        for (point, smallest) in growth {
+            let cpu = point.median(cpu_ms_per_object);
+            let burst = point.median(burst_cpu_ms_per_object);
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
-                run.manager,
-                run.objects,
-                cpu_ms_per_object(run),
-                cpu_ms_per_object(run) / cpu_ms_per_object(smallest),
-                burst_cpu_ms_per_object(run),
-                burst_cpu_ms_per_object(run) / burst_cpu_ms_per_object(smallest),
+                "| {} | {} | {} | {cpu:.2} | {:.2} | {burst:.2} | {:.2} |",
+                point.manager,
+                point.objects,
+                point.runs.len(),
+                cpu / smallest.median(cpu_ms_per_object),
+                burst / smallest.median(burst_cpu_ms_per_object),
             );
         }
     }
@@ -390,37 +397,77 @@ fn cpu_ms_per_object(run: &Run) -> f64 {
     cpu_seconds(run) * 1000.0 / run.objects.max(1) as f64
 }
 
-/// Each run of a manager measured at more than one count, with that manager's run at its
-/// smallest count; by manager (in the order each first ran), then by count.
-fn growth(runs: &[Run]) -> Vec<(&Run, &Run)> {
-    let mut managers: Vec<&str> = Vec::new();
+/// The runs of one manager at one object count: one, or several when the count was short
+/// enough to be measured again (`--min-measured-seconds`).
+struct Point<'a> {
+    manager: &'a str,
+    objects: usize,
+    runs: Vec<&'a Run>,
+}
+
+impl Point<'_> {
+    /// The median of `value` over the runs (of an even number, the mean of the middle two).
+    fn median(&self, value: impl Fn(&Run) -> f64) -> f64 {
+        let mut values: Vec<f64> = self.runs.iter().map(|run| value(run)).collect();
+        values.sort_by(f64::total_cmp);
+        let middle = values.len() / 2;
+        match values.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => values[middle],
+            _ => f64::midpoint(values[middle - 1], values[middle]),
+        }
+    }
+}
+
+/// The runs grouped by manager and object count, in the order each group first ran.
+fn points(runs: &[Run]) -> Vec<Point<'_>> {
+    let mut points: Vec<Point<'_>> = Vec::new();
     for run in runs {
-        if !managers.contains(&run.manager.as_str()) {
-            managers.push(&run.manager);
+        match points
+            .iter_mut()
+            .find(|p| p.manager == run.manager && p.objects == run.objects)
+        {
+            Some(point) => point.runs.push(run),
+            None => points.push(Point {
+                manager: &run.manager,
+                objects: run.objects,
+                runs: vec![run],
+            }),
+        }
+    }
+    points
+}
+
+/// Each count of a manager measured at more than one count, with that manager's smallest
+/// count; by manager (in the order each first ran), then by count.
+fn growth<'a>(points: &'a [Point<'a>]) -> Vec<(&'a Point<'a>, &'a Point<'a>)> {
+    let mut managers: Vec<&str> = Vec::new();
+    for point in points {
+        if !managers.contains(&point.manager) {
+            managers.push(point.manager);
         }
     }
     let mut rows = Vec::new();
     for manager in managers {
-        let mut own: Vec<&Run> = runs.iter().filter(|r| r.manager == manager).collect();
-        own.sort_by_key(|r| r.objects);
-        if let [smallest, _, ..] = own[..]
-            && own.iter().any(|r| r.objects != smallest.objects)
-        {
-            rows.extend(own.into_iter().map(|run| (run, smallest)));
+        let mut own: Vec<&Point<'_>> = points.iter().filter(|p| p.manager == manager).collect();
+        own.sort_by_key(|p| p.objects);
+        if let [smallest, _, ..] = own[..] {
+            rows.extend(own.into_iter().map(|point| (point, smallest)));
         }
     }
     rows
 }
 
-/// Each run of ours (or of another build of ours) and the reference's run of the same object
-/// count, in run order.
-fn pairs(runs: &[Run]) -> Vec<(&Run, &Run)> {
-    runs.iter()
-        .filter(|r| r.manager != REFERENCE)
+/// Each count of ours (or of another build of ours) and the reference's runs of the same
+/// count, in the order ours first ran.
+fn pairs<'a>(points: &'a [Point<'a>]) -> Vec<(&'a Point<'a>, &'a Point<'a>)> {
+    points
+        .iter()
+        .filter(|p| p.manager != REFERENCE)
         .filter_map(|ours| {
-            let reference = runs
+            let reference = points
                 .iter()
-                .find(|r| r.manager == REFERENCE && r.objects == ours.objects)?;
+                .find(|p| p.manager == REFERENCE && p.objects == ours.objects)?;
             Some((ours, reference))
         })
         .collect()
@@ -521,6 +568,7 @@ mod tests {
                 objects_per_namespace: 1000,
                 size: 1,
                 max_concurrent_reconciles: 4,
+                min_measured_seconds: 60,
             },
             runs,
             recovery: Vec::new(),
@@ -539,9 +587,10 @@ mod tests {
             // Measured for ours only: no ratio row.
             run(OURS, 5000, 20.0, 4.0, 10.0),
         ];
-        let paired: Vec<(&str, usize)> = pairs(&runs)
+        let points = points(&runs);
+        let paired: Vec<(&str, usize)> = pairs(&points)
             .iter()
-            .map(|(o, _)| (o.manager.as_str(), o.objects))
+            .map(|(o, _)| (o.manager, o.objects))
             .collect();
         assert_eq!(paired, [(OURS, 100), (OURS, 1000), ("size-opt", 1000)]);
         let results = Results {
@@ -558,7 +607,9 @@ mod tests {
         };
         let text = markdown(&results);
         assert!(
-            text.contains("| ours | 100 | 0.50 | 0.50 | 0.50 | 0.50 | 0.25 | 0.33 | 1.00 |"),
+            text.contains(
+                "| ours | 100 | 1 / 1 | 0.50 | 0.50 | 0.50 | 0.50 | 0.25 | 0.33 | 1.00 |"
+            ),
             "{text}"
         );
         assert!(text.contains("| ours | 100 | 1.00 | 2.00 |"), "{text}");
@@ -571,7 +622,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| size-opt | 1000 | 0.75 | 0.50 | 0.75 | 0.50 | 0.50 | 0.51 | 1.00 |"),
+            text.contains(
+                "| size-opt | 1000 | 1 / 1 | 0.75 | 0.50 | 0.75 | 0.50 | 0.50 | 0.51 | 1.00 |"
+            ),
             "{text}"
         );
         assert!(
@@ -597,9 +650,10 @@ mod tests {
             // One count only: nothing to compare.
             run("size-opt", 1000, 30.0, 4.0, 20.0),
         ];
-        let rows: Vec<(&str, usize, usize)> = growth(&runs)
+        let points = points(&runs);
+        let rows: Vec<(&str, usize, usize)> = growth(&points)
             .iter()
-            .map(|(run, smallest)| (run.manager.as_str(), run.objects, smallest.objects))
+            .map(|(point, smallest)| (point.manager, point.objects, smallest.objects))
             .collect();
         assert_eq!(
             rows,
@@ -614,17 +668,51 @@ mod tests {
         let text = markdown(&results_of(runs));
         // Ours: 20 ms per object at 100 and at 1000, 4 at 5000; the burst 15, 10.5 and 2.1.
         assert!(
-            text.contains("| ours | 1000 | 20.00 | 1.00 | 10.50 | 0.70 |"),
+            text.contains("| ours | 1000 | 1 | 20.00 | 1.00 | 10.50 | 0.70 |"),
             "{text}"
         );
         assert!(
-            text.contains("| ours | 5000 | 4.00 | 0.20 | 2.10 | 0.14 |"),
+            text.contains("| ours | 5000 | 1 | 4.00 | 0.20 | 2.10 | 0.14 |"),
             "{text}"
         );
         assert!(
-            text.contains("| controller-runtime | 1000 | 80.00 | 1.00 | 40.50 | 0.90 |"),
+            text.contains("| controller-runtime | 1000 | 1 | 80.00 | 1.00 | 40.50 | 0.90 |"),
             "{text}"
         );
         assert!(!text.contains("| size-opt | 1000 | 30"), "{text}");
+    }
+
+    #[test]
+    fn a_count_measured_again_is_compared_by_its_medians() {
+        let runs = vec![
+            run(OURS, 100, 2.0, 4.0, 1.0),
+            run(REFERENCE, 100, 4.0, 8.0, 4.0),
+            run(REFERENCE, 100, 4.0, 8.0, 6.0),
+            run(OURS, 100, 2.0, 4.0, 3.0),
+            run(OURS, 100, 2.0, 4.0, 2.0),
+            run(OURS, 1000, 20.0, 4.0, 10.0),
+        ];
+        let points = points(&runs);
+        let ours_at_100 = &points[0];
+        assert_eq!((ours_at_100.manager, ours_at_100.runs.len()), (OURS, 3));
+        // 20, 60 and 40 ms per object: the middle one. The reference's 80 and 120: their mean.
+        assert!((ours_at_100.median(cpu_ms_per_object) - 40.0).abs() < 1e-9);
+        assert!((points[1].median(cpu_ms_per_object) - 100.0).abs() < 1e-9);
+        let text = markdown(&results_of(runs));
+        // Every run keeps its own row.
+        assert_eq!(text.matches("| ours | 100 | 1.00 |").count(), 3, "{text}");
+        // CPU 4 s over 10 s; the burst 0.25 over 0.55 (ms per object 25 and 55).
+        assert!(
+            text.contains(
+                "| ours | 100 | 3 / 2 | 0.50 | 0.50 | 0.50 | 0.50 | 0.40 | 0.45 | 1.00 |"
+            ),
+            "{text}"
+        );
+        // 20 ms per object at 1000 against the median 40 at 100.
+        assert!(
+            text.contains("| ours | 1000 | 1 | 20.00 | 0.50 |"),
+            "{text}"
+        );
+        assert!(text.contains("| ours | 100 | 3 | 40.00 | 1.00 |"), "{text}");
     }
 }
