@@ -169,17 +169,22 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     }
 
     /// `key` was handed out but its object is gone: it leaves the queue entirely.
+    ///
+    /// A handed-out key counts as running, and a running key is never put in the ready keys
+    /// ([`WorkQueue::make_ready`]), so there is nothing to look for there: the cost does not
+    /// grow with the queue, however many objects go at once.
     pub fn gone(&mut self, key: &Key) {
         self.running.remove(key);
         if let Some(entry) = self.entries.remove(key) {
+            debug_assert!(
+                !entry.queued,
+                "a handed-out key is never among the ready ones"
+            );
             if entry.waiting_since.is_some() {
                 self.waiting -= 1;
             }
             if let Some(slot) = entry.timer {
                 self.timers.remove(&slot);
-            }
-            if entry.queued {
-                self.ready.retain(|k| k != key);
             }
         }
         self.publish_depth();
