@@ -346,10 +346,17 @@ pub fn sample(pid: u32) -> anyhow::Result<ProcessSample> {
 /// time in nanoseconds, but only while the thread lives. So [`CpuClock::seconds_since`] sums
 /// the threads' nanoseconds, and takes the ticks instead when they show more than their
 /// rounding could: time of threads that exited between the two readings.
+///
+/// The same `schedstat` line also counts how long each thread was runnable but waited for a
+/// CPU ([`CpuClock::wait_seconds_since`]): the contention the manager met. On a machine busy
+/// with other work the same reconciles cost more CPU time (each switch back finds the caches
+/// cold), so this tells a count whose machine was saturated from one whose manager did more.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuClock {
     /// Each live thread's run time in nanoseconds, by thread id.
     threads_ns: BTreeMap<u32, u64>,
+    /// Each live thread's time waiting for a CPU while runnable, in nanoseconds, by thread id.
+    threads_wait_ns: BTreeMap<u32, u64>,
     /// User plus system time of the whole process, in clock ticks.
     ticks: u64,
     ticks_per_second: f64,
@@ -365,7 +372,7 @@ impl CpuClock {
             .with_context(|| format!("no utime and stime in /proc/{pid}/stat: {stat:?}"))?;
         let tasks = std::fs::read_dir(proc_dir.join("task"))
             .with_context(|| format!("listing /proc/{pid}/task"))?;
-        let mut threads_ns = BTreeMap::new();
+        let (mut threads_ns, mut threads_wait_ns) = (BTreeMap::new(), BTreeMap::new());
         for task in tasks {
             let task = task.with_context(|| format!("listing /proc/{pid}/task"))?;
             let Some(tid) = task.file_name().to_str().and_then(|n| n.parse().ok()) else {
@@ -375,13 +382,15 @@ impl CpuClock {
             let Ok(schedstat) = std::fs::read_to_string(task.path().join("schedstat")) else {
                 continue;
             };
-            let ns = run_time_ns(&schedstat).with_context(|| {
-                format!("no run time in /proc/{pid}/task/{tid}/schedstat: {schedstat:?}")
+            let (run_ns, wait_ns) = run_and_wait_ns(&schedstat).with_context(|| {
+                format!("no run and wait times in /proc/{pid}/task/{tid}/schedstat: {schedstat:?}")
             })?;
-            threads_ns.insert(tid, ns);
+            threads_ns.insert(tid, run_ns);
+            threads_wait_ns.insert(tid, wait_ns);
         }
         Ok(Self {
             threads_ns,
+            threads_wait_ns,
             ticks,
             ticks_per_second: clock_ticks_per_second(),
         })
@@ -390,16 +399,7 @@ impl CpuClock {
     /// The CPU time used between `earlier` and this reading, in seconds.
     #[allow(clippy::cast_precision_loss)]
     pub fn seconds_since(&self, earlier: &Self) -> f64 {
-        let threads_ns: u64 = self
-            .threads_ns
-            .iter()
-            .map(|(tid, &ns)| match earlier.threads_ns.get(tid) {
-                Some(&before) if before <= ns => ns - before,
-                // New since `earlier`, or a new thread with an exited one's id.
-                _ => ns,
-            })
-            .sum();
-        let threads = threads_ns as f64 / 1e9;
+        let threads = threads_seconds_since(&self.threads_ns, &earlier.threads_ns);
         let ticks = self.ticks.saturating_sub(earlier.ticks) as f64 / self.ticks_per_second;
         // Each reading rounds user and system time down: up to two ticks between two readings.
         let rounding = 2.0 / self.ticks_per_second;
@@ -409,11 +409,86 @@ impl CpuClock {
             threads
         }
     }
+
+    /// How long the manager's threads waited for a CPU while runnable between `earlier` and
+    /// this reading, in seconds. A thread that exited between the two readings took its wait
+    /// with it (the process has no total of these), so this is a lower bound.
+    pub fn wait_seconds_since(&self, earlier: &Self) -> f64 {
+        threads_seconds_since(&self.threads_wait_ns, &earlier.threads_wait_ns)
+    }
 }
 
-/// The first field of a thread's `schedstat`: its time on a CPU, in nanoseconds.
-fn run_time_ns(schedstat: &str) -> Option<u64> {
-    schedstat.split_whitespace().next()?.parse().ok()
+/// The nanoseconds counted by the threads of `now` since `earlier`, summed, in seconds.
+#[allow(clippy::cast_precision_loss)]
+fn threads_seconds_since(now: &BTreeMap<u32, u64>, earlier: &BTreeMap<u32, u64>) -> f64 {
+    let ns: u64 = now
+        .iter()
+        .map(|(tid, &ns)| match earlier.get(tid) {
+            Some(&before) if before <= ns => ns - before,
+            // New since `earlier`, or a new thread with an exited one's id.
+            _ => ns,
+        })
+        .sum();
+    ns as f64 / 1e9
+}
+
+/// The first two fields of a thread's `schedstat`: its time on a CPU and its time waiting for
+/// one while runnable, in nanoseconds.
+fn run_and_wait_ns(schedstat: &str) -> Option<(u64, u64)> {
+    let mut fields = schedstat.split_whitespace().map(str::parse::<u64>);
+    Some((fields.next()?.ok()?, fields.next()?.ok()?))
+}
+
+/// A reading of the whole machine's CPU time from `/proc/stat`: how busy all its CPUs were
+/// between two readings, whoever kept them busy (the cluster, the bench, the manager).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MachineClock {
+    /// Clock ticks spent on any work: user, nice, system, interrupts and stolen time.
+    busy: u64,
+    /// Those plus the idle ticks and the ticks idle while waiting for I/O.
+    total: u64,
+}
+
+impl MachineClock {
+    /// Reads the first line of `/proc/stat` (all CPUs together).
+    pub fn read() -> anyhow::Result<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        let line = stat.lines().next().unwrap_or_default();
+        Self::parse(line).with_context(|| format!("no CPU times in /proc/stat: {line:?}"))
+    }
+
+    /// `cpu  user nice system idle iowait irq softirq steal guest guest_nice`; the guest times
+    /// are within user and nice already.
+    fn parse(line: &str) -> Option<Self> {
+        let mut fields = line.split_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        let ticks: Vec<u64> = fields
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let [user, nice, system, idle, iowait, irq, softirq, steal] = ticks[..] else {
+            return None;
+        };
+        let busy = user + nice + system + irq + softirq + steal;
+        Some(Self {
+            busy,
+            total: busy + idle + iowait,
+        })
+    }
+
+    /// The share of the machine's CPU time that was busy between `earlier` and this reading,
+    /// from 0 to 1 (0 when no tick passed).
+    #[allow(clippy::cast_precision_loss)]
+    pub fn busy_share_since(&self, earlier: &Self) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        if total == 0 {
+            return 0.0;
+        }
+        self.busy.saturating_sub(earlier.busy) as f64 / total as f64
+    }
 }
 
 fn status_kib(status: &str, key: &str) -> Option<u64> {
@@ -647,18 +722,55 @@ apiserver_init_events_total{group=\"\",resource=\"pods\"} 4
     }
 
     #[test]
-    fn parses_thread_run_time() {
-        assert_eq!(run_time_ns("1849973 0 1\n"), Some(1_849_973));
-        assert_eq!(run_time_ns(""), None);
-        assert_eq!(run_time_ns("x 0 1"), None);
+    fn parses_thread_run_and_wait_times() {
+        assert_eq!(
+            run_and_wait_ns("1849973 52000 17\n"),
+            Some((1_849_973, 52_000))
+        );
+        assert_eq!(run_and_wait_ns(""), None);
+        assert_eq!(run_and_wait_ns("1849973"), None);
+        assert_eq!(run_and_wait_ns("x 0 1"), None);
     }
 
     fn clock(threads: &[(u32, u64)], ticks: u64) -> CpuClock {
         CpuClock {
             threads_ns: threads.iter().copied().collect(),
+            threads_wait_ns: BTreeMap::new(),
             ticks,
             ticks_per_second: 100.0,
         }
+    }
+
+    #[test]
+    fn wait_for_a_cpu_is_summed_over_the_threads() {
+        let mut before = clock(&[(1, 0), (2, 0)], 0);
+        before.threads_wait_ns = BTreeMap::from([(1, 2_000_000), (2, 1_000_000)]);
+        let mut after = clock(&[(1, 0), (3, 0)], 0);
+        // Thread 1 waited 5 ms more, thread 2 exited, thread 3 is new and waited 1 ms.
+        after.threads_wait_ns = BTreeMap::from([(1, 7_000_000), (3, 1_000_000)]);
+        assert!((after.wait_seconds_since(&before) - 0.006).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_machine_busy_share_counts_every_kind_of_work_but_idle() {
+        let line = |user, idle| format!("cpu  {user} 10 20 {idle} 5 1 2 3 0 0");
+        let before = MachineClock::parse(&line(100, 1000)).expect("a cpu line");
+        assert_eq!(
+            before,
+            MachineClock {
+                busy: 136,
+                total: 1141
+            }
+        );
+        // 60 ticks of user time and 40 idle: 60 % busy.
+        let after = MachineClock::parse(&line(160, 1040)).expect("a cpu line");
+        assert!((after.busy_share_since(&before) - 0.6).abs() < 1e-12);
+        assert!(before.busy_share_since(&before).abs() < f64::EPSILON);
+        assert_eq!(MachineClock::parse("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(MachineClock::parse("cpu  1 2 3"), None);
+        assert_eq!(MachineClock::parse("cpu  1 2 x 4 5 6 7 8"), None);
+        let now = MachineClock::read().expect("this machine's /proc/stat");
+        assert!(now.total >= now.busy);
     }
 
     #[test]
@@ -689,6 +801,7 @@ apiserver_init_events_total{group=\"\",resource=\"pods\"} 4
         let me = std::process::id();
         let before = CpuClock::read(me).expect("own /proc entry");
         assert!(before.threads_ns.contains_key(&me));
+        assert!(before.threads_wait_ns.contains_key(&me));
         // Spin until the kernel's ticks have counted 50 ms (other tests may share the CPUs).
         let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let mut x = 0u64;

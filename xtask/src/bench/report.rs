@@ -139,11 +139,13 @@ pub fn print_run(run: &Run) {
     }
     // Printed now, not only in the tables at the end: a run stopped later keeps these.
     println!(
-        "  cost: CPU {:.2} s ({:.2} ms per object; the burst of {}: {:.2} ms per object), RSS idle / peak / converged {:.1} / {:.1} / {:.1} MiB (converged: {:.1} anonymous, {:.1} of files)",
+        "  cost: CPU {:.2} s ({:.2} ms per object; the burst of {}: {:.2} ms per object; waited for a CPU {:.2} ms per object, on a machine {:.0}% busy), RSS idle / peak / converged {:.1} / {:.1} / {:.1} MiB (converged: {:.1} anonymous, {:.1} of files)",
         cpu_seconds(run),
         cpu_ms_per_object(run),
         run.burst_objects,
         burst_cpu_ms_per_object(run),
+        cpu_wait_ms_per_object(run),
+        machine_busy(run) * 100.0,
         run.memory.idle_mib,
         run.memory.peak_mib,
         run.memory.converged_mib,
@@ -312,19 +314,21 @@ pub fn markdown(results: &Results) -> String {
             "\nCPU per object at each count over the same manager's at its smallest count (flat is 1.00; of a count measured more than once, the median):\n\n",
         );
         out.push_str(
-            "| manager | objects | runs | CPU/obj (ms) | over the smallest | burst CPU/obj (ms) | over the smallest |\n|---|---:|---:|---:|---:|---:|---:|\n",
+            "| manager | objects | runs | CPU/obj (ms) | over the smallest | burst CPU/obj (ms) | over the smallest | waited for a CPU/obj (ms) | machine busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for (point, smallest) in growth {
             let cpu = point.median(cpu_ms_per_object);
             let burst = point.median(burst_cpu_ms_per_object);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {cpu:.2} | {:.2} | {burst:.2} | {:.2} |",
+                "| {} | {} | {} | {cpu:.2} | {:.2} | {burst:.2} | {:.2} | {:.2} | {:.0}% |",
                 point.manager,
                 point.objects,
                 point.runs.len(),
                 cpu / smallest.median(cpu_ms_per_object),
                 burst / smallest.median(burst_cpu_ms_per_object),
+                point.median(cpu_wait_ms_per_object),
+                point.median(machine_busy) * 100.0,
             );
         }
     }
@@ -395,6 +399,25 @@ fn cpu_seconds(run: &Run) -> f64 {
 #[allow(clippy::cast_precision_loss)]
 fn cpu_ms_per_object(run: &Run) -> f64 {
     cpu_seconds(run) * 1000.0 / run.objects.max(1) as f64
+}
+
+/// Milliseconds per object the manager's threads waited for a CPU over the converge and scale
+/// phases.
+#[allow(clippy::cast_precision_loss)]
+fn cpu_wait_ms_per_object(run: &Run) -> f64 {
+    let waited = run.convergence.cpu_wait_seconds + run.scale.cpu_wait_seconds;
+    waited * 1000.0 / run.objects.max(1) as f64
+}
+
+/// The share of the machine's CPU time that was busy over the converge and scale phases, each
+/// weighed by its length.
+fn machine_busy(run: &Run) -> f64 {
+    let (converge, scale) = (&run.convergence, &run.scale);
+    let seconds = converge.seconds + scale.seconds;
+    if seconds <= 0.0 {
+        return 0.0;
+    }
+    (converge.machine_busy * converge.seconds + scale.machine_busy * scale.seconds) / seconds
 }
 
 /// The runs of one manager at one object count: one, or several when the count was short
@@ -520,6 +543,8 @@ mod tests {
                 2.0,
             )])),
             cpu_seconds: cpu,
+            cpu_wait_seconds: cpu / 4.0,
+            machine_busy: 0.5,
             reconciles_per_object: Some(2.0),
             triggers_by_source: Counts(std::collections::BTreeMap::from([
                 ("Deployment".to_owned(), 1.5),
@@ -535,7 +560,10 @@ mod tests {
             },
             convergence: phase.clone(),
             ratio_to_limit: seconds,
-            scale: phase.clone(),
+            scale: Phase {
+                machine_busy: 0.8,
+                ..phase.clone()
+            },
             burst: Phase {
                 // Not in proportion to the phases' CPU, so a swapped column shows.
                 cpu_seconds: cpu / 10.0 + 0.05,
@@ -667,8 +695,10 @@ mod tests {
         );
         let text = markdown(&results_of(runs));
         // Ours: 20 ms per object at 100 and at 1000, 4 at 5000; the burst 15, 10.5 and 2.1.
+        // A quarter of the CPU time waited for a CPU; the machine was 50% busy in the converge
+        // phase and 80% in the scale phase, as long as each other.
         assert!(
-            text.contains("| ours | 1000 | 1 | 20.00 | 1.00 | 10.50 | 0.70 |"),
+            text.contains("| ours | 1000 | 1 | 20.00 | 1.00 | 10.50 | 0.70 | 5.00 | 65% |"),
             "{text}"
         );
         assert!(
@@ -680,6 +710,20 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("| size-opt | 1000 | 30"), "{text}");
+    }
+
+    #[test]
+    fn the_machine_busy_share_weighs_each_phase_by_its_length() {
+        let mut measured = run(OURS, 100, 10.0, 4.0, 1.0);
+        measured.scale.seconds = 30.0;
+        measured.scale.machine_busy = 1.0;
+        // Half busy for 10 s, then fully for 30 s.
+        assert!((machine_busy(&measured) - 0.875).abs() < 1e-12);
+        measured.convergence.seconds = 0.0;
+        measured.scale.seconds = 0.0;
+        assert!(machine_busy(&measured).abs() < f64::EPSILON);
+        // 1 s of CPU in each phase, a quarter of it waiting: 5 ms per object over both.
+        assert!((cpu_wait_ms_per_object(&measured) - 5.0).abs() < 1e-12);
     }
 
     #[test]

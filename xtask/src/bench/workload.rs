@@ -17,7 +17,7 @@ use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespa
 use tokio::sync::oneshot;
 
 use super::baseline::Limit;
-use super::probe::{self, Counts, CpuClock, RequestCounter, sample};
+use super::probe::{self, Counts, CpuClock, MachineClock, RequestCounter, sample};
 use super::tenants::{Target, Tenants};
 use super::{BenchArgs, Contender, percentile};
 
@@ -48,6 +48,11 @@ pub struct Phase {
     pub changes_by_resource: Counts,
     /// The manager's CPU seconds during the phase.
     pub cpu_seconds: f64,
+    /// How long the manager's threads were runnable but waited for a CPU during the phase, in
+    /// seconds: the contention it met (see [`CpuClock`]).
+    pub cpu_wait_seconds: f64,
+    /// The share of the whole machine's CPU time that was busy during the phase, from 0 to 1.
+    pub machine_busy: f64,
     /// Reconciles the manager finished during the phase, per object (from its own
     /// `controller_runtime_reconcile_total`); `None` when its metrics could not be read.
     pub reconciles_per_object: Option<f64>,
@@ -315,7 +320,7 @@ where
         );
     }
     let api_server_before = counter.read(&cluster.client).await?;
-    let cpu_before = CpuClock::read(pid)?;
+    let (cpu_before, machine_before) = (CpuClock::read(pid)?, MachineClock::read()?);
     let counted_before = manager_counts_or_warn(metrics_port).await;
 
     let started = Instant::now();
@@ -362,6 +367,7 @@ where
         .read(&cluster.client)
         .await?
         .since(&api_server_before);
+    let (cpu_after, machine_after) = (CpuClock::read(pid)?, MachineClock::read()?);
     let counted = counted_before.zip(manager_counts_or_warn(metrics_port).await);
     let requests = api_server.requests;
     #[allow(clippy::cast_precision_loss)]
@@ -382,7 +388,9 @@ where
         watch_kib_per_object: api_server.watch_bytes.total() / 1024.0 / count,
         watch_initial_events_per_object: api_server.initial_events.total() / count,
         changes_by_resource: api_server.changes.per(count),
-        cpu_seconds: CpuClock::read(pid)?.seconds_since(&cpu_before),
+        cpu_seconds: cpu_after.seconds_since(&cpu_before),
+        cpu_wait_seconds: cpu_after.wait_seconds_since(&cpu_before),
+        machine_busy: machine_after.busy_share_since(&machine_before),
         reconciles_per_object: counted
             .as_ref()
             .map(|(before, after)| (after.reconciles - before.reconciles) / count),
