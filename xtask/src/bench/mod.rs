@@ -98,6 +98,12 @@ pub struct BenchArgs {
     /// Measure only our manager, without the controller-runtime reference.
     #[arg(long)]
     pub no_reference: bool,
+    /// Measure on the local cluster with its real node. By default the bench runs on the
+    /// control plane and the fake nodes only (replacing a running cluster that has a real node):
+    /// no pod of the bench runs on the real node, but its kubelet, containerd and kube-proxy
+    /// would share the CPUs with the managers under test, the more so the more Services exist.
+    #[arg(long)]
+    pub real_node: bool,
     /// Where to write the JSON results (default: `<target-dir>/bench/bench.json`).
     #[arg(long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -187,9 +193,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Result<()> {
-    let cluster = testkit::cluster()
-        .await
-        .context("connecting to the local cluster")?;
+    let cluster = local_cluster(args.real_node).await?;
     let kubeconfig = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir())
         .await
         .context("installing the generated CRDs and RBAC")?;
@@ -201,7 +205,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
     let counter = probe::RequestCounter::install(&cluster.client, &kubeconfig)
         .await
         .context("installing the request-counting FlowSchema")?;
-    let machine = report::Machine::describe(&cluster.client).await;
+    let machine = report::Machine::describe(&cluster.client, cluster.state.node.is_some()).await;
     let output = args.output.clone().unwrap_or_else(default_output);
 
     let mut runs = Vec::new();
@@ -337,6 +341,28 @@ fn runs_needed(seconds: f64, min_seconds: u64) -> usize {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let needed = (min_seconds / seconds).ceil().min(MAX_RUNS as f64) as usize;
     (needed | 1).min(MAX_RUNS)
+}
+
+/// Starts the local cluster, with or without its real node, unless it runs already as asked.
+async fn local_cluster(real_node: bool) -> anyhow::Result<testkit::TestCluster> {
+    let local = localcluster::LocalCluster::from_env()
+        .context("finding the local cluster")?
+        .with_progress(|line| println!("[cluster] {line}"));
+    let local = if real_node {
+        local
+    } else {
+        local.without_real_node()
+    };
+    let up = local.up().await.context("starting the local cluster")?;
+    let state = up.state().clone();
+    let client = localcluster::client_from_kubeconfig(&state.kubeconfig)
+        .await
+        .context("connecting to the local cluster")?;
+    Ok(testkit::TestCluster {
+        client,
+        kubeconfig: state.kubeconfig.clone(),
+        state,
+    })
 }
 
 /// Restarts the API server before a manager is measured, so each starts from the same server:

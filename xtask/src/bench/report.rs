@@ -21,10 +21,13 @@ pub struct Machine {
     pub rustc: String,
     pub kubernetes: String,
     pub kube_crate: String,
+    /// Whether the local cluster's real node (kubelet, containerd, kube-proxy) ran beside the
+    /// fake nodes, sharing the CPUs.
+    pub real_node: bool,
 }
 
 impl Machine {
-    pub async fn describe(client: &kube::Client) -> Self {
+    pub async fn describe(client: &kube::Client, real_node: bool) -> Self {
         let memory_kib: f64 = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|m| {
@@ -47,6 +50,7 @@ impl Machine {
                 .await
                 .map_or_else(|e| format!("unknown ({e})"), |v| v.git_version),
             kube_crate: locked_version("kube").unwrap_or_else(|| "unknown".to_owned()),
+            real_node,
         }
     }
 }
@@ -203,8 +207,18 @@ pub fn markdown(results: &Results) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Machine: {} cores, {} GiB, {}; {}; Kubernetes {}; kube {}.",
-        m.cores, m.memory_gib, m.kernel, m.rustc, m.kubernetes, m.kube_crate
+        "Machine: {} cores, {} GiB, {}; {}; Kubernetes {}, {}; kube {}.",
+        m.cores,
+        m.memory_gib,
+        m.kernel,
+        m.rustc,
+        m.kubernetes,
+        if m.real_node {
+            "fake nodes and the real node"
+        } else {
+            "fake nodes only"
+        },
+        m.kube_crate
     );
     let _ = writeln!(
         out,
@@ -590,6 +604,7 @@ mod tests {
                 rustc: "r".into(),
                 kubernetes: "v".into(),
                 kube_crate: "5".into(),
+                real_node: false,
             },
             settings: Settings {
                 concurrency: 16,
