@@ -30,6 +30,19 @@ impl std::fmt::Debug for TestCluster {
 }
 
 impl TestCluster {
+    /// Connects an admin client to the cluster that `state` describes (one that runs).
+    ///
+    /// # Errors
+    /// [`crate::Error::Cluster`] when its kubeconfig cannot be read or gives no client.
+    pub async fn connect(state: ClusterState) -> Result<Self> {
+        let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
+        Ok(Self {
+            client,
+            kubeconfig: state.kubeconfig.clone(),
+            state,
+        })
+    }
+
     /// The `kubectl` built with the cluster (same Kubernetes version; no system kubectl needed).
     pub fn kubectl_path(&self) -> PathBuf {
         self.state.bin_dir.join("kubectl")
@@ -157,10 +170,5 @@ pub async fn cluster() -> Result<TestCluster> {
         })
         .await?
         .clone();
-    let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
-    Ok(TestCluster {
-        client,
-        kubeconfig: state.kubeconfig.clone(),
-        state,
-    })
+    TestCluster::connect(state).await
 }

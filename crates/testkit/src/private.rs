@@ -47,17 +47,12 @@ impl PrivateCluster {
                 return Err(error.into());
             }
         };
-        let client = match localcluster::client_from_kubeconfig(&state.kubeconfig).await {
-            Ok(client) => client,
+        let test = match TestCluster::connect(state).await {
+            Ok(test) => test,
             Err(error) => {
                 stop(local, scratch);
-                return Err(error.into());
+                return Err(error);
             }
-        };
-        let test = TestCluster {
-            client,
-            kubeconfig: state.kubeconfig.clone(),
-            state,
         };
         Ok(Self {
             local,

@@ -354,15 +354,9 @@ async fn local_cluster(real_node: bool) -> anyhow::Result<testkit::TestCluster> 
         local.without_real_node()
     };
     let up = local.up().await.context("starting the local cluster")?;
-    let state = up.state().clone();
-    let client = localcluster::client_from_kubeconfig(&state.kubeconfig)
+    testkit::TestCluster::connect(up.state().clone())
         .await
-        .context("connecting to the local cluster")?;
-    Ok(testkit::TestCluster {
-        client,
-        kubeconfig: state.kubeconfig.clone(),
-        state,
-    })
+        .context("connecting to the local cluster")
 }
 
 /// Restarts the API server before a manager is measured, so each starts from the same server:
