@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{DefaultHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -529,15 +529,30 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A hash of what the controller wants an object to be.
+/// A hash of what the controller wants an object to be: of its JSON, written straight into
+/// the hasher rather than into a string first (one allocation less per reconcile).
 pub(crate) fn hash_of<C: Resource + Serialize>(desired: &C) -> Result<u64, Error> {
-    let text = serde_json::to_string(desired).map_err(|source| Error::Serialize {
+    let mut hasher = HashingWriter(DefaultHasher::new());
+    serde_json::to_writer(&mut hasher, desired).map_err(|source| Error::Serialize {
         kind: "child object",
         source,
     })?;
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    Ok(hasher.finish())
+    Ok(hasher.0.finish())
+}
+
+/// Feeds what is written to it into a hasher. The same object is always written in the same
+/// pieces, so it always hashes the same.
+struct HashingWriter(DefaultHasher);
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
