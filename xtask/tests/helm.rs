@@ -18,6 +18,7 @@ use apis::Memcached;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde::Deserialize as _;
@@ -305,6 +306,9 @@ struct Release {
     helm: HelmHome,
     /// The objects the chart renders with default values, to delete what a failed install left.
     manifest: PathBuf,
+    /// The chart's CRDs the cluster did not have before the install: the only ones removing
+    /// the release deletes, as deleting a CRD deletes every custom resource of it.
+    new_crds: Vec<String>,
     removed: bool,
 }
 
@@ -350,8 +354,13 @@ impl Release {
         self.removed = true;
         self.uninstall()?;
         // Helm installs `crds/` but never deletes them (their deletion would delete every
-        // custom resource with them), so that is left to the cluster's owner: here, the test.
-        self.delete_files(&chart_dir().join("crds"))?;
+        // custom resource with them), so that is left to the cluster's owner: here, the test,
+        // and only for the CRDs its install created.
+        if !self.new_crds.is_empty() {
+            let mut args = vec!["delete", "customresourcedefinition", "--ignore-not-found"];
+            args.extend(self.new_crds.iter().map(String::as_str));
+            cluster_kubectl(&self.cluster, &args)?;
+        }
         // The namespace is Helm's only to create: the Lease and the webhook certificate's
         // Secret the manager wrote are in it.
         cluster_kubectl(
@@ -397,10 +406,12 @@ async fn helm_install_brings_up_a_working_manager() -> Result<()> {
         ],
     )?;
     std::fs::write(&manifest, &rendered)?;
+    let new_crds = crds_missing(&cluster).await?;
     let mut release = Release {
         cluster: cluster.clone(),
         helm,
         manifest,
+        new_crds,
         removed: false,
     };
     release.remove_leftovers()?;
@@ -415,10 +426,11 @@ async fn helm_install_brings_up_a_working_manager() -> Result<()> {
 
     let started = Instant::now();
     release.remove()?;
-    nothing_left(&cluster, &objects(&rendered)?).await?;
+    nothing_left(&cluster, &objects(&rendered)?, &release.new_crds).await?;
     println!(
-        "helm uninstall, then the CRDs and the namespace deleted: nothing of the release is \
-         left ({:.1}s)",
+        "helm uninstall, then the namespace and the {} CRDs the install created deleted: \
+         nothing of the release is left ({:.1}s)",
+        release.new_crds.len(),
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -613,15 +625,44 @@ async fn converged(cluster: &TestCluster, namespace: &str, name: &str, size: i32
 
 /// Every object of `rendered`, the CRDs and the namespace are gone (a namespace being deleted
 /// still counts until it is).
-async fn nothing_left(cluster: &TestCluster, rendered: &Objects) -> Result<()> {
+/// The CRDs of the chart's `crds/`.
+fn chart_crds() -> Result<Objects> {
+    let mut crds = Objects::new();
+    for entry in std::fs::read_dir(chart_dir().join("crds"))? {
+        crds.extend(objects(&std::fs::read_to_string(entry?.path())?)?);
+    }
+    Ok(crds)
+}
+
+/// The names of the chart's CRDs the cluster does not have: those the install will create.
+/// A cluster started by hand keeps its own, and the Memcacheds in it.
+async fn crds_missing(cluster: &TestCluster) -> Result<Vec<String>> {
+    let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let mut missing = Vec::new();
+    for (_, _, name) in chart_crds()?.into_keys() {
+        if api.get_opt(&name).await?.is_none() {
+            missing.push(name);
+        }
+    }
+    Ok(missing)
+}
+
+/// Nothing rendered is left, nor the namespace, nor the CRDs named in `new_crds`.
+async fn nothing_left(
+    cluster: &TestCluster,
+    rendered: &Objects,
+    new_crds: &[String],
+) -> Result<()> {
     let client = &cluster.client;
-    let crds = std::fs::read_dir(chart_dir().join("crds"))?
-        .map(|entry| objects(&std::fs::read_to_string(entry?.path())?))
-        .collect::<Result<Vec<_>>>()?;
+    let crds = chart_crds()?;
     let namespace =
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
     let mut expected: Vec<&Value> = rendered.values().collect();
-    expected.extend(crds.iter().flat_map(|c| c.values()));
+    expected.extend(
+        crds.iter()
+            .filter(|((_, _, name), _)| new_crds.contains(name))
+            .map(|(_, crd)| crd),
+    );
     expected.push(&namespace);
     testkit::wait_for(
         "every object of the release to be gone",
