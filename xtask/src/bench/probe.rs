@@ -439,6 +439,40 @@ fn run_and_wait_ns(schedstat: &str) -> Option<(u64, u64)> {
     Some((fields.next()?.ok()?, fields.next()?.ok()?))
 }
 
+/// CPU clocks of the local cluster's own processes (the API server, etcd, the controller
+/// manager, the scheduler, kwok): what a phase cost the cluster, beside what it cost the
+/// manager. Each manager's writes cost the API server and etcd differently (an apply is not an
+/// update), and on two cores that CPU is taken from the cluster's rollouts.
+#[derive(Clone, Debug)]
+pub struct ControlPlaneClock(BTreeMap<String, (u32, CpuClock)>);
+
+impl ControlPlaneClock {
+    /// Reads each process of the running local cluster.
+    pub fn read() -> anyhow::Result<Self> {
+        let state = localcluster::LocalCluster::from_env()
+            .and_then(|local| local.running())
+            .context("finding the running local cluster")?;
+        let mut clocks = BTreeMap::new();
+        for component in &state.components {
+            let clock = CpuClock::read(component.pid)
+                .with_context(|| format!("reading the CPU time of {}", component.name))?;
+            clocks.insert(component.name.clone(), (component.pid, clock));
+        }
+        Ok(Self(clocks))
+    }
+
+    /// CPU seconds by process since `earlier`; one restarted in between is left out.
+    pub fn seconds_since(&self, earlier: &Self) -> BTreeMap<String, f64> {
+        self.0
+            .iter()
+            .filter_map(|(name, (pid, now))| {
+                let (earlier_pid, before) = earlier.0.get(name)?;
+                (earlier_pid == pid).then(|| (name.clone(), now.seconds_since(before)))
+            })
+            .collect()
+    }
+}
+
 /// A reading of the whole machine's CPU time from `/proc/stat`: how busy all its CPUs were
 /// between two readings, whoever kept them busy (the cluster, the bench, the manager).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -156,6 +156,41 @@ pub fn print_run(run: &Run) {
         run.memory.converged_anon_mib,
         run.memory.converged_file_mib
     );
+    println!(
+        "  the cluster's own CPU per object: {}",
+        phases(run)
+            .map(|(name, phase)| format!(
+                "{name} {}",
+                control_plane_cpu(phase, phase_objects(run, name))
+            ))
+            .join("; ")
+    );
+}
+
+/// The local cluster's CPU milliseconds per object in `phase`, all its processes together and
+/// then by process.
+fn control_plane_cpu(phase: &Phase, objects: usize) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let per_object = |seconds: f64| seconds * 1000.0 / objects.max(1) as f64;
+    let by_process: Vec<String> = phase
+        .control_plane_cpu_seconds
+        .iter()
+        .map(|(process, &seconds)| format!("{process} {:.2}", per_object(seconds)))
+        .collect();
+    format!(
+        "{:.2} ms ({})",
+        per_object(phase.control_plane_cpu_seconds.values().sum()),
+        by_process.join(", ")
+    )
+}
+
+/// The objects a phase of `run` changed: the burst changes fewer than the others.
+fn phase_objects(run: &Run, phase: &str) -> usize {
+    if phase == "burst" {
+        run.burst_objects
+    } else {
+        run.objects
+    }
 }
 
 /// The watch traffic per object of `phase`: the changes of objects (each once), then the events
@@ -292,6 +327,21 @@ pub fn markdown(results: &Results) -> String {
             );
         }
     }
+    out.push_str(
+        "\nThe cluster's own CPU per object (API server, etcd, controller manager, scheduler, kwok), all together and by process, in milliseconds:\n\n",
+    );
+    out.push_str("| manager | objects | phase | cluster CPU/obj |\n|---|---:|---|---|\n");
+    for r in &results.runs {
+        for (phase, measured) in phases(r) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {phase} | {} |",
+                r.manager,
+                r.objects,
+                control_plane_cpu(measured, phase_objects(r, phase))
+            );
+        }
+    }
     let points = points(&results.runs);
     let pairs = pairs(&points);
     if !pairs.is_empty() {
@@ -300,14 +350,14 @@ pub fn markdown(results: &Results) -> String {
             "\nOurs over {REFERENCE} (below 1 is better for ours; of a count measured more than once, each value's median):\n"
         );
         out.push_str(
-            "| manager | objects | runs | converge | req/obj | scale | scale req/obj | CPU | burst CPU | peak RSS |\n",
+            "| manager | objects | runs | converge | req/obj | scale | scale req/obj | CPU | burst CPU | peak RSS | cluster CPU |\n",
         );
-        out.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (ours, reference) in pairs {
             let ratio = |value: fn(&Run) -> f64| ours.median(value) / reference.median(value);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 ours.manager,
                 ours.objects,
                 ours.runs.len(),
@@ -319,6 +369,7 @@ pub fn markdown(results: &Results) -> String {
                 ratio(cpu_seconds),
                 ratio(burst_cpu_ms_per_object),
                 ratio(|r| r.memory.peak_mib),
+                ratio(control_plane_cpu_seconds),
             );
         }
     }
@@ -402,6 +453,14 @@ fn phases(run: &Run) -> [(&'static str, &Phase); 3] {
 #[allow(clippy::cast_precision_loss)]
 fn burst_cpu_ms_per_object(run: &Run) -> f64 {
     run.burst.cpu_seconds * 1000.0 / run.burst_objects.max(1) as f64
+}
+
+/// The local cluster's own CPU seconds over the converge and scale phases.
+fn control_plane_cpu_seconds(run: &Run) -> f64 {
+    [&run.convergence, &run.scale]
+        .iter()
+        .flat_map(|phase| phase.control_plane_cpu_seconds.values())
+        .sum()
 }
 
 /// The manager's CPU seconds over the converge and scale phases.
@@ -559,6 +618,10 @@ mod tests {
             cpu_seconds: cpu,
             cpu_wait_seconds: cpu / 4.0,
             machine_busy: 0.5,
+            control_plane_cpu_seconds: std::collections::BTreeMap::from([
+                ("etcd".to_owned(), cpu / 2.0),
+                ("kube-apiserver".to_owned(), cpu * 2.0),
+            ]),
             reconciles_per_object: Some(2.0),
             triggers_by_source: Counts(std::collections::BTreeMap::from([
                 ("Deployment".to_owned(), 1.5),
@@ -651,8 +714,13 @@ mod tests {
         let text = markdown(&results);
         assert!(
             text.contains(
-                "| ours | 100 | 1 / 1 | 0.50 | 0.50 | 0.50 | 0.50 | 0.25 | 0.33 | 1.00 |"
+                "| ours | 100 | 1 / 1 | 0.50 | 0.50 | 0.50 | 0.50 | 0.25 | 0.33 | 1.00 | 0.25 |"
             ),
+            "{text}"
+        );
+        // The cluster's 2.50 s of the converge phase, over 100 objects.
+        assert!(
+            text.contains("| ours | 100 | converge | 25.00 ms (etcd 5.00, kube-apiserver 20.00) |"),
             "{text}"
         );
         assert!(text.contains("| ours | 100 | 1.00 | 2.00 |"), "{text}");

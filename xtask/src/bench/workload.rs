@@ -1,6 +1,6 @@
 //! Convergence and scale-event timing with the real manager, and what it cost.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,9 @@ use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespa
 use tokio::sync::oneshot;
 
 use super::baseline::Limit;
-use super::probe::{self, Counts, CpuClock, MachineClock, RequestCounter, sample};
+use super::probe::{
+    self, ControlPlaneClock, Counts, CpuClock, MachineClock, RequestCounter, sample,
+};
 use super::tenants::{Target, Tenants};
 use super::{BenchArgs, Contender, percentile};
 
@@ -53,6 +55,9 @@ pub struct Phase {
     pub cpu_wait_seconds: f64,
     /// The share of the whole machine's CPU time that was busy during the phase, from 0 to 1.
     pub machine_busy: f64,
+    /// The local cluster's own processes' CPU seconds during the phase, by process (see
+    /// [`ControlPlaneClock`]).
+    pub control_plane_cpu_seconds: BTreeMap<String, f64>,
     /// Reconciles the manager finished during the phase, per object (from its own
     /// `controller_runtime_reconcile_total`); `None` when its metrics could not be read.
     pub reconciles_per_object: Option<f64>,
@@ -321,6 +326,7 @@ where
     }
     let api_server_before = counter.read(&cluster.client).await?;
     let (cpu_before, machine_before) = (CpuClock::read(pid)?, MachineClock::read()?);
+    let control_plane_before = ControlPlaneClock::read()?;
     let counted_before = manager_counts_or_warn(metrics_port).await;
 
     let started = Instant::now();
@@ -368,6 +374,7 @@ where
         .await?
         .since(&api_server_before);
     let (cpu_after, machine_after) = (CpuClock::read(pid)?, MachineClock::read()?);
+    let control_plane = ControlPlaneClock::read()?.seconds_since(&control_plane_before);
     let counted = counted_before.zip(manager_counts_or_warn(metrics_port).await);
     let requests = api_server.requests;
     #[allow(clippy::cast_precision_loss)]
@@ -391,6 +398,7 @@ where
         cpu_seconds: cpu_after.seconds_since(&cpu_before),
         cpu_wait_seconds: cpu_after.wait_seconds_since(&cpu_before),
         machine_busy: machine_after.busy_share_since(&machine_before),
+        control_plane_cpu_seconds: control_plane,
         reconciles_per_object: counted
             .as_ref()
             .map(|(before, after)| (after.reconciles - before.reconciles) / count),
