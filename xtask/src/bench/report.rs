@@ -295,53 +295,43 @@ pub fn markdown(results: &Results) -> String {
     out.push_str(
         "\nPer object: the reconciles the manager counted (for ours, with the watch events that asked for them, by the kind of object that changed: the queue folds several into one reconcile), the requests by resource and verb, the changes of objects in the cluster (each once), and the watch events the API server sent for them to all its clients (the cluster's controllers, kwok, the bench and the manager), with those that started a new watch:\n\n",
     );
-    out.push_str(
-        "| manager | objects | phase | reconciles | requests | watch traffic |\n|---|---:|---|---:|---|---|\n",
-    );
-    for r in &results.runs {
-        for (phase, measured) in phases(r) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {phase} | {} | {} | {} |",
-                r.manager,
-                r.objects,
+    push_phase_rows(
+        &mut out,
+        results,
+        "| reconciles | requests | watch traffic |\n|---|---:|---|---:|---|---|",
+        |_, _, measured| {
+            format!(
+                "{} | {} | {}",
                 reconciles(measured),
                 measured.requests_by_kind.describe(),
                 watch_traffic(measured)
-            );
-        }
-    }
+            )
+        },
+    );
     out.push_str(
         "\nWhere each object's time went (p50 / p99 / max, seconds): from its request until the manager wrote its Deployment, from then until the cluster had rolled it out, and from then until the object reported it:\n\n",
     );
-    out.push_str(
-        "| manager | objects | phase | Deployment written | rolled out | reported |\n|---|---:|---|---|---|---|\n",
-    );
-    for r in &results.runs {
-        for (phase, measured) in phases(r) {
+    push_phase_rows(
+        &mut out,
+        results,
+        "| Deployment written | rolled out | reported |\n|---|---:|---|---|---|---|",
+        |_, _, measured| {
             let split = &measured.split;
-            let _ = writeln!(
-                out,
-                "| {} | {} | {phase} | {} | {} | {} |",
-                r.manager, r.objects, split.reacted, split.rolled_out, split.reported
-            );
-        }
-    }
+            format!(
+                "{} | {} | {}",
+                split.reacted, split.rolled_out, split.reported
+            )
+        },
+    );
     out.push_str(
         "\nThe cluster's own CPU per object (API server, etcd, controller manager, scheduler, kwok), all together and by process, in milliseconds:\n\n",
     );
-    out.push_str("| manager | objects | phase | cluster CPU/obj |\n|---|---:|---|---|\n");
-    for r in &results.runs {
-        for (phase, measured) in phases(r) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {phase} | {} |",
-                r.manager,
-                r.objects,
-                control_plane_cpu(measured, phase_objects(r, phase))
-            );
-        }
-    }
+    push_phase_rows(
+        &mut out,
+        results,
+        "| cluster CPU/obj |\n|---|---:|---|---|",
+        |r, phase, measured| control_plane_cpu(measured, phase_objects(r, phase)),
+    );
     let points = points(&results.runs);
     let pairs = pairs(&points);
     if !pairs.is_empty() {
@@ -438,6 +428,29 @@ pub fn markdown(results: &Results) -> String {
         }
     }
     out
+}
+
+/// A table with a row per run and phase: the manager, the object count and the phase, then
+/// the `columns` (their header cells, a newline and the whole alignment row) and each row's
+/// `cells` for them.
+fn push_phase_rows(
+    out: &mut String,
+    results: &Results,
+    columns: &str,
+    cells: impl Fn(&Run, &str, &Phase) -> String,
+) {
+    let _ = writeln!(out, "| manager | objects | phase {columns}");
+    for r in &results.runs {
+        for (phase, measured) in phases(r) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {phase} | {} |",
+                r.manager,
+                r.objects,
+                cells(r, phase, measured)
+            );
+        }
+    }
 }
 
 /// The phases of `run` by name, in the order they ran.
