@@ -623,8 +623,6 @@ async fn converged(cluster: &TestCluster, namespace: &str, name: &str, size: i32
     Ok(())
 }
 
-/// Every object of `rendered`, the CRDs and the namespace are gone (a namespace being deleted
-/// still counts until it is).
 /// The CRDs of the chart's `crds/`.
 fn chart_crds() -> Result<Objects> {
     let mut crds = Objects::new();
@@ -647,7 +645,8 @@ async fn crds_missing(cluster: &TestCluster) -> Result<Vec<String>> {
     Ok(missing)
 }
 
-/// Nothing rendered is left, nor the namespace, nor the CRDs named in `new_crds`.
+/// Every object of `rendered`, the namespace and the CRDs named in `new_crds` are gone (a
+/// namespace being deleted still counts until it is).
 async fn nothing_left(
     cluster: &TestCluster,
     rendered: &Objects,
