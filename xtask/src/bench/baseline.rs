@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testkit::TestCluster;
 
@@ -24,7 +24,7 @@ use super::BenchArgs;
 use super::tenants::Tenants;
 
 /// How long the minimum writes took.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Limit {
     /// Wall-clock seconds for all writes.
     pub seconds: f64,

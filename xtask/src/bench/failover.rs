@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster};
 
@@ -21,11 +21,15 @@ const REPLICAS: [&str; 2] = ["bench-replica-a", "bench-replica-b"];
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// Minimum, median and maximum of a set of handover times, in seconds.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Spread {
     pub samples: Vec<f64>,
+    /// NaN (`null` in the JSON) without samples, as the median and the maximum.
+    #[serde(deserialize_with = "super::report::number")]
     pub min: f64,
+    #[serde(deserialize_with = "super::report::number")]
     pub median: f64,
+    #[serde(deserialize_with = "super::report::number")]
     pub max: f64,
 }
 
@@ -42,7 +46,7 @@ impl Spread {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Failover {
     /// Which manager ([`super::OURS`], [`super::REFERENCE`] or an `--also-manager` name).
     pub manager: String,

@@ -107,6 +107,18 @@ pub struct BenchArgs {
     /// Where to write the JSON results (default: `<target-dir>/bench/bench.json`).
     #[arg(long, value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Measure nothing: print the tables of the results in this JSON, which an earlier run
+    /// wrote (its `--output`). A run stopped part-way keeps the runs it finished there, and
+    /// this prints their ratios and growth all the same.
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with_all = [
+            "objects", "manager_binary", "manager_flag", "also_manager", "no_reference",
+            "real_node", "output",
+        ]
+    )]
+    pub report: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -159,6 +171,10 @@ pub const OURS: &str = "ours";
 pub const REFERENCE: &str = "controller-runtime";
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.report {
+        print!("{}", report::markdown(&report::read_json(path)?));
+        return Ok(());
+    }
     args.validate()?;
     let manager = match &args.manager_binary {
         Some(path) if path.is_file() => path.clone(),
@@ -448,7 +464,37 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_RUNS, parse_also_manager, percentile, runs_needed};
+    use clap::Parser;
+
+    use super::{BenchArgs, MAX_RUNS, parse_also_manager, percentile, runs_needed};
+
+    #[derive(Debug, Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    #[test]
+    fn a_report_measures_nothing_so_it_takes_no_measuring_options() {
+        let parsed = Bench::try_parse_from(["bench", "--report", "old.json"]).expect("valid");
+        assert_eq!(parsed.args.report.as_deref(), Some("old.json".as_ref()));
+        // Options that only shape the tables' settings are left to their defaults.
+        for measuring in [
+            &["--objects", "100"][..],
+            &["--no-reference"],
+            &["--output", "new.json"],
+            &["--real-node"],
+            &["--manager-flag=--reconcile-debounce=1s"],
+        ] {
+            let argv = ["bench", "--report", "old.json"].iter().chain(measuring);
+            let error = Bench::try_parse_from(argv).expect_err("conflicting options");
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{measuring:?}"
+            );
+        }
+    }
 
     #[test]
     fn short_counts_run_an_odd_number_of_times_up_to_the_most() {

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Context;
 use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testkit::ServiceAccountKubeconfig;
 
@@ -53,7 +53,7 @@ pub const OTHER: &str = "other";
 
 /// Counts by key: requests the API server dispatched for the manager by `resource verb` (or
 /// [`OTHER`]), or one of its watch counters by resource.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counts(pub BTreeMap<String, f64>);
 
 impl Counts {

@@ -18,7 +18,7 @@ use apis::Memcached;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use localcluster::LocalCluster;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testkit::{ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
@@ -41,7 +41,7 @@ const FOREIGN_TIMEOUT: Duration = Duration::from_secs(200);
 const FOREIGN_NAME: &str = "taken";
 
 /// What one manager's recovery came to.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Recovery {
     pub manager: String,
     pub outage_seconds: u64,

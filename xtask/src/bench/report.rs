@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::failover::Failover;
 use super::probe::Counts;
@@ -13,7 +13,7 @@ use super::workload::{Phase, Run};
 use super::{BenchArgs, REFERENCE};
 
 /// The machine and software the numbers were measured on.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     pub cores: usize,
     pub memory_gib: f64,
@@ -73,7 +73,7 @@ fn locked_version(package: &str) -> Option<String> {
     Some(lock[start..].split('"').next()?.to_owned())
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Settings {
     pub concurrency: usize,
     pub objects_per_namespace: usize,
@@ -94,7 +94,7 @@ impl From<&BenchArgs> for Settings {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Results {
     pub machine: Machine,
     pub settings: Settings,
@@ -582,6 +582,24 @@ fn pairs<'a>(points: &'a [Point<'a>]) -> Vec<(&'a Point<'a>, &'a Point<'a>)> {
         .collect()
 }
 
+/// Reads the results [`write_json`] wrote, whole or as far as a stopped run got.
+pub fn read_json(path: &Path) -> anyhow::Result<Results> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--report: reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "--report: {} is not the JSON of `cargo xtask bench` (or of an older version of it)",
+            path.display()
+        )
+    })
+}
+
+/// Reads a number that may be NaN: JSON has no NaN, so the results write it as `null` (a
+/// spread without samples), and it reads back as NaN.
+pub fn number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+}
+
 pub fn write_json(path: &Path, results: &Results) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -693,6 +711,53 @@ mod tests {
             recovery: Vec::new(),
             failover: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_json_reads_back_into_the_same_tables() {
+        let mut ours = run(OURS, 100, 2.0, 4.0, 1.0);
+        // A spread without samples is NaN, which the JSON holds as `null`.
+        ours.scale.split.reported = Spread {
+            p50: f64::NAN,
+            p99: f64::NAN,
+            max: f64::NAN,
+        };
+        let mut results = results_of(vec![ours, run(REFERENCE, 100, 4.0, 8.0, 4.0)]);
+        let empty = crate::bench::failover::Spread {
+            samples: Vec::new(),
+            min: f64::NAN,
+            median: f64::NAN,
+            max: f64::NAN,
+        };
+        results.failover.push(Failover {
+            manager: OURS.to_owned(),
+            objects: 100,
+            graceful: empty.clone(),
+            crash: empty,
+        });
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("bench.json");
+
+        write_json(&path, &results).expect("written");
+        let read = read_json(&path).expect("read back");
+
+        assert!(read.runs[0].scale.split.reported.max.is_nan());
+        assert!(read.failover[0].crash.median.is_nan());
+        assert_eq!(markdown(&read), markdown(&results));
+    }
+
+    #[test]
+    fn a_file_that_is_not_the_results_is_named_in_the_error() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let missing = dir.path().join("missing.json");
+        let error = format!("{:#}", read_json(&missing).expect_err("no such file"));
+        assert!(error.contains("missing.json"), "{error}");
+
+        let other = dir.path().join("other.json");
+        std::fs::write(&other, r#"{"runs": []}"#).expect("written");
+        let error = format!("{:#}", read_json(&other).expect_err("not the results"));
+        assert!(error.contains("other.json"), "{error}");
+        assert!(error.contains("missing field `machine`"), "{error}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
 use tokio::sync::oneshot;
@@ -24,7 +24,7 @@ use super::tenants::{Target, Tenants};
 use super::{BenchArgs, Contender, percentile};
 
 /// One timed phase: every object changed, then waited for.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Phase {
     /// From the first request until the last object converged.
     pub seconds: f64,
@@ -68,10 +68,14 @@ pub struct Phase {
 }
 
 /// How a per-object time spreads, in seconds.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Spread {
+    #[serde(deserialize_with = "super::report::number")]
     pub p50: f64,
+    #[serde(deserialize_with = "super::report::number")]
     pub p99: f64,
+    /// NaN (`null` in the JSON) without samples.
+    #[serde(deserialize_with = "super::report::number")]
     pub max: f64,
 }
 
@@ -93,7 +97,7 @@ impl Spread {
 }
 
 /// One phase's per-object time in three parts, in order.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Split {
     /// The manager's: from the object's request's response until its Deployment asked for
     /// the new size (created or changed).
@@ -106,7 +110,7 @@ pub struct Split {
 }
 
 /// The manager's resident memory at the moments that matter, in MiB.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Memory {
     pub idle_mib: f64,
     pub peak_mib: f64,
@@ -118,7 +122,7 @@ pub struct Memory {
 }
 
 /// Everything measured for one manager at one object count.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
     /// Which manager ([`super::OURS`], [`super::REFERENCE`] or an `--also-manager` name).
     pub manager: String,
@@ -126,6 +130,7 @@ pub struct Run {
     pub limit: Limit,
     pub convergence: Phase,
     /// Convergence time over the physical limit's time.
+    #[serde(deserialize_with = "super::report::number")]
     pub ratio_to_limit: f64,
     pub scale: Phase,
     /// The same work at every object count: [`BURST_OBJECTS`] of the Memcacheds (all, when
