@@ -108,14 +108,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Measure nothing: print the tables of the results in this JSON, which an earlier run
-    /// wrote (its `--output`). A run stopped part-way keeps the runs it finished there, and
-    /// this prints their ratios and growth all the same.
+    /// wrote (its `--output`), with the settings it holds (so no other option goes with it).
+    /// A run stopped part-way keeps the runs it finished there, and this prints their ratios
+    /// and growth all the same.
     #[arg(
         long,
         value_name = "PATH",
         conflicts_with_all = [
-            "objects", "manager_binary", "manager_flag", "also_manager", "no_reference",
-            "real_node", "output",
+            "objects", "objects_per_namespace", "concurrency", "size",
+            "max_concurrent_reconciles", "failover_rounds", "outage_seconds",
+            "min_measured_seconds", "timeout_seconds", "manager_binary", "manager_flag",
+            "also_manager", "no_reference", "real_node", "output",
         ]
     )]
     pub report: Option<PathBuf>,
@@ -478,9 +481,12 @@ mod tests {
     fn a_report_measures_nothing_so_it_takes_no_measuring_options() {
         let parsed = Bench::try_parse_from(["bench", "--report", "old.json"]).expect("valid");
         assert_eq!(parsed.args.report.as_deref(), Some("old.json".as_ref()));
-        // Options that only shape the tables' settings are left to their defaults.
+        // The JSON holds what the run was measured with; an option given beside it would be
+        // ignored, so it is refused instead.
         for measuring in [
             &["--objects", "100"][..],
+            &["--concurrency", "4"],
+            &["--min-measured-seconds", "0"],
             &["--no-reference"],
             &["--output", "new.json"],
             &["--real-node"],
