@@ -29,8 +29,11 @@ pub struct Phase {
     /// From the first request until the last object converged.
     pub seconds: f64,
     pub objects_per_second: f64,
-    /// Per object, from its own create/patch response until it converged.
+    /// Per object, from its own create/patch response until it converged (NaN, `null` in the
+    /// JSON, without samples).
+    #[serde(deserialize_with = "super::report::number")]
     pub p50_seconds: f64,
+    #[serde(deserialize_with = "super::report::number")]
     pub p99_seconds: f64,
     /// Where each object's time went, from the object's Deployment as the bench watched it.
     pub split: Split,
