@@ -30,6 +30,10 @@ const CHANGES_METRIC: &str = "apiserver_watch_cache_events_received_total";
 /// Events a new watch was sent for the objects that existed when it started (a client's
 /// re-list as a watch), by resource: part of [`WATCH_EVENTS_METRIC`] that is no change.
 const INITIAL_EVENTS_METRIC: &str = "apiserver_init_events_total";
+/// Watches the API server closed because their client fell behind (the buffer it keeps for
+/// each watch stayed full past its short wait), by resource. Such a client watches again, and
+/// what it missed is replayed to it: part of [`INITIAL_EVENTS_METRIC`].
+const CLOSED_WATCHES_METRIC: &str = "apiserver_terminated_watchers_total";
 /// Precedence of the per-(resource, verb) schemas: before the catch-all (lower wins).
 const SPECIFIC_PRECEDENCE: u32 = 499;
 const CATCH_ALL_PRECEDENCE: u32 = 500;
@@ -92,11 +96,16 @@ impl Counts {
 
     /// `deployments patch 1.00, events create 1.00, ...`, largest first.
     pub fn describe(&self) -> String {
+        self.describe_to(2)
+    }
+
+    /// The same with `decimals` places (0 for counts that are whole numbers).
+    pub fn describe_to(&self, decimals: usize) -> String {
         let mut entries: Vec<(&String, &f64)> = self.0.iter().collect();
         entries.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
         entries
             .iter()
-            .map(|(key, count)| format!("{key} {count:.2}"))
+            .map(|(key, count)| format!("{key} {count:.decimals$}"))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -209,6 +218,7 @@ impl RequestCounter {
             watch_bytes: sums_by_resource(&text, WATCH_BYTES_METRIC),
             changes: sums_by_resource(&text, CHANGES_METRIC),
             initial_events: sums_by_resource(&text, INITIAL_EVENTS_METRIC),
+            closed_watches: sums_by_resource(&text, CLOSED_WATCHES_METRIC),
         })
     }
 
@@ -248,6 +258,8 @@ pub struct ApiServerReading {
     /// Of the watch events, those that started a new watch with the objects it found, by
     /// resource.
     pub initial_events: Counts,
+    /// Watches closed on a client that fell behind, by resource.
+    pub closed_watches: Counts,
 }
 
 impl ApiServerReading {
@@ -260,6 +272,7 @@ impl ApiServerReading {
             watch_bytes: self.watch_bytes.since(&earlier.watch_bytes),
             changes: self.changes.since(&earlier.changes),
             initial_events: self.initial_events.since(&earlier.initial_events),
+            closed_watches: self.closed_watches.since(&earlier.closed_watches),
         }
     }
 }
@@ -699,6 +712,7 @@ apiserver_watch_events_sizes_count{group=\"\",resource=\"pods\",version=\"v1\"} 
 apiserver_watch_events_total_other{resource=\"pods\"} 99
 apiserver_watch_cache_events_received_total{group=\"\",resource=\"pods\"} 8
 apiserver_init_events_total{group=\"\",resource=\"pods\"} 4
+apiserver_terminated_watchers_total{group=\"\",resource=\"pods\"} 2
 ";
         let events = sums_by_resource(text, WATCH_EVENTS_METRIC);
         assert_eq!(
@@ -719,16 +733,23 @@ apiserver_init_events_total{group=\"\",resource=\"pods\"} 4
         assert_eq!(changes.0, BTreeMap::from([("pods".to_owned(), 8.0)]));
         let initial = sums_by_resource(text, INITIAL_EVENTS_METRIC);
         assert_eq!(initial.0, BTreeMap::from([("pods".to_owned(), 4.0)]));
+        let closed = sums_by_resource(text, CLOSED_WATCHES_METRIC);
+        assert_eq!(closed.0, BTreeMap::from([("pods".to_owned(), 2.0)]));
         let reading = ApiServerReading {
             requests: Counts::default(),
             watch_events: events,
             watch_bytes: bytes,
             changes,
             initial_events: initial,
+            closed_watches: closed,
         };
         assert_eq!(
             reading.since(&earlier).watch_events.describe(),
             "pods 20.00, deployments 12.00, events 3.00"
+        );
+        assert_eq!(
+            reading.since(&earlier).closed_watches.describe_to(0),
+            "pods 2"
         );
     }
 

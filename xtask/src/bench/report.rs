@@ -196,14 +196,23 @@ fn phase_objects(run: &Run, phase: &str) -> usize {
 /// The watch traffic per object of `phase`: the changes of objects (each once), then the events
 /// the API server sent for them to all its clients and their size, and how many of those
 /// started a new watch (a client's re-list); each total with the resources that had at least
-/// one per hundred objects.
+/// one per hundred objects. Then, when there were any, the watches the API server closed on a
+/// client that fell behind (a count for the phase, not per object).
 fn watch_traffic(phase: &Phase) -> String {
-    format!(
+    let traffic = format!(
         "changes {}; watch events to all clients {}, {:.1} KiB, {:.1} of them a new watch's initial list",
         notable(&phase.changes_by_resource),
         notable(&phase.watch_events_by_resource),
         phase.watch_kib_per_object,
         phase.watch_initial_events_per_object
+    );
+    let closed = phase.closed_watches.total();
+    if closed == 0.0 {
+        return traffic;
+    }
+    format!(
+        "{traffic}; {closed:.0} watches closed on a client that fell behind ({})",
+        phase.closed_watches.describe_to(0)
     )
 }
 
@@ -642,6 +651,7 @@ mod tests {
             ])),
             watch_kib_per_object: 12.0,
             watch_initial_events_per_object: 0.5,
+            closed_watches: Counts::default(),
             changes_by_resource: Counts(std::collections::BTreeMap::from([(
                 "pods".to_owned(),
                 2.0,
@@ -744,6 +754,41 @@ mod tests {
         assert!(read.runs[0].scale.split.reported.max.is_nan());
         assert!(read.failover[0].crash.median.is_nan());
         assert_eq!(markdown(&read), markdown(&results));
+    }
+
+    #[test]
+    fn watches_closed_on_a_client_that_fell_behind_are_named_when_there_are_any() {
+        let mut phase = run(OURS, 100, 2.0, 4.0, 1.0).scale;
+        assert!(
+            watch_traffic(&phase).ends_with("0.5 of them a new watch's initial list"),
+            "{}",
+            watch_traffic(&phase)
+        );
+        phase.closed_watches = Counts(std::collections::BTreeMap::from([
+            ("deployments".to_owned(), 1.0),
+            ("pods".to_owned(), 3.0),
+        ]));
+        assert!(
+            watch_traffic(&phase).ends_with(
+                "0.5 of them a new watch's initial list; 4 watches closed on a client that fell behind (pods 3, deployments 1)"
+            ),
+            "{}",
+            watch_traffic(&phase)
+        );
+    }
+
+    #[test]
+    fn results_written_before_closed_watches_were_counted_read_back() {
+        let results = results_of(vec![run(OURS, 100, 2.0, 4.0, 1.0)]);
+        let mut json = serde_json::to_value(&results).expect("serialized");
+        for phase in ["convergence", "scale", "burst"] {
+            let removed = json["runs"][0][phase]
+                .as_object_mut()
+                .and_then(|p| p.remove("closed_watches"));
+            assert!(removed.is_some(), "{phase} had the field");
+        }
+        let read: Results = serde_json::from_value(json).expect("read without the field");
+        assert!(read.runs[0].scale.closed_watches.0.is_empty());
     }
 
     #[test]

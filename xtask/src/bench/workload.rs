@@ -48,6 +48,12 @@ pub struct Phase {
     pub watch_kib_per_object: f64,
     /// Of those events, the ones that started a new watch (a client's re-list), per object.
     pub watch_initial_events_per_object: f64,
+    /// Watches the API server closed during the phase because their client fell behind, by
+    /// resource (a count, not per object): on a saturated machine a busy client is closed and
+    /// watches again, and the replay of what it missed is in the initial-list events. Empty
+    /// in the results of runs that did not count them.
+    #[serde(default)]
+    pub closed_watches: Counts,
     /// Changes of objects during the phase (each once, whoever watches it), per object, by
     /// resource: what the cluster did, before the API server fans it out to its watchers.
     pub changes_by_resource: Counts,
@@ -402,6 +408,7 @@ where
         watch_events_by_resource: api_server.watch_events.per(count),
         watch_kib_per_object: api_server.watch_bytes.total() / 1024.0 / count,
         watch_initial_events_per_object: api_server.initial_events.total() / count,
+        closed_watches: api_server.closed_watches,
         changes_by_resource: api_server.changes.per(count),
         cpu_seconds: cpu_after.seconds_since(&cpu_before),
         cpu_wait_seconds: cpu_after.wait_seconds_since(&cpu_before),
