@@ -202,7 +202,7 @@ pub async fn ensure(paths: &Paths, progress: &(dyn Fn(&str) + Send + Sync)) -> R
     let go = go_version().await?;
     progress(&format!(
         "Building the control plane from source with {go} (Kubernetes {} with the kubelet and \
-         kube-proxy, etcd {}, kwok {}, Prometheus {}); this happens once and takes about 25 \
+         kube-proxy, etcd {}, kwok {}, Prometheus {}); this happens once and takes 15 to 25 \
          minutes on two cores",
         versions::KUBERNETES,
         versions::ETCD,
