@@ -211,7 +211,7 @@ fn watch_traffic(phase: &Phase) -> String {
         return traffic;
     }
     format!(
-        "{traffic}; {closed:.0} watches closed on a client that fell behind ({})",
+        "{traffic}; watches closed on a client that fell behind: {closed:.0} ({})",
         phase.closed_watches.describe_to(0)
     )
 }
@@ -770,7 +770,7 @@ mod tests {
         ]));
         assert!(
             watch_traffic(&phase).ends_with(
-                "0.5 of them a new watch's initial list; 4 watches closed on a client that fell behind (pods 3, deployments 1)"
+                "0.5 of them a new watch's initial list; watches closed on a client that fell behind: 4 (pods 3, deployments 1)"
             ),
             "{}",
             watch_traffic(&phase)
