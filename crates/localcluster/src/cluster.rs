@@ -15,7 +15,7 @@ use crate::kubeconfig::{Credentials, KubeconfigSpec};
 use crate::node::{self, Network, NodeKubeconfigs, NodeStart, NodeState};
 use crate::state::{ClusterState, Component, Status};
 use crate::toolchain::{self, Binaries, human};
-use crate::{Error, Paths, Result, audit, lock, process, versions};
+use crate::{Error, Paths, Result, audit, kwok_stages, lock, process, versions};
 
 /// The Service IP range; its first address is the `kubernetes` Service.
 const SERVICE_CIDR: &str = "10.96.0.0/16";
@@ -424,6 +424,8 @@ impl LocalCluster {
 
         // kwok and its fake nodes.
         let kwok_port = process::free_port()?;
+        let kwok_stages = dir.join("kwok-stages.yaml");
+        kwok_stages::write(&bin.kwok_stages(), &kwok_stages)?;
         let kwok = self.launch(
             state,
             dir,
@@ -432,7 +434,7 @@ impl LocalCluster {
             &[("http", kwok_port)],
             vec![
                 format!("--kubeconfig={}", kwok_config.display()),
-                format!("--config={}", bin.kwok_stages().display()),
+                format!("--config={}", kwok_stages.display()),
                 "--manage-all-nodes=false".into(),
                 format!("--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake"),
                 format!("--server-address=127.0.0.1:{kwok_port}"),

@@ -189,6 +189,15 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// kwok's upstream stages are not what this version expects to rewrite.
+    #[error("kwok's stages in {path} are not what the local cluster expects: {problem}")]
+    KwokStages {
+        /// The upstream stage file.
+        path: PathBuf,
+        /// What is unexpected.
+        problem: String,
+    },
+
     /// Rendering a kubeconfig or configuration file failed.
     #[error("rendering {what} failed: {message}")]
     Render {

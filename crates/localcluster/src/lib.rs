@@ -31,6 +31,7 @@ mod cluster;
 mod error;
 pub mod http;
 mod kubeconfig;
+mod kwok_stages;
 mod lock;
 pub mod node;
 mod outage;
