@@ -15,12 +15,13 @@ use serde_json::{Value, json};
 
 use crate::{Error, Result};
 
-/// A pod stage whose selector is replaced: upstream's jq keys, which must be what the pinned
-/// release ships (so a new release with other conditions is noticed, not silently dropped), and
-/// the CEL expressions that select the same pods.
+/// A pod stage whose selector is replaced: upstream's jq conditions (key, operator and values,
+/// as [`describe`] writes them), which must be what the pinned release ships, so that a release
+/// with other conditions is noticed rather than silently replaced; and the CEL expressions that
+/// select the same pods.
 struct PodStage {
     name: &'static str,
-    upstream_keys: &'static [&'static str],
+    upstream: &'static [&'static str],
     cel: &'static [&'static str],
 }
 
@@ -33,10 +34,10 @@ struct PodStage {
 const POD_STAGES: [PodStage; 3] = [
     PodStage {
         name: "pod-ready",
-        upstream_keys: &[
-            ".metadata.deletionTimestamp",
-            ".status.phase",
-            r#".status.conditions.[] | select( .type == "Ready" ) | .status"#,
+        upstream: &[
+            ".metadata.deletionTimestamp DoesNotExist",
+            ".status.phase In Pending",
+            r#".status.conditions.[] | select( .type == "Ready" ) | .status NotIn True"#,
         ],
         cel: &[
             "!has(self.metadata.deletionTimestamp)",
@@ -45,10 +46,10 @@ const POD_STAGES: [PodStage; 3] = [
     },
     PodStage {
         name: "pod-complete",
-        upstream_keys: &[
-            ".metadata.deletionTimestamp",
-            ".status.phase",
-            ".metadata.ownerReferences.[].kind",
+        upstream: &[
+            ".metadata.deletionTimestamp DoesNotExist",
+            ".status.phase In Running",
+            ".metadata.ownerReferences.[].kind In Job",
         ],
         cel: &[
             "!has(self.metadata.deletionTimestamp)",
@@ -58,7 +59,7 @@ const POD_STAGES: [PodStage; 3] = [
     },
     PodStage {
         name: "pod-delete",
-        upstream_keys: &[".metadata.deletionTimestamp"],
+        upstream: &[".metadata.deletionTimestamp Exists"],
         cel: &["has(self.metadata.deletionTimestamp)"],
     },
 ];
@@ -107,14 +108,15 @@ fn replace_pod_selector(stage: &mut Value) -> Result<(), String> {
     let expressions = stage
         .pointer_mut("/spec/selector/matchExpressions")
         .ok_or_else(|| format!("its pod stage {name} has no selector.matchExpressions"))?;
-    let keys: Vec<&str> = expressions
+    let conditions: Vec<String> = expressions
         .as_array()
-        .map(|list| list.iter().filter_map(|e| e["key"].as_str()).collect())
+        .map(|list| list.iter().map(describe).collect())
         .unwrap_or_default();
-    if keys != known.upstream_keys {
+    if conditions != known.upstream {
         return Err(format!(
-            "its pod stage {name} selects by {keys:?}, but the CEL selector here replaces {:?}",
-            known.upstream_keys
+            "its pod stage {name} selects by {conditions:?}, but the CEL selector here replaces \
+             {:?}",
+            known.upstream
         ));
     }
     *expressions = known
@@ -123,6 +125,17 @@ fn replace_pod_selector(stage: &mut Value) -> Result<(), String> {
         .map(|expression| json!({ "cel": { "expression": expression } }))
         .collect();
     Ok(())
+}
+
+/// One jq condition as `key operator value,value`, e.g. `.status.phase In Pending`.
+fn describe(expression: &Value) -> String {
+    let text = |field: &str| expression[field].as_str().unwrap_or_default().to_owned();
+    let values: Vec<&str> = expression["values"]
+        .as_array()
+        .map(|list| list.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let described = format!("{} {} {}", text("key"), text("operator"), values.join(","));
+    described.trim_end().to_owned()
 }
 
 #[cfg(test)]
@@ -269,6 +282,16 @@ spec:
         let error = with_cel_pod_selectors(&text).expect_err("changed selector");
         assert!(
             error.contains("pod-complete") && error.contains(".spec.nodeName"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_pod_stage_with_other_values_than_upstreams_is_an_error() {
+        let text = UPSTREAM.replace("      - 'Pending'", "      - 'Pending'\n      - 'Unknown'");
+        let error = with_cel_pod_selectors(&text).expect_err("changed values");
+        assert!(
+            error.contains("pod-ready") && error.contains(".status.phase In Pending,Unknown"),
             "{error}"
         );
     }
