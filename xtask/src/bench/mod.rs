@@ -208,7 +208,46 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run_async(args, contenders))
+    runtime.block_on(async {
+        let mut stop = StopSignals::install()?;
+        tokio::select! {
+            result = run_async(args, contenders) => result,
+            signal = stop.recv() => {
+                // Returning drops the bench's future, and with it every manager it started
+                // (they are killed on drop) and its namespaces (deleted on drop); the default
+                // action of SIGTERM would leave them running.
+                anyhow::bail!("stopped by {signal}; the workload runs finished before it are in the JSON output")
+            }
+        }
+    })
+}
+
+/// The signals that stop a bench, handled so that stopping it stops what it started.
+struct StopSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Handles SIGTERM, SIGINT and SIGHUP from now on, in place of their default action.
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("handling SIGINT")?,
+            hangup: signal(SignalKind::hangup()).context("handling SIGHUP")?,
+        })
+    }
+
+    /// Waits for one of them and names it.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.hangup.recv() => "SIGHUP",
+        }
+    }
 }
 
 async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Result<()> {
@@ -469,7 +508,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 mod tests {
     use clap::Parser;
 
-    use super::{BenchArgs, MAX_RUNS, parse_also_manager, percentile, runs_needed};
+    use super::{BenchArgs, MAX_RUNS, StopSignals, parse_also_manager, percentile, runs_needed};
 
     #[derive(Debug, Parser)]
     struct Bench {
@@ -541,5 +580,18 @@ mod tests {
         }
         let missing = parse_also_manager("x=/no/such/manager");
         assert!(missing.is_err_and(|e| e.contains("/no/such/manager is not a file")));
+    }
+
+    #[tokio::test]
+    async fn a_stop_signal_is_handled_and_named_instead_of_ending_the_process() {
+        let mut stop = StopSignals::install().expect("installing the handlers");
+        let pid = i32::try_from(std::process::id()).expect("a pid fits in i32");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .expect("sending SIGHUP to this process");
+        let signal = tokio::time::timeout(std::time::Duration::from_secs(10), stop.recv()).await;
+        assert_eq!(signal, Ok("SIGHUP"));
     }
 }
