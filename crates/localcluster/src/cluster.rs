@@ -322,6 +322,10 @@ impl LocalCluster {
             // `/debug/pprof` for the admin kubeconfig (it is on loopback only): where the API
             // server's own memory goes under a large bench is a question only its heap answers.
             "--profiling=true".into(),
+            // Log each watch the API server closes for falling behind, with its key and
+            // selectors: its metrics count those closures by resource only, not by whose
+            // watch it was.
+            "--vmodule=cache_watcher=1".into(),
             format!("--cert-dir={}", dir.join("apiserver-certs").display()),
             // Namespaces choose between the fake nodes and the real one (see `node`).
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction".into(),
