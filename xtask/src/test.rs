@@ -4,7 +4,8 @@
 //! up, runs `cargo test --workspace`, and tears the cluster down again, even when tests fail, if
 //! this command was the one that started it: by crashing it and checking that `down` still
 //! removes everything (the ignored `crash_cleanup` test). A cluster you started yourself is left
-//! running.
+//! running, unless it has no real node (the bench starts it without one): the in-cluster tests
+//! need it, so that cluster is replaced by one with it, which is stopped afterwards.
 
 use std::process::Command;
 
@@ -19,12 +20,18 @@ pub fn run(test_args: &[String]) -> anyhow::Result<()> {
     cargo(&["build", "--package", "manager", "--bin", "manager"])
         .context("building the manager")?;
 
-    let already_running = LocalCluster::from_env()?
-        .status()?
-        .is_some_and(|s| s.healthy());
+    let running = LocalCluster::from_env()?.status()?.filter(|s| s.healthy());
+    // The in-cluster tests need the real node; a cluster without one (as the bench leaves it)
+    // is replaced, and then stopped afterwards like any cluster this command starts.
+    let already_running = running.as_ref().is_some_and(|s| s.state.node.is_some());
     if already_running {
         println!("Using the local cluster that is already running; it stays up afterwards.");
     } else {
+        if running.is_some() {
+            println!(
+                "The local cluster runs without a real node, which the tests need; replacing it."
+            );
+        }
         cluster::run(ClusterCommand::Up {
             without_real_node: false,
         })
