@@ -68,6 +68,15 @@ pub struct BenchArgs {
     /// Concurrent reconciles per controller in the manager under test.
     #[arg(long, default_value_t = 4)]
     pub max_concurrent_reconciles: u16,
+    /// The phases to measure, comma-separated, in their fixed order: `workload` (converge,
+    /// scale and burst at each `--objects` count), `recovery` and `failover` (under the largest
+    /// count's Memcacheds), e.g. `--phases failover` to measure handovers alone.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "workload,recovery,failover"
+    )]
+    pub phases: Vec<Phase>,
     /// Graceful and crash failovers to measure each (0 skips failover).
     #[arg(long, default_value_t = 3)]
     pub failover_rounds: usize,
@@ -115,7 +124,7 @@ pub struct BenchArgs {
         long,
         value_name = "PATH",
         conflicts_with_all = [
-            "objects", "objects_per_namespace", "concurrency", "size",
+            "objects", "phases", "objects_per_namespace", "concurrency", "size",
             "max_concurrent_reconciles", "failover_rounds", "outage_seconds",
             "min_measured_seconds", "timeout_seconds", "manager_binary", "manager_flag",
             "also_manager", "no_reference", "real_node", "output",
@@ -124,9 +133,29 @@ pub struct BenchArgs {
     pub report: Option<PathBuf>,
 }
 
+/// A part of the bench that `--phases` can select.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Phase {
+    Workload,
+    Recovery,
+    Failover,
+}
+
 impl BenchArgs {
     fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_seconds)
+    }
+
+    fn measures_workload(&self) -> bool {
+        self.phases.contains(&Phase::Workload)
+    }
+
+    fn measures_recovery(&self) -> bool {
+        self.phases.contains(&Phase::Recovery) && self.outage_seconds > 0
+    }
+
+    fn measures_failover(&self) -> bool {
+        self.phases.contains(&Phase::Failover) && self.failover_rounds > 0
     }
 
     fn validate(&self) -> anyhow::Result<()> {
@@ -134,6 +163,18 @@ impl BenchArgs {
             anyhow::bail!(
                 "--objects: every count must be at least 1 (got {:?})",
                 self.objects
+            );
+        }
+        if !(self.measures_workload() || self.measures_recovery() || self.measures_failover()) {
+            anyhow::bail!(
+                "nothing to measure: --phases {} leaves out the workload, and recovery and failover run only with --outage-seconds and --failover-rounds above 0 (got {} and {})",
+                self.phases
+                    .iter()
+                    .map(|p| format!("{p:?}").to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                self.outage_seconds,
+                self.failover_rounds
             );
         }
         if self.objects_per_namespace == 0 {
@@ -267,7 +308,12 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
     let output = args.output.clone().unwrap_or_else(default_output);
 
     let mut runs = Vec::new();
-    for (index, &objects) in args.objects.iter().enumerate() {
+    let workload_counts = if args.measures_workload() {
+        args.objects.as_slice()
+    } else {
+        &[]
+    };
+    for (index, &objects) in workload_counts.iter().enumerate() {
         println!(
             "\n== {objects} objects, concurrency {}, size {}",
             args.concurrency, args.size
@@ -337,7 +383,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
     }
 
     let mut recoveries = Vec::new();
-    if args.outage_seconds > 0 {
+    if args.measures_recovery() {
         for contender in &contenders {
             println!(
                 "\n== recovery of {}: a {} s API-server outage, then a foreign Deployment",
@@ -352,7 +398,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
     }
 
     let mut failovers = Vec::new();
-    if args.failover_rounds > 0 {
+    if args.measures_failover() {
         let load = args.objects.iter().copied().max().unwrap_or_default();
         for contender in &contenders {
             println!(
@@ -527,6 +573,7 @@ mod tests {
             &["--concurrency", "4"],
             &["--min-measured-seconds", "0"],
             &["--no-reference"],
+            &["--phases", "failover"],
             &["--output", "new.json"],
             &["--real-node"],
             &["--manager-flag=--reconcile-debounce=1s"],
@@ -539,6 +586,48 @@ mod tests {
                 "{measuring:?}"
             );
         }
+    }
+
+    #[test]
+    fn phases_select_what_is_measured_and_refuse_to_measure_nothing() {
+        let parse = |argv: &[&str]| {
+            Bench::try_parse_from(["bench"].iter().chain(argv))
+                .expect("valid")
+                .args
+        };
+        let all = parse(&[]);
+        assert!(all.measures_workload() && all.measures_recovery() && all.measures_failover());
+        assert!(all.validate().is_ok());
+
+        let failover = parse(&["--phases", "failover", "--objects", "10000"]);
+        assert!(!failover.measures_workload() && !failover.measures_recovery());
+        assert!(failover.measures_failover());
+        assert!(failover.validate().is_ok());
+
+        // The older switches still turn their phase off.
+        let workload = parse(&["--failover-rounds", "0", "--outage-seconds", "0"]);
+        assert!(workload.measures_workload());
+        assert!(!workload.measures_recovery() && !workload.measures_failover());
+
+        let nothing = parse(&[
+            "--phases",
+            "recovery,failover",
+            "--outage-seconds",
+            "0",
+            "--failover-rounds",
+            "0",
+        ]);
+        let error = nothing
+            .validate()
+            .expect_err("nothing to measure")
+            .to_string();
+        assert!(
+            error.contains("nothing to measure: --phases recovery,failover"),
+            "{error}"
+        );
+
+        let unknown = Bench::try_parse_from(["bench", "--phases", "scale"]).expect_err("unknown");
+        assert_eq!(unknown.kind(), clap::error::ErrorKind::InvalidValue);
     }
 
     #[test]

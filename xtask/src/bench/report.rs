@@ -273,6 +273,55 @@ pub fn markdown(results: &Results) -> String {
         s.max_concurrent_reconciles,
         s.objects_per_namespace
     );
+    if !results.runs.is_empty() {
+        push_workload_tables(&mut out, results);
+    }
+    if !results.recovery.is_empty() {
+        out.push_str(
+            "\n| manager | API-server outage (s) | reacted after ready (s) | rolled out after ready (s) | converged after ready (s) | the manager's part (s) | foreign Deployment deleted to own created (s) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in &results.recovery {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                r.manager,
+                r.outage_seconds,
+                r.reacted_seconds,
+                r.rolled_out_seconds,
+                r.converged_seconds,
+                r.manager_seconds,
+                r.foreign_seconds
+            );
+        }
+    }
+    if !results.failover.is_empty() {
+        out.push_str(
+            "\n| manager | failover | objects | runs | min (s) | median (s) | max (s) |\n|---|---|---:|---:|---:|---:|---:|\n",
+        );
+        for f in &results.failover {
+            for (name, spread) in [
+                ("graceful (SIGTERM)", &f.graceful),
+                ("crash (SIGKILL)", &f.crash),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "| {} | {name} | {} | {} | {:.3} | {:.3} | {:.3} |",
+                    f.manager,
+                    f.objects,
+                    spread.samples.len(),
+                    spread.min,
+                    spread.median,
+                    spread.max
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The workload runs' tables: every run, where its requests and time went, the ratios to the
+/// reference and the growth of CPU per object.
+fn push_workload_tables(out: &mut String, results: &Results) {
     out.push_str("| manager | objects | limit (s) | converge (s) | ratio | obj/s | p50 (s) | p99 (s) | req/obj | CPU (s) | CPU/obj (ms) | burst CPU/obj (ms) | scale (s) | scale p99 (s) | scale req/obj | RSS idle / peak / converged (MiB) |\n");
     out.push_str(
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
@@ -305,7 +354,7 @@ pub fn markdown(results: &Results) -> String {
         "\nPer object: the reconciles the manager counted (for ours, with the watch events that asked for them, by the kind of object that changed: the queue folds several into one reconcile), the requests by resource and verb, the changes of objects in the cluster (each once), and the watch events the API server sent for them to all its clients (the cluster's controllers, kwok, the bench and the manager), with those that started a new watch:\n\n",
     );
     push_phase_rows(
-        &mut out,
+        out,
         results,
         "| reconciles | requests | watch traffic |\n|---|---:|---|---:|---|---|",
         |_, _, measured| {
@@ -321,7 +370,7 @@ pub fn markdown(results: &Results) -> String {
         "\nWhere each object's time went (p50 / p99 / max, seconds): from its request until the manager wrote its Deployment, from then until the cluster had rolled it out, and from then until the object reported it:\n\n",
     );
     push_phase_rows(
-        &mut out,
+        out,
         results,
         "| Deployment written | rolled out | reported |\n|---|---:|---|---|---|---|",
         |_, _, measured| {
@@ -336,7 +385,7 @@ pub fn markdown(results: &Results) -> String {
         "\nThe cluster's own CPU per object (API server, etcd, controller manager, scheduler, kwok), all together and by process, in milliseconds:\n\n",
     );
     push_phase_rows(
-        &mut out,
+        out,
         results,
         "| cluster CPU/obj |\n|---|---:|---|---|",
         |r, phase, measured| control_plane_cpu(measured, phase_objects(r, phase)),
@@ -396,47 +445,6 @@ pub fn markdown(results: &Results) -> String {
             );
         }
     }
-    if !results.recovery.is_empty() {
-        out.push_str(
-            "\n| manager | API-server outage (s) | reacted after ready (s) | rolled out after ready (s) | converged after ready (s) | the manager's part (s) | foreign Deployment deleted to own created (s) |\n|---|---:|---:|---:|---:|---:|---:|\n",
-        );
-        for r in &results.recovery {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
-                r.manager,
-                r.outage_seconds,
-                r.reacted_seconds,
-                r.rolled_out_seconds,
-                r.converged_seconds,
-                r.manager_seconds,
-                r.foreign_seconds
-            );
-        }
-    }
-    if !results.failover.is_empty() {
-        out.push_str(
-            "\n| manager | failover | objects | runs | min (s) | median (s) | max (s) |\n|---|---|---:|---:|---:|---:|---:|\n",
-        );
-        for f in &results.failover {
-            for (name, spread) in [
-                ("graceful (SIGTERM)", &f.graceful),
-                ("crash (SIGKILL)", &f.crash),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "| {} | {name} | {} | {} | {:.3} | {:.3} | {:.3} |",
-                    f.manager,
-                    f.objects,
-                    spread.samples.len(),
-                    spread.min,
-                    spread.median,
-                    spread.max
-                );
-            }
-        }
-    }
-    out
 }
 
 /// A table with a row per run and phase: the manager, the object count and the phase, then
@@ -803,6 +811,34 @@ mod tests {
         let error = format!("{:#}", read_json(&other).expect_err("not the results"));
         assert!(error.contains("other.json"), "{error}");
         assert!(error.contains("missing field `machine`"), "{error}");
+    }
+
+    #[test]
+    fn results_without_workload_runs_print_only_what_was_measured() {
+        let results = Results {
+            recovery: vec![Recovery {
+                manager: OURS.to_owned(),
+                outage_seconds: 20,
+                reacted_seconds: 1.5,
+                rolled_out_seconds: 4.0,
+                converged_seconds: 4.25,
+                manager_seconds: 1.75,
+                foreign_seconds: 0.5,
+            }],
+            ..results_of(Vec::new())
+        };
+        let text = markdown(&results);
+        assert!(
+            text.contains("| ours | 20 | 1.50 | 4.00 | 4.25 | 1.75 | 0.50 |"),
+            "{text}"
+        );
+        for table in [
+            "| manager | objects | limit (s)",
+            "Per object:",
+            "Ours over",
+        ] {
+            assert!(!text.contains(table), "{table} in {text}");
+        }
     }
 
     #[test]
