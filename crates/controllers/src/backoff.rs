@@ -77,7 +77,6 @@ impl<Key: Eq + Hash> Backoff<Key> {
     }
 }
 
-/// `base * 2^previous_failures`, capped at `max`, without overflow.
 /// How long a broken watch waits before it reconnects: from 100 ms, doubling up to a cap.
 ///
 /// kube's default grows to 30 s, so after an API-server outage of 20 s a watch could stay down
