@@ -100,6 +100,100 @@ async fn api_server_runs_the_kubernetes_minor_the_workspace_compiles_against() -
     Ok(())
 }
 
+/// Whether `ip` is inside `cidr` (`a.b.c.d/n`).
+fn contains(cidr: &str, ip: &str) -> Result<bool> {
+    let (network, prefix) = cidr
+        .split_once('/')
+        .with_context(|| format!("{cidr:?} is not a CIDR"))?;
+    let network: std::net::Ipv4Addr = network.parse()?;
+    let prefix: u32 = prefix.parse()?;
+    let ip: std::net::Ipv4Addr = ip.parse()?;
+    let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+    Ok(u32::from(ip) & mask == u32::from(network) & mask)
+}
+
+/// Each fake node has its own kwok process: a pod bound to any of them goes Ready, with an
+/// address from that node's own pod range, so no two processes hand out the same one.
+#[tokio::test]
+async fn every_fake_node_runs_its_pods_with_addresses_of_its_own_range() -> Result<()> {
+    let cluster = testkit::cluster().await?;
+    let ns = TestNamespace::create(&cluster, "fake-nodes").await?;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let fake_nodes: Vec<Node> = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(localcluster::FAKE_NODE_ANNOTATION))
+        })
+        .collect();
+    ensure!(
+        fake_nodes.len() == localcluster::FAKE_NODES,
+        "{} fake nodes",
+        fake_nodes.len()
+    );
+    let per_node = 2;
+    for node in &fake_nodes {
+        let node_name = node.metadata.name.clone().unwrap_or_default();
+        for i in 0..per_node {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": { "name": format!("{node_name}-{i}"), "labels": { "app": "fake" } },
+                "spec": {
+                    "nodeName": node_name,
+                    "containers": [{ "name": "app", "image": "memcached:1.6-alpine" }],
+                },
+            }))?;
+            pods.create(&PostParams::default(), &pod).await?;
+        }
+    }
+    let expected = fake_nodes.len() * per_node;
+    let ready = testkit::wait_for("every pod to be Ready", TIMEOUT, || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=fake"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready: Vec<Pod> = list.items.into_iter().filter(testkit::pod_ready).collect();
+        if ready.len() == expected {
+            Ok(ready)
+        } else {
+            Err(format!("{} of {expected} pods Ready", ready.len()))
+        }
+    })
+    .await?;
+
+    let mut addresses = std::collections::BTreeSet::new();
+    for pod in &ready {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let node = fake_nodes
+            .iter()
+            .find(|n| n.metadata.name == node_name)
+            .with_context(|| format!("pod {name} is on {node_name:?}"))?;
+        let range = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.clone())
+            .with_context(|| format!("node {node_name:?} has no pod range"))?;
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .with_context(|| format!("Ready pod {name} has no address"))?;
+        ensure!(
+            contains(&range, &ip)?,
+            "pod {name} on {node_name:?} has {ip}, outside the node's {range}"
+        );
+        ensure!(addresses.insert(ip.clone()), "{ip} is given to two pods");
+    }
+    ns.delete().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn deploy_manifests_are_accepted_by_a_server_side_dry_run() -> Result<()> {
     let cluster = testkit::cluster().await?;
@@ -656,7 +750,9 @@ async fn lifecycle(cluster: &LocalCluster, state_dir: &Path) -> Result<()> {
     };
     ensure!(build_time.is_none(), "the binaries were cached");
     println!("warm start time: {}", human(start_time));
-    assert_eq!(state.components.len(), 5);
+    // etcd, the API server, the controller manager, the scheduler, and a kwok for each fake
+    // node.
+    assert_eq!(state.components.len(), 4 + localcluster::FAKE_NODES);
 
     let again = cluster.up().await?;
     ensure!(

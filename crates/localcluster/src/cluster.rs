@@ -20,15 +20,19 @@ use crate::{Error, Paths, Result, audit, kwok_stages, lock, process, versions};
 /// The Service IP range; its first address is the `kubernetes` Service.
 const SERVICE_CIDR: &str = "10.96.0.0/16";
 const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
-/// The pod IP range kwok hands out addresses from.
+/// The pod IP range of the fake nodes: a `/18` of it for each (see [`fake_node_pod_cidr`]).
 const FAKE_POD_CIDR: &str = "10.244.0.0/16";
 /// The address kwok gives its fake nodes, and the range it is in.
 const FAKE_NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 240, 0, 1);
 const FAKE_NODE_CIDR: &str = "10.240.0.0/16";
-/// The annotation that marks a node as kwok's to manage.
+/// The annotation that marks a node as a fake one, played by kwok.
 pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
-/// How many fake nodes `up` creates.
+/// How many fake nodes `up` creates, each played by its own kwok process.
 pub const FAKE_NODES: usize = 3;
+// Each fake node takes a quarter of `FAKE_POD_CIDR`.
+const _: () = assert!(FAKE_NODES <= 4);
+/// How many pods a fake node takes.
+const FAKE_NODE_PODS: u32 = 10_000;
 /// How long a process gets to exit after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -426,33 +430,49 @@ impl LocalCluster {
             ],
         )?;
 
-        // kwok and its fake nodes.
-        let kwok_port = process::free_port()?;
+        // kwok, one process for each fake node. A kwok process that manages nodes by selector
+        // watches every assigned pod and matches each event in one goroutine; at 10,000 objects
+        // it fell behind that watch, and each time the API server closed it, it listed every
+        // pod again. One that manages a single node watches only that node's pods, as a
+        // kubelet does, so the pods' events are shared out among the processes.
         let kwok_stages = dir.join("kwok-stages.yaml");
         kwok_stages::write(&bin.kwok_stages(), &kwok_stages)?;
-        let kwok = self.launch(
-            state,
-            dir,
-            &bin.path("kwok"),
-            "kwok",
-            &[("http", kwok_port)],
-            vec![
-                format!("--kubeconfig={}", kwok_config.display()),
-                format!("--config={}", kwok_stages.display()),
-                "--manage-all-nodes=false".into(),
-                format!("--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake"),
-                format!("--server-address=127.0.0.1:{kwok_port}"),
-                format!("--cidr={FAKE_POD_CIDR}"),
-                format!("--node-ip={FAKE_NODE_IP}"),
-            ],
-        )?;
+        let mut kwoks = Vec::with_capacity(FAKE_NODES);
+        for node in 0..FAKE_NODES {
+            let kwok_port = process::free_port()?;
+            kwoks.push(self.launch(
+                state,
+                dir,
+                &bin.path("kwok"),
+                &format!("kwok-{node}"),
+                &[("http", kwok_port)],
+                vec![
+                    format!("--kubeconfig={}", kwok_config.display()),
+                    format!("--config={}", kwok_stages.display()),
+                    format!("--manage-single-node={}", fake_node_name(node)),
+                    format!("--server-address=127.0.0.1:{kwok_port}"),
+                    // Used only for a node without a pod range; each fake node has its own,
+                    // so that the processes never hand out the same address.
+                    format!("--cidr={}", fake_node_pod_cidr(node)),
+                    format!("--node-ip={FAKE_NODE_IP}"),
+                ],
+            )?);
+        }
+        let kwok_pids = kwoks
+            .iter()
+            .map(|k| k.pid.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
         self.say(&format!(
-            "kube-controller-manager (pid {}), kube-scheduler (pid {}) and kwok (pid {}) started",
-            kcm.pid, scheduler.pid, kwok.pid
+            "kube-controller-manager (pid {}), kube-scheduler (pid {}) and kwok (pids {kwok_pids}) started",
+            kcm.pid, scheduler.pid
         ));
 
         create_fake_nodes(&client).await?;
-        let watched = [&apiserver, &kcm, &scheduler, &kwok];
+        let watched: Vec<&Component> = [&apiserver, &kcm, &scheduler]
+            .into_iter()
+            .chain(&kwoks)
+            .collect();
         wait(
             &format!("kwok to report the {FAKE_NODES} fake nodes Ready"),
             Duration::from_secs(120),
@@ -719,12 +739,23 @@ async fn api_ready(state: &ClusterState) -> std::result::Result<(), String> {
         .map_err(|_| "timed out".to_owned())?
 }
 
-/// The fake nodes: kwok manages the ones with [`FAKE_NODE_ANNOTATION`], reports them Ready and
-/// runs their pods. They are large enough that capacity never limits a test.
+/// The name of fake node `index`.
+fn fake_node_name(index: usize) -> String {
+    format!("kwok-node-{index}")
+}
+
+/// The pod range of fake node `index`: the `index`th `/18` of [`FAKE_POD_CIDR`], room for more
+/// addresses than the node's pod capacity.
+fn fake_node_pod_cidr(index: usize) -> String {
+    format!("10.244.{}.0/18", index * 64)
+}
+
+/// The fake nodes, marked with [`FAKE_NODE_ANNOTATION`]: each one's kwok process reports it
+/// Ready and runs its pods. They are large enough that capacity never limits a test.
 async fn create_fake_nodes(client: &kube::Client) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     for i in 0..FAKE_NODES {
-        let name = format!("kwok-node-{i}");
+        let name = fake_node_name(i);
         let node: Node = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -742,9 +773,10 @@ async fn create_fake_nodes(client: &kube::Client) -> Result<()> {
                     "node-role.kubernetes.io/agent": "",
                 },
             },
+            "spec": { "podCIDR": fake_node_pod_cidr(i), "podCIDRs": [fake_node_pod_cidr(i)] },
             "status": {
-                "allocatable": { "cpu": "1000", "memory": "4Ti", "pods": "10000" },
-                "capacity": { "cpu": "1000", "memory": "4Ti", "pods": "10000" },
+                "allocatable": { "cpu": "1000", "memory": "4Ti", "pods": FAKE_NODE_PODS.to_string() },
+                "capacity": { "cpu": "1000", "memory": "4Ti", "pods": FAKE_NODE_PODS.to_string() },
             },
         }))
         .map_err(|e| Error::Render {
@@ -770,7 +802,7 @@ async fn create_fake_nodes(client: &kube::Client) -> Result<()> {
 async fn untaint_nodes(client: &kube::Client) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     for i in 0..FAKE_NODES {
-        let name = format!("kwok-node-{i}");
+        let name = fake_node_name(i);
         let patch = serde_json::json!({ "spec": { "taints": null } });
         nodes
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -812,6 +844,38 @@ mod tests {
     use std::net::TcpListener;
 
     use super::*;
+
+    /// A `/prefix` range as its first address and its length.
+    fn range(cidr: &str) -> (u32, u32) {
+        let (address, prefix) = cidr.split_once('/').expect("a CIDR");
+        let address: Ipv4Addr = address.parse().expect("an IPv4 address");
+        let prefix: u32 = prefix.parse().expect("a prefix length");
+        (u32::from(address), 1 << (32 - prefix))
+    }
+
+    #[test]
+    fn each_fake_node_has_its_own_pod_range_inside_the_fake_one() {
+        let (whole, whole_len) = range(FAKE_POD_CIDR);
+        let ranges: Vec<(u32, u32)> = (0..FAKE_NODES)
+            .map(|i| range(&fake_node_pod_cidr(i)))
+            .collect();
+        for (i, &(start, len)) in ranges.iter().enumerate() {
+            assert!(
+                start >= whole && start + len <= whole + whole_len,
+                "node {i} is outside"
+            );
+            assert!(
+                len - 2 >= FAKE_NODE_PODS,
+                "node {i} has fewer addresses than pods"
+            );
+            for &(other, other_len) in &ranges[..i] {
+                assert!(
+                    start >= other + other_len || other >= start + len,
+                    "node {i} overlaps"
+                );
+            }
+        }
+    }
 
     /// Starts `binary args` the way `up` starts a component, logging to `dir/<name>.log`.
     fn component(dir: &Path, name: &str, binary: &Path, args: &[&str]) -> Component {
