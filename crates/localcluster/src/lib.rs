@@ -14,7 +14,8 @@
 //! - the controller manager with every default controller (Deployments, ReplicaSets, garbage
 //!   collection, service accounts and their tokens, namespaces, ...) except node lifecycle;
 //! - the scheduler;
-//! - kwok with a few fake nodes, which moves scheduled pods to Running and Ready.
+//! - a few fake nodes, each played by a kwok process of its own (which watches only that
+//!   node's pods, as a kubelet does), which moves scheduled pods to Running and Ready.
 //!
 //! [`LocalCluster`] is the entry point; `cargo xtask cluster up|down|status|kubeconfig` is a
 //! thin command line over it, and the `testkit` crate uses it to give end-to-end tests a
