@@ -83,8 +83,15 @@ async fn api_server_runs_the_kubernetes_minor_the_workspace_compiles_against() -
     );
     assert_eq!(info.git_version, localcluster::versions::KUBERNETES);
 
+    let fake = fake_nodes(&cluster).await?.len();
+    assert!(fake >= localcluster::FAKE_NODES, "only {fake} fake nodes");
+    Ok(())
+}
+
+/// The cluster's fake nodes, those marked with [`localcluster::FAKE_NODE_ANNOTATION`].
+async fn fake_nodes(cluster: &TestCluster) -> Result<Vec<Node>> {
     let nodes: Api<Node> = Api::all(cluster.client.clone());
-    let fake = nodes
+    Ok(nodes
         .list(&ListParams::default())
         .await?
         .items
@@ -93,11 +100,9 @@ async fn api_server_runs_the_kubernetes_minor_the_workspace_compiles_against() -
             n.metadata
                 .annotations
                 .as_ref()
-                .is_some_and(|a| a.get(localcluster::FAKE_NODE_ANNOTATION).is_some())
+                .is_some_and(|a| a.contains_key(localcluster::FAKE_NODE_ANNOTATION))
         })
-        .count();
-    assert!(fake >= localcluster::FAKE_NODES, "only {fake} fake nodes");
-    Ok(())
+        .collect())
 }
 
 /// Whether `ip` is inside `cidr` (`a.b.c.d/n`).
@@ -119,26 +124,14 @@ async fn every_fake_node_runs_its_pods_with_addresses_of_its_own_range() -> Resu
     let cluster = testkit::cluster().await?;
     let ns = TestNamespace::create(&cluster, "fake-nodes").await?;
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
-    let nodes: Api<Node> = Api::all(cluster.client.clone());
-    let fake_nodes: Vec<Node> = nodes
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|n| {
-            n.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(localcluster::FAKE_NODE_ANNOTATION))
-        })
-        .collect();
+    let nodes = fake_nodes(&cluster).await?;
     ensure!(
-        fake_nodes.len() == localcluster::FAKE_NODES,
+        nodes.len() == localcluster::FAKE_NODES,
         "{} fake nodes",
-        fake_nodes.len()
+        nodes.len()
     );
     let per_node = 2;
-    for node in &fake_nodes {
+    for node in &nodes {
         let node_name = node.metadata.name.clone().unwrap_or_default();
         for i in 0..per_node {
             let pod: Pod = serde_json::from_value(json!({
@@ -151,7 +144,7 @@ async fn every_fake_node_runs_its_pods_with_addresses_of_its_own_range() -> Resu
             pods.create(&PostParams::default(), &pod).await?;
         }
     }
-    let expected = fake_nodes.len() * per_node;
+    let expected = nodes.len() * per_node;
     let ready = testkit::wait_for("every pod to be Ready", TIMEOUT, || async {
         let list = pods
             .list(&ListParams::default().labels("app=fake"))
@@ -170,7 +163,7 @@ async fn every_fake_node_runs_its_pods_with_addresses_of_its_own_range() -> Resu
     for pod in &ready {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let node = fake_nodes
+        let node = nodes
             .iter()
             .find(|n| n.metadata.name == node_name)
             .with_context(|| format!("pod {name} is on {node_name:?}"))?;
