@@ -86,8 +86,10 @@ pub struct BenchArgs {
     /// A count whose phases (converge, scale and burst) took less than this many seconds for
     /// some manager is measured again, each manager alternately, up to five runs of each (an
     /// odd number), and the ratio and growth tables take each value's median: a phase of a few
-    /// seconds on a shared machine moves with whatever else runs (0 measures every count once).
-    #[arg(long, default_value_t = 60)]
+    /// seconds on a shared machine moves with whatever else runs, and one of a minute by a
+    /// fifth between runs (0 measures every count once). The default repeats 100 objects five
+    /// times and 1000 three times; 10,000 objects, half an hour a phase, once.
+    #[arg(long, default_value_t = 300)]
     pub min_measured_seconds: u64,
     /// Give up on a phase after this many seconds.
     #[arg(long, default_value_t = 1800)]
@@ -642,6 +644,16 @@ mod tests {
         assert_eq!(runs_needed(10.0, 0), 1, "0 measures every count once");
         assert_eq!(runs_needed(f64::INFINITY, 60), 1);
         assert_eq!(runs_needed(0.0, 60), MAX_RUNS);
+
+        // With the default, the counts: phases of about 15 s at 100 objects, 150 s at
+        // 1000 and 1500 s at 10,000.
+        let default = Bench::try_parse_from(["bench"])
+            .expect("valid")
+            .args
+            .min_measured_seconds;
+        assert_eq!(runs_needed(15.0, default), MAX_RUNS);
+        assert_eq!(runs_needed(150.0, default), 3);
+        assert_eq!(runs_needed(1500.0, default), 1);
     }
 
     #[test]
