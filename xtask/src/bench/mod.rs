@@ -40,6 +40,7 @@ mod recovery;
 mod reference;
 mod report;
 mod tenants;
+mod timeline;
 mod workload;
 
 use std::path::PathBuf;

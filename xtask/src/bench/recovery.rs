@@ -5,13 +5,17 @@
 //!   `--outage-seconds` and started again; the moment it is ready, every Memcached is scaled.
 //!   Timed from readiness: until the manager has scaled each Deployment (its own part), until
 //!   the cluster has rolled each out (its controllers reconnect on their own schedule), and
-//!   until each Memcached has reported it (the manager's part again). The manager runs with a
+//!   until each Memcached has reported it (the manager's part again). The API server's audit
+//!   log tells when the manager and each of the cluster's components a rollout needs (the
+//!   Deployment and ReplicaSet controllers, the scheduler, kwok) first wrote again: the
+//!   cluster's own clients reconnect on client-go's backoff. The manager runs with a
 //!   Lease longer than the outage, so it keeps leading through it, as a manager whose API
 //!   server restarts quickly would.
 //! - *Foreign Deployment*: a Memcached whose name a Deployment of somebody else's holds reports
 //!   it; the clock runs from deleting that Deployment until the Memcached's own exists.
 
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use apis::Memcached;
@@ -20,9 +24,10 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use localcluster::LocalCluster;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use testkit::{ServiceAccountKubeconfig, TestCluster, TestNamespace};
+use testkit::{AuditEvent, ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
 use super::tenants::populate;
+use super::timeline;
 use super::workload::{self, delete_and_wait, is_converged, is_rolled_out};
 use super::{BenchArgs, Contender};
 
@@ -56,6 +61,13 @@ pub struct Recovery {
     pub manager_seconds: f64,
     /// From deleting the foreign Deployment until the Memcached's own Deployment existed.
     pub foreign_seconds: f64,
+    /// When the manager and each of the cluster's components a rollout needs first wrote a
+    /// Memcached, Deployment, ReplicaSet or pod of the phase's namespace after the API server
+    /// was ready, in seconds, earliest first, from the API server's audit log: when each was
+    /// back at work. Empty when the log could
+    /// not be read, and in the results of runs before it was.
+    #[serde(default)]
+    pub first_writes: Vec<(String, f64)>,
 }
 
 pub async fn measure(
@@ -65,6 +77,7 @@ pub async fn measure(
     args: &BenchArgs,
 ) -> anyhow::Result<Recovery> {
     let namespace = TestNamespace::create(cluster, "bench-recovery").await?;
+    let namespace_name = namespace.name().to_owned();
     let api: Api<Memcached> = Api::namespaced(cluster.client.clone(), namespace.name());
     let lease_id = testkit::unique_name("bench-recovery");
     let (mut manager, _) = workload::start_manager(
@@ -91,6 +104,11 @@ pub async fn measure(
     workload::stop_manager(manager).await?;
     delete_and_wait(cluster, namespace, args.timeout()).await?;
     let (outage, foreign) = measured?;
+    let manager_user = format!(
+        "system:serviceaccount:{}:{}",
+        kubeconfig.namespace, kubeconfig.service_account
+    );
+    let first_writes = first_writes_or_warn(cluster, namespace_name, outage.ready, &manager_user);
     Ok(Recovery {
         manager: contender.name.clone(),
         outage_seconds: args.outage_seconds,
@@ -99,6 +117,7 @@ pub async fn measure(
         converged_seconds: outage.converged,
         manager_seconds: outage.managers_part(),
         foreign_seconds: foreign,
+        first_writes,
     })
 }
 
@@ -106,6 +125,8 @@ pub async fn measure(
 /// server's readiness.
 #[derive(Debug)]
 struct OutageTimes {
+    /// When the API server was ready again.
+    ready: SystemTime,
     reacted: f64,
     rolled_out: f64,
     converged: f64,
@@ -141,7 +162,7 @@ async fn outage(
         .restart_apiserver(Duration::from_secs(args.outage_seconds))
         .await
         .context("restarting the API server")?;
-    let ready = Instant::now();
+    let (ready, ready_wall) = (Instant::now(), SystemTime::now());
     let scaled = args.size + 1;
     for name in &names {
         let patch = json!({"spec": {"size": scaled}});
@@ -176,6 +197,7 @@ async fn outage(
             // A step done between two polls counts as done when the next one was.
             let rolled_out = rolled_out.unwrap_or(converged);
             return Ok(OutageTimes {
+                ready: ready_wall,
                 reacted: reacted.unwrap_or(rolled_out),
                 rolled_out,
                 converged,
@@ -254,6 +276,73 @@ async fn foreign(
     Ok(deleted.elapsed().as_secs_f64())
 }
 
+/// [`first_writes`] in `namespace` after `ready`, from the cluster's audit log; empty (said on
+/// stderr) when the log cannot be read.
+fn first_writes_or_warn(
+    cluster: &TestCluster,
+    namespace: String,
+    ready: SystemTime,
+    manager_user: &str,
+) -> Vec<(String, f64)> {
+    let ready_seconds = ready
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64());
+    let read = cluster
+        .state
+        .audit_log_files()
+        .map_err(|e| e.to_string())
+        .and_then(|files| {
+            timeline::read_events(&files, &HashSet::from([namespace]), ready)
+                .map_err(|e| e.to_string())
+        });
+    match read {
+        Ok(events) => first_writes(&events, ready_seconds, manager_user),
+        Err(error) => {
+            eprintln!("warning: no first writes after the outage: {error}");
+            Vec::new()
+        }
+    }
+}
+
+/// The component whose write this is, told by its user: the manager, or one of the cluster's
+/// components a rollout needs (the controller manager runs each controller as its own
+/// ServiceAccount).
+fn component(user: &str, manager_user: &str) -> Option<&'static str> {
+    match user {
+        _ if user == manager_user => Some("the manager"),
+        "system:serviceaccount:kube-system:deployment-controller" => {
+            Some("the Deployment controller")
+        }
+        "system:serviceaccount:kube-system:replicaset-controller" => {
+            Some("the ReplicaSet controller")
+        }
+        "system:kube-scheduler" => Some("the scheduler"),
+        "kwok-controller" => Some("kwok"),
+        _ => None,
+    }
+}
+
+/// Seconds from `ready` (since the Unix epoch) until each [`component`]'s first accepted write
+/// received after it, earliest first.
+fn first_writes(events: &[AuditEvent], ready: f64, manager_user: &str) -> Vec<(String, f64)> {
+    let mut first: Vec<(String, f64)> = Vec::new();
+    for event in events.iter().filter(|e| e.succeeded()) {
+        let received = timeline::seconds(event.received);
+        if received < ready {
+            continue;
+        }
+        let Some(who) = component(&event.user, manager_user) else {
+            continue;
+        };
+        match first.iter_mut().find(|(name, _)| name == who) {
+            Some((_, at)) => *at = at.min(received - ready),
+            None => first.push((who.to_owned(), received - ready)),
+        }
+    }
+    first.sort_by(|a, b| a.1.total_cmp(&b.1));
+    first
+}
+
 /// Whether every one of `names` has a Deployment in `deployments` for which `done` holds.
 fn every_deployment(
     deployments: &[Deployment],
@@ -305,11 +394,67 @@ mod tests {
     #[test]
     fn the_managers_part_leaves_out_the_rollout() {
         let times = OutageTimes {
+            ready: SystemTime::UNIX_EPOCH,
             reacted: 1.5,
             rolled_out: 9.0,
             converged: 9.75,
         };
         assert_eq!(times.managers_part(), 2.25);
+    }
+
+    #[test]
+    fn first_writes_name_each_component_once_earliest_first() {
+        let write = |seconds: i64, user: &str, code: u16| {
+            let at = k8s_openapi::jiff::Timestamp::from_second(seconds).expect("in range");
+            AuditEvent {
+                verb: "patch".into(),
+                request_uri: String::new(),
+                user_agent: String::new(),
+                user: user.into(),
+                resource: "deployments".into(),
+                subresource: String::new(),
+                namespace: "ns".into(),
+                name: "d".into(),
+                code,
+                received: at,
+                completed: at,
+                request_object: None,
+            }
+        };
+        let manager = "system:serviceaccount:operator-system:operator-manager";
+        let events = [
+            // Before the API server was ready, and refused: neither counts.
+            write(95, manager, 200),
+            write(
+                101,
+                "system:serviceaccount:kube-system:deployment-controller",
+                403,
+            ),
+            write(102, manager, 200),
+            write(103, manager, 200),
+            write(
+                150,
+                "system:serviceaccount:kube-system:deployment-controller",
+                200,
+            ),
+            write(151, "system:kube-scheduler", 200),
+            write(152, "kwok-controller", 200),
+            write(
+                153,
+                "system:serviceaccount:kube-system:endpoint-controller",
+                200,
+            ),
+        ];
+        let first = first_writes(&events, 100.0, manager);
+        assert_eq!(
+            first,
+            [
+                ("the manager".to_owned(), 2.0),
+                ("the Deployment controller".to_owned(), 50.0),
+                ("the scheduler".to_owned(), 51.0),
+                ("kwok".to_owned(), 52.0),
+            ]
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::failover::Failover;
 use super::probe::Counts;
 use super::recovery::Recovery;
+use super::timeline::Timeline;
 use super::workload::{Phase, Run};
 use super::{BenchArgs, REFERENCE};
 
@@ -114,6 +115,21 @@ pub fn print_recovery(r: &Recovery) {
         r.manager_seconds,
         r.foreign_seconds
     );
+    if !r.first_writes.is_empty() {
+        println!(
+            "  first write after the API server was ready: {}",
+            first_writes(r)
+        );
+    }
+}
+
+/// Who first wrote after an outage, and when, in seconds: `the manager 0.95, kwok 1.20`.
+fn first_writes(r: &Recovery) -> String {
+    r.first_writes
+        .iter()
+        .map(|(who, seconds)| format!("{who} {seconds:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub fn print_run(run: &Run) {
@@ -140,6 +156,13 @@ pub fn print_run(run: &Run) {
             "  {phase}, per object (p50 / p99 / max): Deployment written {} s after the request, rolled out {} s later, reported {} s after that",
             split.reacted, split.rolled_out, split.reported
         );
+        if let Some(timeline) = &measured.timeline {
+            println!(
+                "  {phase}, per object from the audit log (p50 / p99 / max, {} objects): {}",
+                timeline.objects,
+                describe_timeline(timeline)
+            );
+        }
     }
     // Printed now, not only in the tables at the end: a run stopped later keeps these.
     println!(
@@ -165,6 +188,19 @@ pub fn print_run(run: &Run) {
             ))
             .join("; ")
     );
+}
+
+/// A timeline's steps in words, each with its spread.
+fn describe_timeline(t: &Timeline) -> String {
+    format!(
+        "Deployment written {} s after the request, a ReplicaSet scaled {} s later (the Deployment controller's queue), its pods last changed {} s later, its status {} s later, the Deployment's {} s later (rolled out), reported {} s after that",
+        t.deployment_written,
+        t.replica_set_scaled,
+        t.pods_changed,
+        t.replica_set_status,
+        t.rolled_out,
+        t.reported
+    )
 }
 
 /// The local cluster's CPU milliseconds per object in `phase`, all its processes together and
@@ -278,19 +314,24 @@ pub fn markdown(results: &Results) -> String {
     }
     if !results.recovery.is_empty() {
         out.push_str(
-            "\n| manager | API-server outage (s) | reacted after ready (s) | rolled out after ready (s) | converged after ready (s) | the manager's part (s) | foreign Deployment deleted to own created (s) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+            "\n| manager | API-server outage (s) | reacted after ready (s) | rolled out after ready (s) | converged after ready (s) | the manager's part (s) | foreign Deployment deleted to own created (s) | first write after ready (s) |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
         );
         for r in &results.recovery {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
                 r.manager,
                 r.outage_seconds,
                 r.reacted_seconds,
                 r.rolled_out_seconds,
                 r.converged_seconds,
                 r.manager_seconds,
-                r.foreign_seconds
+                r.foreign_seconds,
+                if r.first_writes.is_empty() {
+                    "-".to_owned()
+                } else {
+                    first_writes(r)
+                }
             );
         }
     }
@@ -381,6 +422,37 @@ fn push_workload_tables(out: &mut String, results: &Results) {
             )
         },
     );
+    if results
+        .runs
+        .iter()
+        .any(|r| phases(r).iter().any(|(_, p)| p.timeline.is_some()))
+    {
+        out.push_str(
+            "\nThe same time step by step, from the API server's audit log (p50 / p99 / max, seconds; the objects whose every step it showed): from the request until the manager wrote the Deployment, until the Deployment controller scaled a ReplicaSet for it (its queue), until the pods last changed (created, bound and started, or deleted), until the ReplicaSet controller's last status, until the Deployment controller's (rolled out), and until the manager reported it:\n\n",
+        );
+        push_phase_rows(
+            out,
+            results,
+            "| objects | Deployment written | ReplicaSet scaled | pods changed | ReplicaSet status | rolled out | reported |\n|---|---:|---|---:|---|---|---|---|---|---|",
+            |_, _, measured| {
+                measured.timeline.as_ref().map_or_else(
+                    || "- | - | - | - | - | - | -".to_owned(),
+                    |t| {
+                        format!(
+                            "{} | {} | {} | {} | {} | {} | {}",
+                            t.objects,
+                            t.deployment_written,
+                            t.replica_set_scaled,
+                            t.pods_changed,
+                            t.replica_set_status,
+                            t.rolled_out,
+                            t.reported
+                        )
+                    },
+                )
+            },
+        );
+    }
     out.push_str(
         "\nThe cluster's own CPU per object (API server, etcd, controller manager, scheduler, kwok), all together and by process, in milliseconds:\n\n",
     );
@@ -648,6 +720,7 @@ mod tests {
                 rolled_out: spread.clone(),
                 reported: spread,
             },
+            timeline: None,
             requests_per_object: requests,
             requests_by_kind: Counts(std::collections::BTreeMap::from([(
                 "deployments patch".to_owned(),
@@ -800,6 +873,45 @@ mod tests {
     }
 
     #[test]
+    fn the_audit_timeline_has_a_table_when_a_phase_has_one() {
+        let without = results_of(vec![run(OURS, 100, 2.0, 4.0, 1.0)]);
+        assert!(!markdown(&without).contains("from the API server's audit log"));
+        // Results written before the timeline read back without one.
+        let mut json = serde_json::to_value(&without).expect("serialized");
+        let removed = json["runs"][0]["scale"]
+            .as_object_mut()
+            .and_then(|p| p.remove("timeline"));
+        assert!(removed.is_some(), "the scale phase had the field");
+        let read: Results = serde_json::from_value(json).expect("read without the field");
+        assert!(read.runs[0].scale.timeline.is_none());
+
+        let step = |p50: f64| Spread {
+            p50,
+            p99: p50 * 2.0,
+            max: p50 * 3.0,
+        };
+        let mut with = without;
+        with.runs[0].scale.timeline = Some(Timeline {
+            objects: 99,
+            deployment_written: step(1.0),
+            replica_set_scaled: step(1.5),
+            pods_changed: step(0.25),
+            replica_set_status: step(0.125),
+            rolled_out: step(0.5),
+            reported: step(0.75),
+        });
+        let text = markdown(&with);
+        assert!(
+            text.contains("| ours | 100 | converge | - | - | - | - | - | - | - |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ours | 100 | scale | 99 | 1.00 / 2.00 / 3.00 | 1.50 / 3.00 / 4.50 | 0.25 / 0.50 / 0.75 | 0.12 / 0.25 / 0.38 | 0.50 / 1.00 / 1.50 | 0.75 / 1.50 / 2.25 |"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_file_that_is_not_the_results_is_named_in_the_error() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let missing = dir.path().join("missing.json");
@@ -824,12 +936,15 @@ mod tests {
                 converged_seconds: 4.25,
                 manager_seconds: 1.75,
                 foreign_seconds: 0.5,
+                first_writes: vec![("the manager".to_owned(), 1.0), ("kwok".to_owned(), 3.5)],
             }],
             ..results_of(Vec::new())
         };
         let text = markdown(&results);
         assert!(
-            text.contains("| ours | 20 | 1.50 | 4.00 | 4.25 | 1.75 | 0.50 |"),
+            text.contains(
+                "| ours | 20 | 1.50 | 4.00 | 4.25 | 1.75 | 0.50 | the manager 1.00, kwok 3.50 |"
+            ),
             "{text}"
         );
         for table in [
@@ -867,6 +982,7 @@ mod tests {
                 converged_seconds: 4.25,
                 manager_seconds: 1.75,
                 foreign_seconds: 0.5,
+                first_writes: vec![("the manager".to_owned(), 1.0), ("kwok".to_owned(), 3.5)],
             }],
             ..results_of(runs)
         };
@@ -904,7 +1020,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| ours | 20 | 1.50 | 4.00 | 4.25 | 1.75 | 0.50 |"),
+            text.contains(
+                "| ours | 20 | 1.50 | 4.00 | 4.25 | 1.75 | 0.50 | the manager 1.00, kwok 3.50 |"
+            ),
             "{text}"
         );
     }

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use apis::{Memcached, MemcachedSpec};
@@ -21,6 +21,7 @@ use super::probe::{
     self, ControlPlaneClock, Counts, CpuClock, MachineClock, RequestCounter, sample,
 };
 use super::tenants::{Target, Tenants};
+use super::timeline::{self, Timeline, Window};
 use super::{BenchArgs, Contender, percentile};
 
 /// One timed phase: every object changed, then waited for.
@@ -37,6 +38,10 @@ pub struct Phase {
     pub p99_seconds: f64,
     /// Where each object's time went, from the object's Deployment as the bench watched it.
     pub split: Split,
+    /// The same time step by step, from the API server's audit log; `None` when the log could
+    /// not be read, and in the results of runs before it was read.
+    #[serde(default)]
+    pub timeline: Option<Timeline>,
     /// Requests the API server dispatched for the manager during the phase, per object.
     pub requests_per_object: f64,
     /// The same, by resource and verb.
@@ -96,7 +101,7 @@ impl std::fmt::Display for Spread {
 
 impl Spread {
     /// Of `samples`, sorted.
-    fn of(samples: &[f64]) -> Self {
+    pub(super) fn of(samples: &[f64]) -> Self {
         Self {
             p50: percentile(samples, 50.0),
             p99: percentile(samples, 99.0),
@@ -343,7 +348,7 @@ where
     let control_plane_before = ControlPlaneClock::read()?;
     let counted_before = manager_counts_or_warn(metrics_port).await;
 
-    let started = Instant::now();
+    let (started, started_wall) = (Instant::now(), SystemTime::now());
     let changed_at: HashMap<String, Instant> = stream::iter(targets.iter())
         .map(|target| {
             let fut = change(target.api.clone(), target.name.clone());
@@ -390,6 +395,8 @@ where
     let (cpu_after, machine_after) = (CpuClock::read(pid)?, MachineClock::read()?);
     let control_plane = ControlPlaneClock::read()?.seconds_since(&control_plane_before);
     let counted = counted_before.zip(manager_counts_or_warn(metrics_port).await);
+    // Read once the counters are: parsing the log is the bench's work, not the phase's.
+    let timeline = audit_timeline(cluster, targets, (started, started_wall), &converged_at).await;
     let requests = api_server.requests;
     #[allow(clippy::cast_precision_loss)]
     let count = targets.len() as f64;
@@ -403,6 +410,7 @@ where
         p50_seconds: percentile(&latencies, 50.0),
         p99_seconds: percentile(&latencies, 99.0),
         split,
+        timeline,
         requests_per_object: requests.total() / count,
         requests_by_kind: requests.per(count),
         watch_events_by_resource: api_server.watch_events.per(count),
@@ -421,6 +429,58 @@ where
             after.triggers.since(&before.triggers).per(count)
         }),
     })
+}
+
+/// The phase's [`Timeline`] from the API server's audit log, or `None` (said on stderr) when
+/// the cluster keeps no log or it cannot be read. `converged_at` is when the bench saw each of
+/// `targets` converge, on the clock the phase `started` on.
+async fn audit_timeline(
+    cluster: &TestCluster,
+    targets: &[Target],
+    (started, started_wall): (Instant, SystemTime),
+    converged_at: &HashMap<String, Instant>,
+) -> Option<Timeline> {
+    let files = match cluster.state.audit_log_files() {
+        Ok(files) if !files.is_empty() => files,
+        Ok(_) => {
+            eprintln!("warning: no timeline: the cluster keeps no audit log");
+            return None;
+        }
+        Err(error) => {
+            eprintln!("warning: no timeline: {error}");
+            return None;
+        }
+    };
+    let started_seconds = started_wall
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64());
+    let window = Window {
+        started: started_seconds,
+        converged: converged_at
+            .iter()
+            .map(|(key, at)| {
+                let after = at.saturating_duration_since(started).as_secs_f64();
+                (key.clone(), started_seconds + after)
+            })
+            .collect(),
+    };
+    let namespaces: HashSet<String> = targets.iter().map(|t| t.namespace.clone()).collect();
+    let read = tokio::task::spawn_blocking(move || {
+        timeline::read_events(&files, &namespaces, started_wall)
+            .map(|events| timeline::timeline(&events, &window))
+    })
+    .await;
+    match read {
+        Ok(Ok(timeline)) => Some(timeline),
+        Ok(Err(error)) => {
+            eprintln!("warning: no timeline: {error}");
+            None
+        }
+        Err(error) => {
+            eprintln!("warning: no timeline: reading the audit log failed: {error}");
+            None
+        }
+    }
 }
 
 /// What the manager counted so far, or `None` (said on stderr) when its metrics are unreadable.
