@@ -34,6 +34,7 @@ pub mod owned;
 pub mod pod_security;
 pub mod quantity;
 pub mod rbac;
+pub mod reconnect;
 pub mod scope;
 pub mod status;
 pub mod status_writer;

@@ -22,12 +22,12 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use kube::Resource;
 use kube::api::Api;
 use kube::core::{ClusterResourceScope, NamespaceResourceScope};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 
 use crate::managed_fields::{self, WithoutManagedFields};
+use crate::reconnect::reconnecting;
 
 /// The namespaces the manager watches; none named means every namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -110,7 +110,7 @@ impl ScopedApi for ClusterResourceScope {
 }
 
 /// The watcher events of every object of type `K` in `namespaces` that `config` selects, each
-/// namespace's watch reconnecting with [`crate::backoff::watch_backoff`]. `cache` is the store
+/// namespace's watch reconnecting as [`crate::reconnect`] describes. `cache` is the store
 /// the events are written to: a merged re-list reads it to find what was deleted meanwhile.
 pub fn watch<K>(
     client: &kube::Client,
@@ -124,10 +124,13 @@ where
 {
     let one = |namespace: Option<&str>| {
         let api = K::Scope::api::<WithoutManagedFields<K>>(client.clone(), namespace);
-        kube::runtime::watcher(api, config.clone())
-            .map_ok(managed_fields::into_inner)
-            .backoff(crate::backoff::watch_backoff())
-            .boxed()
+        let config = config.clone();
+        reconnecting(
+            move || kube::runtime::watcher(api.clone(), config.clone()),
+            crate::backoff::watch_backoff(),
+        )
+        .map_ok(managed_fields::into_inner)
+        .boxed()
     };
     match namespaces.names() {
         _ if !K::Scope::NAMESPACED => one(None),
