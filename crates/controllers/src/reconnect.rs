@@ -135,15 +135,17 @@ mod tests {
         assert_eq!(retry_after(&status(503)), Retry::Relist, "not served yet");
     }
 
+    type Item = watcher::Result<Event<u32>>;
+
     /// Watches whose items the test sends, one channel per watch started, and how many were.
     struct Watches {
-        senders: Arc<Mutex<Vec<mpsc::UnboundedSender<watcher::Result<Event<u32>>>>>>,
+        senders: Arc<Mutex<Vec<mpsc::UnboundedSender<Item>>>>,
     }
 
     impl Watches {
         fn new() -> (
             Self,
-            impl FnMut() -> mpsc::UnboundedReceiver<watcher::Result<Event<u32>>> + Send + 'static,
+            impl FnMut() -> mpsc::UnboundedReceiver<Item> + Send + 'static,
         ) {
             let senders = Arc::new(Mutex::new(Vec::new()));
             let started = Arc::clone(&senders);
@@ -160,7 +162,7 @@ mod tests {
         }
 
         /// Sends `item` on the latest watch.
-        fn send(&self, item: watcher::Result<Event<u32>>) {
+        fn send(&self, item: Item) {
             let senders = self.senders.lock().expect("not poisoned");
             senders
                 .last()
@@ -170,7 +172,18 @@ mod tests {
         }
     }
 
-    fn applied(item: Option<watcher::Result<Event<u32>>>) -> u32 {
+    /// The events of [`reconnecting`] over [`Watches`], polled once so the first watch has
+    /// started (and nothing has come of it yet).
+    async fn first_watch() -> (Watches, futures::stream::BoxStream<'static, Item>) {
+        let (watches, start) = Watches::new();
+        let mut events = reconnecting(start, WatchBackoff::new(Duration::from_secs(2))).boxed();
+        let waiting = tokio::time::timeout(Duration::from_millis(1), events.next()).await;
+        assert!(waiting.is_err(), "nothing sent yet");
+        assert_eq!(watches.started(), 1);
+        (watches, events)
+    }
+
+    fn applied(item: Option<Item>) -> u32 {
         match item {
             Some(Ok(Event::Apply(n))) => n,
             other => panic!("expected an applied object, got {other:?}"),
@@ -179,15 +192,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_watch_that_cannot_start_lists_again_after_the_backoff() {
-        let (watches, start) = Watches::new();
-        let mut events = Box::pin(reconnecting(
-            start,
-            WatchBackoff::new(Duration::from_secs(2)),
-        ));
-        // The first poll starts the first watch.
-        let waiting = tokio::time::timeout(Duration::from_millis(1), events.next()).await;
-        assert!(waiting.is_err(), "nothing sent yet");
-        assert_eq!(watches.started(), 1);
+        let (watches, mut events) = first_watch().await;
         watches.send(Ok(Event::Apply(1)));
         assert_eq!(applied(events.next().await), 1);
 
@@ -214,14 +219,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_gone_watch_lists_again_at_once_and_other_errors_wait() {
-        let (watches, start) = Watches::new();
-        let mut events = Box::pin(reconnecting(
-            start,
-            WatchBackoff::new(Duration::from_secs(2)),
-        ));
+        let (watches, mut events) = first_watch().await;
         let started = tokio::time::Instant::now();
-        let pending = tokio::time::timeout(Duration::from_millis(1), events.next()).await;
-        assert!(pending.is_err());
         // Two list failures grow the backoff to 200 ms.
         watches.send(Err(list_failed()));
         watches.send(Err(list_failed()));
@@ -258,12 +257,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_event_resets_the_backoff() {
-        let (watches, start) = Watches::new();
-        let mut events = Box::pin(reconnecting(
-            start,
-            WatchBackoff::new(Duration::from_secs(2)),
-        ));
-        let _ = tokio::time::timeout(Duration::from_millis(1), events.next()).await;
+        let (watches, mut events) = first_watch().await;
         for _ in 0..4 {
             watches.send(Err(list_failed()));
         }

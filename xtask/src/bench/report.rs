@@ -192,14 +192,9 @@ pub fn print_run(run: &Run) {
 
 /// A timeline's steps in words, each with its spread.
 fn describe_timeline(t: &Timeline) -> String {
+    let [written, scaled, pods, replica_set, rolled_out, reported] = t.steps();
     format!(
-        "Deployment written {} s after the request, a ReplicaSet scaled {} s later (the Deployment controller's queue), its pods last changed {} s later, its status {} s later, the Deployment's {} s later (rolled out), reported {} s after that",
-        t.deployment_written,
-        t.replica_set_scaled,
-        t.pods_changed,
-        t.replica_set_status,
-        t.rolled_out,
-        t.reported
+        "Deployment written {written} s after the request, a ReplicaSet scaled {scaled} s later (the Deployment controller's queue), its pods last changed {pods} s later, its status {replica_set} s later, the Deployment's {rolled_out} s later (rolled out), reported {reported} s after that"
     )
 }
 
@@ -438,16 +433,8 @@ fn push_workload_tables(out: &mut String, results: &Results) {
                 measured.timeline.as_ref().map_or_else(
                     || "- | - | - | - | - | - | -".to_owned(),
                     |t| {
-                        format!(
-                            "{} | {} | {} | {} | {} | {} | {}",
-                            t.objects,
-                            t.deployment_written,
-                            t.replica_set_scaled,
-                            t.pods_changed,
-                            t.replica_set_status,
-                            t.rolled_out,
-                            t.reported
-                        )
+                        let steps = t.steps().map(ToString::to_string).join(" | ");
+                        format!("{} | {steps}", t.objects)
                     },
                 )
             },

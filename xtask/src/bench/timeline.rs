@@ -48,6 +48,20 @@ pub struct Timeline {
     pub reported: Spread,
 }
 
+impl Timeline {
+    /// The steps in order, from the request to the report.
+    pub fn steps(&self) -> [&Spread; 6] {
+        [
+            &self.deployment_written,
+            &self.replica_set_scaled,
+            &self.pods_changed,
+            &self.replica_set_status,
+            &self.rolled_out,
+            &self.reported,
+        ]
+    }
+}
+
 /// What a write did, as far as the timeline goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Write {
@@ -287,15 +301,9 @@ mod tests {
     }
 
     fn p50s(timeline: &Timeline) -> [f64; 6] {
-        [
-            &timeline.deployment_written,
-            &timeline.replica_set_scaled,
-            &timeline.pods_changed,
-            &timeline.replica_set_status,
-            &timeline.rolled_out,
-            &timeline.reported,
-        ]
-        .map(|spread| (spread.p50 * 1000.0).round() / 1000.0)
+        timeline
+            .steps()
+            .map(|spread| (spread.p50 * 1000.0).round() / 1000.0)
     }
 
     #[test]
