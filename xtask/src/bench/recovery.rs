@@ -64,8 +64,8 @@ pub struct Recovery {
     /// When the manager and each of the cluster's components a rollout needs first wrote a
     /// Memcached, Deployment, ReplicaSet or pod of the phase's namespace after the API server
     /// was ready, in seconds, earliest first, from the API server's audit log: when each was
-    /// back at work. Empty when the log could
-    /// not be read, and in the results of runs before it was.
+    /// back at work. Empty when the log could not be read, and in the results of runs before
+    /// it was.
     #[serde(default)]
     pub first_writes: Vec<(String, f64)>,
 }
