@@ -284,19 +284,9 @@ fn first_writes_or_warn(
     ready: SystemTime,
     manager_user: &str,
 ) -> Vec<(String, f64)> {
-    let ready_seconds = ready
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |since| since.as_secs_f64());
-    let read = cluster
-        .state
-        .audit_log_files()
-        .map_err(|e| e.to_string())
-        .and_then(|files| {
-            timeline::read_events(&files, &HashSet::from([namespace]), ready)
-                .map_err(|e| e.to_string())
-        });
+    let read = timeline::read_cluster_events(&cluster.state, &HashSet::from([namespace]), ready);
     match read {
-        Ok(events) => first_writes(&events, ready_seconds, manager_user),
+        Ok(events) => first_writes(&events, timeline::unix_seconds(ready), manager_user),
         Err(error) => {
             eprintln!("warning: no first writes after the outage: {error}");
             Vec::new()

@@ -86,15 +86,14 @@ impl Write {
         {
             return None;
         }
-        let status = event.subresource == "status";
         let name = event.name.as_str();
         let write = match (event.resource.as_str(), event.subresource.as_str()) {
             ("memcacheds", "") => (Self::MemcachedSpec, name),
-            ("memcacheds", _) if status => (Self::MemcachedStatus, name),
+            ("memcacheds", "status") => (Self::MemcachedStatus, name),
             ("deployments", "") => (Self::DeploymentSpec, name),
-            ("deployments", _) if status => (Self::DeploymentStatus, name),
+            ("deployments", "status") => (Self::DeploymentStatus, name),
             ("replicasets", "") => (Self::ReplicaSetSpec, owner(name)?),
-            ("replicasets", _) if status => (Self::ReplicaSetStatus, owner(name)?),
+            ("replicasets", "status") => (Self::ReplicaSetStatus, owner(name)?),
             // The pod itself, its binding and its status alike.
             ("pods", _) => (Self::Pod, owner(owner(name)?)?),
             _ => return None,
@@ -204,12 +203,30 @@ fn object_steps(writes: &[(f64, Write)]) -> Option<[f64; 6]> {
     Some(std::array::from_fn(|i| times[i + 1] - times[i]))
 }
 
+/// The events of `namespaces` that a timeline uses, from the audit log files of the cluster
+/// `state` describes, written to since `since`.
+///
+/// # Errors
+/// Said in words: the cluster keeps no audit log, a file cannot be read, or a line of the
+/// namespaces is not an audit event.
+pub fn read_cluster_events(
+    state: &localcluster::ClusterState,
+    namespaces: &HashSet<String>,
+    since: SystemTime,
+) -> Result<Vec<AuditEvent>, String> {
+    let files = state.audit_log_files().map_err(|e| e.to_string())?;
+    if files.is_empty() {
+        return Err("the cluster keeps no audit log".to_owned());
+    }
+    read_events(&files, namespaces, since).map_err(|e| e.to_string())
+}
+
 /// The audit log's events of `namespaces` that a timeline uses, from the files (as
 /// `ClusterState::audit_log_files` lists them) written to since `since`.
 ///
 /// # Errors
 /// When a file cannot be read or a line of the namespaces is not an audit event.
-pub fn read_events(
+fn read_events(
     files: &[PathBuf],
     namespaces: &HashSet<String>,
     since: SystemTime,
@@ -238,6 +255,12 @@ pub fn read_events(
         namespaces.iter().any(|n| line.contains(n.as_str()))
             && resources.iter().any(|r| line.contains(r))
     })
+}
+
+/// Seconds since the Unix epoch of `at` (0 for a time before it).
+pub fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
 }
 
 /// Seconds since the Unix epoch.

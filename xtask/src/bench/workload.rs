@@ -440,20 +440,7 @@ async fn audit_timeline(
     (started, started_wall): (Instant, SystemTime),
     converged_at: &HashMap<String, Instant>,
 ) -> Option<Timeline> {
-    let files = match cluster.state.audit_log_files() {
-        Ok(files) if !files.is_empty() => files,
-        Ok(_) => {
-            eprintln!("warning: no timeline: the cluster keeps no audit log");
-            return None;
-        }
-        Err(error) => {
-            eprintln!("warning: no timeline: {error}");
-            return None;
-        }
-    };
-    let started_seconds = started_wall
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |since| since.as_secs_f64());
+    let started_seconds = timeline::unix_seconds(started_wall);
     let window = Window {
         started: started_seconds,
         converged: converged_at
@@ -465,22 +452,15 @@ async fn audit_timeline(
             .collect(),
     };
     let namespaces: HashSet<String> = targets.iter().map(|t| t.namespace.clone()).collect();
+    let state = cluster.state.clone();
     let read = tokio::task::spawn_blocking(move || {
-        timeline::read_events(&files, &namespaces, started_wall)
+        timeline::read_cluster_events(&state, &namespaces, started_wall)
             .map(|events| timeline::timeline(&events, &window))
     })
-    .await;
-    match read {
-        Ok(Ok(timeline)) => Some(timeline),
-        Ok(Err(error)) => {
-            eprintln!("warning: no timeline: {error}");
-            None
-        }
-        Err(error) => {
-            eprintln!("warning: no timeline: reading the audit log failed: {error}");
-            None
-        }
-    }
+    .await
+    .unwrap_or_else(|error| Err(format!("reading the audit log failed: {error}")));
+    read.inspect_err(|error| eprintln!("warning: no timeline: {error}"))
+        .ok()
 }
 
 /// What the manager counted so far, or `None` (said on stderr) when its metrics are unreadable.
