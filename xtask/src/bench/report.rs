@@ -766,6 +766,20 @@ mod tests {
         }
     }
 
+    /// Ours' recovery from a 20 s outage: scaled after 1.5 s, converged after 4.25 s.
+    fn recovery() -> Recovery {
+        Recovery {
+            manager: OURS.to_owned(),
+            outage_seconds: 20,
+            reacted_seconds: 1.5,
+            rolled_out_seconds: 4.0,
+            converged_seconds: 4.25,
+            manager_seconds: 1.75,
+            foreign_seconds: 0.5,
+            first_writes: vec![("the manager".to_owned(), 1.0), ("kwok".to_owned(), 3.5)],
+        }
+    }
+
     /// The results of `runs` on a 2-core machine, without recovery or failover.
     fn results_of(runs: Vec<Run>) -> Results {
         Results {
@@ -915,16 +929,7 @@ mod tests {
     #[test]
     fn results_without_workload_runs_print_only_what_was_measured() {
         let results = Results {
-            recovery: vec![Recovery {
-                manager: OURS.to_owned(),
-                outage_seconds: 20,
-                reacted_seconds: 1.5,
-                rolled_out_seconds: 4.0,
-                converged_seconds: 4.25,
-                manager_seconds: 1.75,
-                foreign_seconds: 0.5,
-                first_writes: vec![("the manager".to_owned(), 1.0), ("kwok".to_owned(), 3.5)],
-            }],
+            recovery: vec![recovery()],
             ..results_of(Vec::new())
         };
         let text = markdown(&results);
@@ -961,16 +966,7 @@ mod tests {
             .collect();
         assert_eq!(paired, [(OURS, 100), (OURS, 1000), ("size-opt", 1000)]);
         let results = Results {
-            recovery: vec![Recovery {
-                manager: OURS.to_owned(),
-                outage_seconds: 20,
-                reacted_seconds: 1.5,
-                rolled_out_seconds: 4.0,
-                converged_seconds: 4.25,
-                manager_seconds: 1.75,
-                foreign_seconds: 0.5,
-                first_writes: vec![("the manager".to_owned(), 1.0), ("kwok".to_owned(), 3.5)],
-            }],
+            recovery: vec![recovery()],
             ..results_of(runs)
         };
         let text = markdown(&results);
