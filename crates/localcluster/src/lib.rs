@@ -47,6 +47,7 @@ pub use cluster::{
 };
 pub use error::{Error, Result};
 pub use kubeconfig::{Credentials, KubeconfigSpec};
+pub use outage::Outage;
 pub use paths::Paths;
 pub use state::{ClusterState, Component, Status};
 pub use toolchain::Binaries;

@@ -1,8 +1,9 @@
 //! Taking the API server away for a while, to test that clients survive an outage.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Component};
 use crate::{Error, LocalCluster, Result, client_from_kubeconfig, lock, process};
 
 /// The component name of the API server in the cluster state.
@@ -13,52 +14,92 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the stopped API server gets to exit and free its port. A killed process with a
 /// large heap can hold its listening socket for seconds after the kill.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a stopped component gets to exit on SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// What an outage takes away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outage {
+    /// The API server alone. Its clients, the cluster's own controllers among them, keep
+    /// running and reconnect on their own schedule (client-go's backoff grows to 30 s, with
+    /// as much again of jitter).
+    ApiServer,
+    /// The API server and the control plane's own clients of it (the controller manager, the
+    /// scheduler and kwok), as when every control-plane process is restarted at once: an
+    /// upgrade, or a restart of the control-plane machine with etcd kept elsewhere. They start
+    /// again, in the order `up` starts them, once the API server is ready, so none of them
+    /// comes back on a backoff grown during the outage. etcd and a real node keep running.
+    ControlPlane,
+}
+
+impl Outage {
+    /// Whether `component` is stopped and started again by this outage.
+    fn takes(self, component: &str) -> bool {
+        match self {
+            Self::ApiServer => component == APISERVER,
+            Self::ControlPlane => {
+                component == APISERVER
+                    || component == "kube-controller-manager"
+                    || component == "kube-scheduler"
+                    || component.starts_with("kwok-")
+            }
+        }
+    }
+}
 
 impl LocalCluster {
     /// Stops the running kube-apiserver (SIGTERM, as a restart by a supervisor would), keeps it
     /// stopped for `downtime`, starts it again with the same command line, and waits until it
-    /// answers `/readyz`. Clients see connection refused meanwhile; etcd and the other
-    /// components keep running. The other processes of the test machine that use the cluster
-    /// in the meantime see the outage too, so a test that calls this should not share the
-    /// cluster with concurrent tests.
+    /// answers `/readyz`: [`LocalCluster::restart`] with [`Outage::ApiServer`].
+    ///
+    /// # Errors
+    /// As [`LocalCluster::restart`].
+    pub async fn restart_apiserver(&self, downtime: Duration) -> Result<()> {
+        self.restart(Outage::ApiServer, downtime).await
+    }
+
+    /// Takes away what `outage` names for `downtime`: stops the API server (SIGTERM, as a
+    /// restart by a supervisor would) and, for [`Outage::ControlPlane`], the controller manager,
+    /// the scheduler and kwok; keeps the API server stopped for `downtime`; starts it again with
+    /// the same command line and waits until it answers `/readyz`; then starts the others again
+    /// with theirs, without waiting for them. Clients see connection refused meanwhile; etcd
+    /// keeps running. The other processes of the test machine that use the cluster in the
+    /// meantime see the outage too, so a test that calls this should not share the cluster with
+    /// concurrent tests.
     ///
     /// Holds the cluster lock throughout, so a concurrent [`LocalCluster::up`] waits instead
     /// of mistaking the outage for a dead cluster.
     ///
     /// # Errors
-    /// [`Error::NotRunning`] when no healthy cluster runs; [`Error::Spawn`] when the API server
-    /// cannot be started again; [`Error::Timeout`] when it does not become ready in time.
-    pub async fn restart_apiserver(&self, downtime: Duration) -> Result<()> {
+    /// [`Error::NotRunning`] when no healthy cluster runs; [`Error::Spawn`] when a component
+    /// cannot be started again; [`Error::Exited`] when the API server exits before it is
+    /// ready; [`Error::Timeout`] when the stopped API server does not free its port, or the
+    /// started one does not become ready, in time.
+    pub async fn restart(&self, outage: Outage, downtime: Duration) -> Result<()> {
         let _lock = lock::exclusive(&self.paths().cluster_lock()).await?;
         let state_dir = self.paths().state_dir();
         let mut state = ClusterState::load(&state_dir)?.ok_or(Error::NotRunning)?;
-        let index = state
+        let apiserver = state
             .components
             .iter()
             .position(|c| c.name == APISERVER && c.alive())
             .ok_or(Error::NotRunning)?;
-        let component = state.components[index].clone();
-        let cmdline_path = std::path::Path::new("/proc")
-            .join(component.pid.to_string())
-            .join("cmdline");
-        let cmdline = std::fs::read(&cmdline_path).map_err(Error::io("reading", &cmdline_path))?;
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .skip(1)
-            .filter(|arg| !arg.is_empty())
-            .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        // Indexes of the API server's clients this outage takes too, in start order.
+        let clients: Vec<usize> = (0..state.components.len())
+            .filter(|&i| i != apiserver && outage.takes(&state.components[i].name))
             .collect();
+        let mut command_lines = Vec::with_capacity(clients.len());
+        for &i in &clients {
+            command_lines.push(command_line(&state.components[i])?);
+        }
+        let apiserver_args = command_line(&state.components[apiserver])?;
 
-        let (pid, binary) = (component.pid, component.binary.clone());
+        let component = state.components[apiserver].clone();
         let stopping = Instant::now();
-        // Stopping waits (blocking) for the process to exit.
-        let _ = tokio::task::spawn_blocking(move || {
-            process::stop(pid, &binary, Duration::from_secs(10))
-        })
-        .await;
+        stop(&component).await;
         // Started again while the old process still holds its port, the new one would exit at
         // once with "address already in use".
-        let port = secure_port(&args);
+        let port = secure_port(&apiserver_args);
         while process::is_alive(component.pid, &component.binary)
             || port.is_some_and(|port| !port_is_free(port))
         {
@@ -74,48 +115,88 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(downtime).await;
-
-        let pid = process::spawn_detached(
-            APISERVER,
-            &component.binary,
-            &args,
-            &component.log,
-            &state_dir,
-        )?;
-        state.components[index].pid = pid;
-        state.save(&state_dir)?;
-
-        let client = client_from_kubeconfig(&state.kubeconfig).await?;
-        let started = Instant::now();
-        let mut last = String::new();
-        while started.elapsed() < READY_TIMEOUT {
-            if !process::is_alive(pid, &component.binary) {
-                return Err(Error::Exited {
-                    component: APISERVER.to_owned(),
-                    log: component.log.clone(),
-                    tail: process::tail(&component.log, 20),
-                });
-            }
-            let request = http::Request::get("/readyz").body(Vec::new());
-            if let Ok(request) = request {
-                match tokio::time::timeout(Duration::from_secs(5), client.request_text(request))
-                    .await
-                {
-                    Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
-                    Ok(Ok(body)) => last = body,
-                    Ok(Err(e)) => last = e.to_string(),
-                    Err(_) => last = "no answer within 5s".to_owned(),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        // The clients stop while the API server is away: the outage lasts `downtime` however
+        // long they take.
+        let stopped = Instant::now();
+        for &i in &clients {
+            stop(&state.components[i]).await;
         }
-        Err(Error::Timeout {
-            what: "the restarted API server to be ready (/readyz)".to_owned(),
-            seconds: READY_TIMEOUT.as_secs(),
-            detail: format!("; last: {last}; log: {}", component.log.display()),
-        })
+        tokio::time::sleep(downtime.saturating_sub(stopped.elapsed())).await;
+
+        let pid = respawn(&component, &apiserver_args, &state_dir)?;
+        state.components[apiserver].pid = pid;
+        state.save(&state_dir)?;
+        wait_ready(&state, &state.components[apiserver]).await?;
+
+        for (&i, args) in clients.iter().zip(&command_lines) {
+            let pid = respawn(&state.components[i], args, &state_dir)?;
+            state.components[i].pid = pid;
+            state.save(&state_dir)?;
+        }
+        Ok(())
     }
+}
+
+/// The arguments `component` was started with, read from its running process.
+fn command_line(component: &Component) -> Result<Vec<String>> {
+    let path = Path::new("/proc")
+        .join(component.pid.to_string())
+        .join("cmdline");
+    let cmdline = std::fs::read(&path).map_err(Error::io("reading", &path))?;
+    Ok(cmdline
+        .split(|b| *b == 0)
+        .skip(1)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect())
+}
+
+/// Stops `component` and waits (off the runtime's threads) until it has exited.
+async fn stop(component: &Component) {
+    let (pid, binary) = (component.pid, component.binary.clone());
+    let _ = tokio::task::spawn_blocking(move || process::stop(pid, &binary, STOP_GRACE)).await;
+}
+
+/// Starts `component` again with `args`, logging to the same file; returns its new pid.
+fn respawn(component: &Component, args: &[String], state_dir: &Path) -> Result<u32> {
+    process::spawn_detached(
+        &component.name,
+        &component.binary,
+        args,
+        &component.log,
+        state_dir,
+    )
+}
+
+/// Waits until the started API server `component` answers `/readyz`.
+async fn wait_ready(state: &ClusterState, component: &Component) -> Result<()> {
+    let client = client_from_kubeconfig(&state.kubeconfig).await?;
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < READY_TIMEOUT {
+        if !component.alive() {
+            return Err(Error::Exited {
+                component: APISERVER.to_owned(),
+                log: component.log.clone(),
+                tail: process::tail(&component.log, 20),
+            });
+        }
+        let request = http::Request::get("/readyz").body(Vec::new());
+        if let Ok(request) = request {
+            match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await {
+                Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+                Ok(Ok(body)) => last = body,
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = "no answer within 5s".to_owned(),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(Error::Timeout {
+        what: "the restarted API server to be ready (/readyz)".to_owned(),
+        seconds: READY_TIMEOUT.as_secs(),
+        detail: format!("; last: {last}; log: {}", component.log.display()),
+    })
 }
 
 /// The port the API server listens on, from its command line.
@@ -143,6 +224,33 @@ mod tests {
         .map(String::from);
         assert_eq!(secure_port(&args), Some(23150));
         assert_eq!(secure_port(&["--bind-address=127.0.0.1".to_owned()]), None);
+    }
+
+    #[test]
+    fn an_outage_of_the_control_plane_takes_its_clients_and_leaves_etcd() {
+        let names = [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok-0",
+            "kwok-3",
+            "kubelet",
+        ];
+        let taken = |outage: Outage| -> Vec<&str> {
+            names.into_iter().filter(|n| outage.takes(n)).collect()
+        };
+        assert_eq!(taken(Outage::ApiServer), ["kube-apiserver"]);
+        assert_eq!(
+            taken(Outage::ControlPlane),
+            [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kwok-0",
+                "kwok-3"
+            ]
+        );
     }
 
     #[test]
