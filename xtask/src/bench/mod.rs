@@ -15,8 +15,9 @@
 //!   the API requests it made per object, counted by the API server itself (a FlowSchema that
 //!   matches only the manager's ServiceAccount, read from `apiserver_flowcontrol_*` metrics).
 //!
-//! Then *recovery* ([`recovery`]): after an API-server outage, and after a foreign Deployment
-//! that blocked a Memcached is deleted. Then *failover*: two managers, the leader stopped gracefully (SIGTERM) or killed (SIGKILL)
+//! Then *recovery* ([`recovery`]): after an outage of the API server alone, after one of the
+//! API server with the cluster's own controllers (restarted with it), and after a foreign
+//! Deployment that blocked a Memcached is deleted. Then *failover*: two managers, the leader stopped gracefully (SIGTERM) or killed (SIGKILL)
 //! several times, timing how long until the standby leads, while the largest object count's
 //! Memcacheds exist and are being scaled (so every new leader has a full cache to fill).
 //!
@@ -341,7 +342,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
                 } else {
                     println!("-- {}", contender.name);
                 }
-                fresh_api_server(&cluster, args.timeout()).await?;
+                fresh_control_plane(&cluster, args.timeout()).await?;
                 let (run, tenants) = workload::measure(
                     &cluster,
                     contender,
@@ -389,7 +390,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
     if args.measures_recovery() {
         for contender in &contenders {
             println!(
-                "\n== recovery of {}: a {} s API-server outage, then a foreign Deployment",
+                "\n== recovery of {}: a {} s outage of the API server, then of the control plane, then a foreign Deployment",
                 contender.name, args.outage_seconds
             );
             let recovery = recovery::measure(&cluster, contender, &kubeconfig, &args)
@@ -466,22 +467,28 @@ async fn local_cluster(real_node: bool) -> anyhow::Result<testkit::TestCluster> 
         .context("connecting to the local cluster")
 }
 
-/// Restarts the API server before a manager is measured, so each starts from the same server:
-/// its watch caches and heap grow with every object a run creates and deletes (past 20 GiB
-/// after 10,000 Memcacheds), which would slow, or at that size starve, whoever runs next. Then
-/// waits until the cluster's own controllers run a pod again ([`cluster_ready`]), so no
-/// manager's clock includes their reconnection.
-async fn fresh_api_server(cluster: &testkit::TestCluster, timeout: Duration) -> anyhow::Result<()> {
+/// Restarts the control plane (the API server, and the controller manager, the scheduler and
+/// kwok with it) before a manager is measured, so each starts from the same server and the
+/// same controllers: the API server's watch caches and heap grow with every object a run
+/// creates and deletes (past 20 GiB after 10,000 Memcacheds), which would slow, or at that
+/// size starve, whoever runs next, and the controllers' own caches and queues would carry the
+/// last run's work. Started with the API server, the controllers come back without the
+/// backoff a restart of the API server alone leaves them on (up to a minute). Then waits until
+/// they run a pod again ([`cluster_ready`]), so no manager's clock includes their startup.
+async fn fresh_control_plane(
+    cluster: &testkit::TestCluster,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let local = localcluster::LocalCluster::from_env().context("finding the local cluster")?;
     let restarted = Instant::now();
     local
-        .restart_apiserver(Duration::ZERO)
+        .restart(localcluster::Outage::ControlPlane, Duration::ZERO)
         .await
-        .context("restarting the API server before the next manager")?;
+        .context("restarting the control plane before the next manager")?;
     let ready = restarted.elapsed();
     let canary = cluster_ready::wait_for_controllers(cluster, timeout).await?;
     println!(
-        "API server restarted in {:.1} s; the cluster's controllers ran a canary pod {:.1} s later",
+        "control plane restarted in {:.1} s; the cluster's controllers ran a canary pod {:.1} s later",
         ready.as_secs_f64(),
         canary.as_secs_f64()
     );

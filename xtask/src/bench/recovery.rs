@@ -1,16 +1,23 @@
 //! Recovery: how soon a manager acts again after the API server was away, and how soon it
 //! notices that the Deployment blocking a Memcached is gone.
 //!
-//! - *Outage*: with a few Memcacheds converged, the API server is stopped for
+//! - *Outages*: with a few Memcacheds converged, the API server is stopped for
 //!   `--outage-seconds` and started again; the moment it is ready, every Memcached is scaled.
 //!   Timed from readiness: until the manager has scaled each Deployment (its own part), until
-//!   the cluster has rolled each out (its controllers reconnect on their own schedule), and
-//!   until each Memcached has reported it (the manager's part again). The API server's audit
-//!   log tells when the manager and each of the cluster's components a rollout needs (the
-//!   Deployment and ReplicaSet controllers, the scheduler, kwok) first wrote again: the
-//!   cluster's own clients reconnect on client-go's backoff. The manager runs with a
-//!   Lease longer than the outage, so it keeps leading through it, as a manager whose API
-//!   server restarts quickly would.
+//!   the cluster has rolled each out, and until each Memcached has reported it (the manager's
+//!   part again). The API server's audit log tells when the manager and each of the cluster's
+//!   components a rollout needs (the Deployment and ReplicaSet controllers, the scheduler,
+//!   kwok) first wrote again. This runs twice:
+//!   - with the API server alone away ([`Outage::ApiServer`]): the cluster's own clients keep
+//!     running and reconnect on client-go's backoff, which after a 20 s outage brings them back
+//!     anywhere up to a minute after the API server, and the rollout waits for them;
+//!   - with the control plane's own clients stopped and started with it
+//!     ([`Outage::ControlPlane`]), as when every control-plane process restarts: they start
+//!     fresh once the API server is ready, so what is left to wait for after the API server's
+//!     return is the manager's own reconnection and the cluster's startup.
+//!
+//!   The manager runs with a Lease longer than the outage, so it keeps leading through it, as a
+//!   manager whose API server restarts quickly would.
 //! - *Foreign Deployment*: a Memcached whose name a Deployment of somebody else's holds reports
 //!   it; the clock runs from deleting that Deployment until the Memcached's own exists.
 
@@ -21,7 +28,7 @@ use anyhow::Context;
 use apis::Memcached;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use localcluster::LocalCluster;
+use localcluster::{LocalCluster, Outage};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testkit::{AuditEvent, ServiceAccountKubeconfig, TestCluster, TestNamespace};
@@ -50,22 +57,34 @@ const FOREIGN_NAME: &str = "taken";
 pub struct Recovery {
     pub manager: String,
     pub outage_seconds: u64,
-    /// From the API server being ready until the manager had scaled every Deployment.
+    /// After the API server alone was away.
+    #[serde(flatten)]
+    pub apiserver: OutageRecovery,
+    /// After the control plane's own clients were stopped and started with the API server;
+    /// `None` in the results of runs before this was measured.
+    #[serde(default)]
+    pub control_plane: Option<OutageRecovery>,
+    /// From deleting the foreign Deployment until the Memcached's own Deployment existed.
+    pub foreign_seconds: f64,
+}
+
+/// How soon one manager and the cluster were done after one outage, in seconds from the API
+/// server being ready again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OutageRecovery {
+    /// Until the manager had scaled every Deployment.
     pub reacted_seconds: f64,
-    /// From the API server being ready until the cluster had rolled out every Deployment.
+    /// Until the cluster had rolled out every Deployment.
     pub rolled_out_seconds: f64,
-    /// From the API server being ready until every Memcached had converged.
+    /// Until every Memcached had converged.
     pub converged_seconds: f64,
     /// The manager's own share of `converged_seconds`: until it had scaled every Deployment,
     /// plus from the last rollout until every Memcached reported it.
     pub manager_seconds: f64,
-    /// From deleting the foreign Deployment until the Memcached's own Deployment existed.
-    pub foreign_seconds: f64,
     /// When the manager and each of the cluster's components a rollout needs first wrote a
     /// Memcached, Deployment, ReplicaSet or pod of the phase's namespace after the API server
-    /// was ready, in seconds, earliest first, from the API server's audit log: when each was
-    /// back at work. Empty when the log could not be read, and in the results of runs before
-    /// it was.
+    /// was ready, earliest first, from the API server's audit log: when each was back at work.
+    /// Empty when the log could not be read, and in the results of runs before it was.
     #[serde(default)]
     pub first_writes: Vec<(String, f64)>,
 }
@@ -89,36 +108,67 @@ pub async fn measure(
         &LEASE_FLAGS,
     )
     .await?;
+    let names: Vec<String> = (0..OBJECTS).map(|i| format!("recover-{i}")).collect();
     let measured = async {
-        let outage = outage(cluster, &api, namespace.name(), args).await?;
-        if manager.try_exit_status()?.is_some() {
-            anyhow::bail!(
-                "the manager exited during the API-server outage; its log: {}",
-                manager.log().display()
-            );
+        populate(&api, &names, args.size, args.concurrency).await?;
+        wait_until(
+            args.timeout(),
+            "the Memcacheds to converge before the outages",
+            || all_converged(&api, &names, args.size),
+        )
+        .await?;
+        let mut outages = Vec::with_capacity(2);
+        // Each outage scales the Memcacheds one replica further.
+        for (outage, size) in [
+            (Outage::ApiServer, args.size),
+            (Outage::ControlPlane, args.size + 1),
+        ] {
+            let times = after_outage(cluster, &api, &names, outage, size, args).await?;
+            if manager.try_exit_status()?.is_some() {
+                anyhow::bail!(
+                    "the manager exited during the {}; its log: {}",
+                    outage_name(outage),
+                    manager.log().display()
+                );
+            }
+            outages.push(times);
         }
         let foreign = foreign(cluster, &api, namespace.name(), args).await?;
-        anyhow::Ok((outage, foreign))
+        anyhow::Ok((outages, foreign))
     }
     .await;
     workload::stop_manager(manager).await?;
     delete_and_wait(cluster, namespace, args.timeout()).await?;
-    let (outage, foreign) = measured?;
+    let (outages, foreign) = measured?;
     let manager_user = format!(
         "system:serviceaccount:{}:{}",
         kubeconfig.namespace, kubeconfig.service_account
     );
-    let first_writes = first_writes_or_warn(cluster, namespace_name, outage.ready, &manager_user);
+    let mut recoveries = outages.into_iter().map(|times| OutageRecovery {
+        reacted_seconds: times.reacted,
+        rolled_out_seconds: times.rolled_out,
+        converged_seconds: times.converged,
+        manager_seconds: times.managers_part(),
+        first_writes: first_writes_or_warn(cluster, &namespace_name, &times, &manager_user),
+    });
+    let (Some(apiserver), control_plane) = (recoveries.next(), recoveries.next()) else {
+        anyhow::bail!("no outage was measured");
+    };
     Ok(Recovery {
         manager: contender.name.clone(),
         outage_seconds: args.outage_seconds,
-        reacted_seconds: outage.reacted,
-        rolled_out_seconds: outage.rolled_out,
-        converged_seconds: outage.converged,
-        manager_seconds: outage.managers_part(),
+        apiserver,
+        control_plane,
         foreign_seconds: foreign,
-        first_writes,
     })
+}
+
+/// How an outage is named in messages.
+pub fn outage_name(outage: Outage) -> &'static str {
+    match outage {
+        Outage::ApiServer => "API-server outage",
+        Outage::ControlPlane => "control-plane outage",
+    }
 }
 
 /// When each step after the outage was done for every Memcached, in seconds from the API
@@ -127,6 +177,7 @@ pub async fn measure(
 struct OutageTimes {
     /// When the API server was ready again.
     ready: SystemTime,
+
     reacted: f64,
     rolled_out: f64,
     converged: f64,
@@ -140,59 +191,57 @@ impl OutageTimes {
     }
 }
 
-/// Converges [`OBJECTS`] Memcacheds, takes the API server away, scales them all the moment it
-/// is back, and times the steps to convergence.
-async fn outage(
+/// Takes away what `outage` names for `--outage-seconds`, scales the converged Memcacheds
+/// `names` from `size` replicas to one more the moment the API server is back, and times the
+/// steps to convergence.
+async fn after_outage(
     cluster: &TestCluster,
     api: &Api<Memcached>,
-    namespace: &str,
+    names: &[String],
+    outage: Outage,
+    size: i32,
     args: &BenchArgs,
 ) -> anyhow::Result<OutageTimes> {
-    let names: Vec<String> = (0..OBJECTS).map(|i| format!("recover-{i}")).collect();
-    populate(api, &names, args.size, args.concurrency).await?;
-    wait_until(
-        args.timeout(),
-        "the Memcacheds to converge before the outage",
-        || all_converged(api, &names, args.size),
-    )
-    .await?;
-
     let local = LocalCluster::from_env().context("finding the local cluster")?;
     local
-        .restart_apiserver(Duration::from_secs(args.outage_seconds))
+        .restart(outage, Duration::from_secs(args.outage_seconds))
         .await
-        .context("restarting the API server")?;
+        .with_context(|| format!("taking the {} away", outage_name(outage)))?;
     let (ready, ready_wall) = (Instant::now(), SystemTime::now());
-    let scaled = args.size + 1;
-    for name in &names {
+    let scaled = size + 1;
+    for name in names {
         let patch = json!({"spec": {"size": scaled}});
         api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .with_context(|| format!("scaling Memcached {name} after the outage"))?;
+            .with_context(|| {
+                format!("scaling Memcached {name} after the {}", outage_name(outage))
+            })?;
     }
+    let namespace = api.namespace().unwrap_or_default();
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace);
     let (mut reacted, mut rolled_out) = (None, None);
     let deadline = ready + args.timeout();
     loop {
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the Memcacheds did not converge within {:?} of the API server's return",
-            args.timeout()
+            "the Memcacheds did not converge within {:?} of the API server's return after the {}",
+            args.timeout(),
+            outage_name(outage)
         );
         // Read before the Memcacheds, so that a step seen done is never timed after a later one.
         let now = ready.elapsed().as_secs_f64();
         let list = deployments.list(&Default::default()).await?;
         if reacted.is_none()
-            && every_deployment(&list.items, &names, |d| d.spec.replicas == Some(scaled))
+            && every_deployment(&list.items, names, |d| d.spec.replicas == Some(scaled))
         {
             reacted = Some(now);
         }
         if rolled_out.is_none()
-            && every_deployment(&list.items, &names, |d| is_rolled_out(d, scaled))
+            && every_deployment(&list.items, names, |d| is_rolled_out(d, scaled))
         {
             rolled_out = Some(now);
         }
-        if all_converged(api, &names, scaled).await? {
+        if all_converged(api, names, scaled).await? {
             let converged = ready.elapsed().as_secs_f64();
             // A step done between two polls counts as done when the next one was.
             let rolled_out = rolled_out.unwrap_or(converged);
@@ -276,17 +325,17 @@ async fn foreign(
     Ok(deleted.elapsed().as_secs_f64())
 }
 
-/// [`first_writes`] in `namespace` after `ready`, from the cluster's audit log; empty (said on
-/// stderr) when the log cannot be read.
+/// [`first_writes`] in `namespace` after the API server was ready again in `times`, from the
+/// cluster's audit log; empty (said on stderr) when the log cannot be read.
 fn first_writes_or_warn(
     cluster: &TestCluster,
-    namespace: String,
-    ready: SystemTime,
+    namespace: &str,
+    times: &OutageTimes,
     manager_user: &str,
 ) -> Vec<(String, f64)> {
-    let read = timeline::read_cluster_events(&cluster.state, &HashSet::from([namespace]), ready);
-    match read {
-        Ok(events) => first_writes(&events, timeline::unix_seconds(ready), manager_user),
+    let namespaces = HashSet::from([namespace.to_owned()]);
+    match timeline::read_cluster_events(&cluster.state, &namespaces, times.ready) {
+        Ok(events) => first_writes(&events, timeline::unix_seconds(times.ready), manager_user),
         Err(error) => {
             eprintln!("warning: no first writes after the outage: {error}");
             Vec::new()
@@ -390,6 +439,23 @@ mod tests {
             converged: 9.75,
         };
         assert_eq!(times.managers_part(), 2.25);
+    }
+
+    #[test]
+    fn results_from_before_the_control_plane_outage_still_read() {
+        let before = json!({
+            "manager": "ours",
+            "outage_seconds": 20,
+            "reacted_seconds": 0.42,
+            "rolled_out_seconds": 7.5,
+            "converged_seconds": 8.17,
+            "manager_seconds": 0.7,
+            "foreign_seconds": 0.31,
+        });
+        let read: Recovery = serde_json::from_value(before).expect("read");
+        assert_eq!(read.apiserver.converged_seconds, 8.17);
+        assert!(read.apiserver.first_writes.is_empty());
+        assert!(read.control_plane.is_none());
     }
 
     #[test]
