@@ -128,6 +128,19 @@ pub enum Error {
         tail: String,
     },
 
+    /// A process of the control plane to restart had already exited.
+    #[error(
+        "{component} is not running, so it cannot be restarted; the end of its log ({log}):\n{tail}"
+    )]
+    ComponentDown {
+        /// The component's name.
+        component: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The last lines of its log.
+        tail: String,
+    },
+
     /// The control plane did not become ready in time.
     #[error("timed out after {seconds}s waiting for {what}{detail}")]
     Timeout {

@@ -71,10 +71,11 @@ impl LocalCluster {
     /// of mistaking the outage for a dead cluster.
     ///
     /// # Errors
-    /// [`Error::NotRunning`] when no healthy cluster runs; [`Error::Spawn`] when a component
-    /// cannot be started again; [`Error::Exited`] when the API server exits before it is
-    /// ready; [`Error::Timeout`] when the stopped API server does not free its port, or the
-    /// started one does not become ready, in time.
+    /// [`Error::NotRunning`] when no healthy cluster runs; [`Error::ComponentDown`] when
+    /// another component to restart no longer runs; [`Error::Spawn`] when a component cannot be
+    /// started again; [`Error::Exited`] when the API server exits before it is ready;
+    /// [`Error::Timeout`] when the stopped API server does not free its port, or the started
+    /// one does not become ready, in time.
     pub async fn restart(&self, outage: Outage, downtime: Duration) -> Result<()> {
         let _lock = lock::exclusive(&self.paths().cluster_lock()).await?;
         let state_dir = self.paths().state_dir();
@@ -138,7 +139,17 @@ impl LocalCluster {
 }
 
 /// The arguments `component` was started with, read from its running process.
+///
+/// # Errors
+/// [`Error::ComponentDown`] when it no longer runs.
 fn command_line(component: &Component) -> Result<Vec<String>> {
+    if !component.alive() {
+        return Err(Error::ComponentDown {
+            component: component.name.clone(),
+            log: component.log.clone(),
+            tail: process::tail(&component.log, 20),
+        });
+    }
     let path = Path::new("/proc")
         .join(component.pid.to_string())
         .join("cmdline");
@@ -251,6 +262,51 @@ mod tests {
                 "kwok-3"
             ]
         );
+    }
+
+    #[test]
+    fn a_component_is_restarted_with_its_arguments_and_one_that_exited_is_named() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let sleep = which("sleep");
+        let component = |pid: u32| Component {
+            name: "kwok-1".to_owned(),
+            pid,
+            binary: sleep.clone(),
+            ports: Default::default(),
+            log: dir.path().join("kwok-1.log"),
+        };
+        let mut running = std::process::Command::new(&sleep)
+            .arg("30")
+            .spawn()
+            .expect("sleep started");
+        // Its arguments are empty for a moment right after the exec.
+        let cmdline = Path::new("/proc")
+            .join(running.id().to_string())
+            .join("cmdline");
+        while std::fs::read(&cmdline).is_ok_and(|c| c.is_empty()) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let args = command_line(&component(running.id()));
+        running.kill().expect("sleep killed");
+        running.wait().expect("sleep reaped");
+        assert_eq!(args.expect("read"), ["30"]);
+
+        std::fs::write(dir.path().join("kwok-1.log"), "the last words\n").expect("log");
+        let error = command_line(&component(running.id())).expect_err("not running");
+        assert!(matches!(error, Error::ComponentDown { .. }), "{error:?}");
+        let message = error.to_string();
+        assert!(message.contains("kwok-1 is not running"), "{message}");
+        assert!(message.contains("the last words"), "{message}");
+    }
+
+    /// The absolute path of `program`, as the cluster state records a binary.
+    fn which(program: &str) -> std::path::PathBuf {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join(program))
+            .find(|path| path.is_file())
+            .unwrap_or_else(|| panic!("{program} not found on PATH"))
     }
 
     #[test]
