@@ -11,7 +11,9 @@
 //! [`reconnecting`] handles the two cases apart. A watch that could not start lists again at
 //! its next attempt (a list is answered from etcd while the watch cache fills), unless the
 //! server said it was overloaded (429), where a list would cost it more than a watch; a 410
-//! asks for that re-list at once. Every other error waits its turn of [`WatchBackoff`].
+//! asks for that re-list at once. Every other error waits its turn of [`WatchBackoff`], which
+//! starts again from its first step once the server has answered (any event but the
+//! [`Event::Init`] that a new watcher sends before its list).
 
 use std::time::Duration;
 
@@ -76,6 +78,10 @@ where
         };
         let item = watch.next().await?;
         match &item {
+            // A new watcher announces its list before it asks for it: nothing has answered yet.
+            // Reset by that, the backoff of a watch whose lists keep failing (an API server
+            // away, overloaded, or denying the list) would never grow past its first step.
+            Ok(Event::Init) => {}
             Ok(_) => state.backoff.reset(),
             Err(error) => match retry_after(error) {
                 Retry::Now => {}
@@ -275,6 +281,36 @@ mod tests {
             tokio::time::Instant::now() - before,
             Duration::from_millis(100),
             "back to the first step"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lists_that_keep_failing_back_off_though_each_new_watcher_announces_its_list() {
+        let (watches, mut events) = first_watch().await;
+        // A kube watcher's cycle while the API server is away: `Init`, then the failed list.
+        for _ in 0..4 {
+            watches.send(Ok(Event::Init));
+            watches.send(Err(list_failed()));
+        }
+        watches.send(Ok(Event::Apply(1)));
+        let mut waits = Vec::new();
+        let mut last = tokio::time::Instant::now();
+        for _ in 0..4 {
+            assert!(matches!(events.next().await, Some(Ok(Event::Init))));
+            assert!(matches!(
+                events.next().await,
+                Some(Err(watcher::Error::InitialListFailed(_)))
+            ));
+            let now = tokio::time::Instant::now();
+            waits.push((now - last).as_millis());
+            last = now;
+        }
+        assert_eq!(applied(events.next().await), 1);
+        waits.push((tokio::time::Instant::now() - last).as_millis());
+        assert_eq!(
+            waits,
+            [0, 100, 200, 400, 800],
+            "doubling after each failed list"
         );
     }
 

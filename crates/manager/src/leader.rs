@@ -33,13 +33,13 @@ use std::time::Duration;
 
 use controllers::backoff::WatchBackoff;
 use controllers::events::Events;
+use controllers::reconnect::reconnecting;
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher;
 use prometheus::IntGauge;
 use tokio::sync::watch;
@@ -880,7 +880,9 @@ impl LeaderElector {
 }
 
 /// Forwards the state of the one Lease to `sender` until `stop` is cancelled or nobody
-/// listens. Errors are retried with `backoff`.
+/// listens. Errors are retried with `backoff`, as the controllers' watches are
+/// ([`controllers::reconnect::reconnecting`]: kube's own `StreamBackoff` would start it over at
+/// each new watcher's `Init`, so retrying ten times a second through an outage).
 async fn watch_lease(
     api: Api<Lease>,
     name: String,
@@ -889,7 +891,10 @@ async fn watch_lease(
     stop: CancellationToken,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher(api, config).backoff(backoff));
+    let mut events = std::pin::pin!(reconnecting(
+        move || watcher(api.clone(), config.clone()),
+        backoff
+    ));
     let mut seen_in_init = false;
     loop {
         let event = tokio::select! {
