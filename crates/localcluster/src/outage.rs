@@ -116,8 +116,8 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // The clients stop while the API server is away: the outage lasts `downtime` however
-        // long they take.
+        // The clients stop while the API server is away, and their stopping counts towards
+        // `downtime` (the outage is longer only when they take longer than that).
         let stopped = Instant::now();
         for &i in &clients {
             stop(&state.components[i]).await;
@@ -267,46 +267,29 @@ mod tests {
     #[test]
     fn a_component_is_restarted_with_its_arguments_and_one_that_exited_is_named() {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let sleep = which("sleep");
+        // This test's own process stands for a running component: spawning one would hold
+        // a copy of every descriptor open at the time, the other tests' sockets among them.
         let component = |pid: u32| Component {
             name: "kwok-1".to_owned(),
             pid,
-            binary: sleep.clone(),
+            // As started: a component is told by its binary's path as its first argument.
+            binary: std::env::args_os().next().expect("argv[0]").into(),
             ports: Default::default(),
             log: dir.path().join("kwok-1.log"),
         };
-        let mut running = std::process::Command::new(&sleep)
-            .arg("30")
-            .spawn()
-            .expect("sleep started");
-        // Its arguments are empty for a moment right after the exec.
-        let cmdline = Path::new("/proc")
-            .join(running.id().to_string())
-            .join("cmdline");
-        while std::fs::read(&cmdline).is_ok_and(|c| c.is_empty()) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let args = command_line(&component(running.id()));
-        running.kill().expect("sleep killed");
-        running.wait().expect("sleep reaped");
-        assert_eq!(args.expect("read"), ["30"]);
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        assert_eq!(
+            command_line(&component(std::process::id())).expect("read"),
+            args
+        );
 
         std::fs::write(dir.path().join("kwok-1.log"), "the last words\n").expect("log");
-        let error = command_line(&component(running.id())).expect_err("not running");
+        // No process has this id (Linux's pid_max is at most 2^22).
+        let error = command_line(&component(u32::MAX)).expect_err("not running");
         assert!(matches!(error, Error::ComponentDown { .. }), "{error:?}");
         let message = error.to_string();
         assert!(message.contains("kwok-1 is not running"), "{message}");
         assert!(message.contains("the last words"), "{message}");
-    }
-
-    /// The absolute path of `program`, as the cluster state records a binary.
-    fn which(program: &str) -> std::path::PathBuf {
-        std::env::var_os("PATH")
-            .iter()
-            .flat_map(std::env::split_paths)
-            .map(|dir| dir.join(program))
-            .find(|path| path.is_file())
-            .unwrap_or_else(|| panic!("{program} not found on PATH"))
     }
 
     #[test]
