@@ -31,7 +31,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use localcluster::{LocalCluster, Outage};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use testkit::{AuditEvent, ServiceAccountKubeconfig, TestCluster, TestNamespace};
+use testkit::{AuditEvent, ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
 
 use super::tenants::populate;
 use super::timeline;
@@ -117,54 +117,55 @@ pub async fn measure(
             || all_converged(&api, &names, args.size),
         )
         .await?;
-        let mut outages = Vec::with_capacity(2);
-        // Each outage scales the Memcacheds one replica further.
-        for (outage, size) in [
-            (Outage::ApiServer, args.size),
-            (Outage::ControlPlane, args.size + 1),
-        ] {
-            let times = after_outage(cluster, &api, &names, outage, size, args).await?;
-            if manager.try_exit_status()?.is_some() {
-                anyhow::bail!(
-                    "the manager exited during the {}; its log: {}",
-                    outage_name(outage),
-                    manager.log().display()
-                );
-            }
-            outages.push(times);
-        }
+        // The second outage scales the Memcacheds one replica further than the first.
+        let apiserver = after_outage(cluster, &api, &names, Outage::ApiServer, args.size, args);
+        let apiserver = apiserver.await?;
+        still_running(&mut manager, Outage::ApiServer)?;
+        let size = args.size + 1;
+        let control_plane = after_outage(cluster, &api, &names, Outage::ControlPlane, size, args);
+        let control_plane = control_plane.await?;
+        still_running(&mut manager, Outage::ControlPlane)?;
         let foreign = foreign(cluster, &api, namespace.name(), args).await?;
-        anyhow::Ok((outages, foreign))
+        anyhow::Ok((apiserver, control_plane, foreign))
     }
     .await;
     workload::stop_manager(manager).await?;
     delete_and_wait(cluster, namespace, args.timeout()).await?;
-    let (outages, foreign) = measured?;
+    let (apiserver, control_plane, foreign) = measured?;
     let manager_user = format!(
         "system:serviceaccount:{}:{}",
         kubeconfig.namespace, kubeconfig.service_account
     );
-    let mut recoveries = outages.into_iter().map(|times| OutageRecovery {
+    let recovery = |times: OutageTimes| OutageRecovery {
         reacted_seconds: times.reacted,
         rolled_out_seconds: times.rolled_out,
         converged_seconds: times.converged,
         manager_seconds: times.managers_part(),
         first_writes: first_writes_or_warn(cluster, &namespace_name, &times, &manager_user),
-    });
-    let (Some(apiserver), control_plane) = (recoveries.next(), recoveries.next()) else {
-        anyhow::bail!("no outage was measured");
     };
     Ok(Recovery {
         manager: contender.name.clone(),
         outage_seconds: args.outage_seconds,
-        apiserver,
-        control_plane,
+        apiserver: recovery(apiserver),
+        control_plane: Some(recovery(control_plane)),
         foreign_seconds: foreign,
     })
 }
 
+/// Fails, naming its log, when the manager exited during `outage`.
+fn still_running(manager: &mut ManagerProcess, outage: Outage) -> anyhow::Result<()> {
+    if manager.try_exit_status()?.is_some() {
+        anyhow::bail!(
+            "the manager exited during the {}; its log: {}",
+            outage_name(outage),
+            manager.log().display()
+        );
+    }
+    Ok(())
+}
+
 /// How an outage is named in messages.
-pub fn outage_name(outage: Outage) -> &'static str {
+fn outage_name(outage: Outage) -> &'static str {
     match outage {
         Outage::ApiServer => "API-server outage",
         Outage::ControlPlane => "control-plane outage",
