@@ -36,6 +36,7 @@ mod baseline;
 mod cluster_ready;
 mod crds;
 mod failover;
+mod merge;
 mod probe;
 mod recovery;
 mod reference;
@@ -120,13 +121,16 @@ pub struct BenchArgs {
     /// Where to write the JSON results (default: `<target-dir>/bench/bench.json`).
     #[arg(long, value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// Measure nothing: print the tables of the results in this JSON, which an earlier run
-    /// wrote (its `--output`), with the settings it holds (so no other option goes with it).
-    /// A run stopped part-way keeps the runs it finished there, and this prints their ratios
-    /// and growth all the same.
+    /// Measure nothing: print the tables of the results in these JSON files, which earlier
+    /// runs wrote (their `--output`), with the settings they hold (so no other option goes
+    /// with it). A run stopped part-way keeps the runs it finished there, and this prints their
+    /// ratios and growth all the same. Several files, each measuring other object counts or
+    /// phases of the same builds (e.g. `--objects 100,1000`, then `--objects 10000`), print as
+    /// one run of them all; see `bench/merge.rs` for what must agree.
     #[arg(
         long,
         value_name = "PATH",
+        num_args = 1..,
         conflicts_with_all = [
             "objects", "phases", "objects_per_namespace", "concurrency", "size",
             "max_concurrent_reconciles", "failover_rounds", "outage_seconds",
@@ -134,7 +138,7 @@ pub struct BenchArgs {
             "also_manager", "no_reference", "real_node", "output",
         ]
     )]
-    pub report: Option<PathBuf>,
+    pub report: Vec<PathBuf>,
 }
 
 /// A part of the bench that `--phases` can select.
@@ -219,8 +223,21 @@ pub const OURS: &str = "ours";
 pub const REFERENCE: &str = "controller-runtime";
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if let Some(path) = &args.report {
-        print!("{}", report::markdown(&report::read_json(path)?));
+    if !args.report.is_empty() {
+        let parts = args
+            .report
+            .iter()
+            .map(|path| Ok((path.clone(), report::read_json(path)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let merged = merge::merge(parts)?;
+        if merged.sources.len() > 1 {
+            println!("Measured in {} runs of the bench:", merged.sources.len());
+            for source in &merged.sources {
+                println!("- {source}");
+            }
+            println!();
+        }
+        print!("{}", report::markdown(&merged.results));
         return Ok(());
     }
     args.validate()?;
@@ -261,7 +278,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 // Returning drops the bench's future, and with it every manager it started
                 // (they are killed on drop) and its namespaces (deleted on drop); the default
                 // action of SIGTERM would leave them running.
-                anyhow::bail!("stopped by {signal}; the workload runs finished before it are in the JSON output")
+                anyhow::bail!("stopped by {signal}; what finished before it is in the JSON output")
             }
         }
     })
@@ -309,9 +326,21 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
         .await
         .context("installing the request-counting FlowSchema")?;
     let machine = report::Machine::describe(&cluster.client, cluster.state.node.is_some()).await;
+    // Everything measured so far, written after each run, recovery and failover, so a bench
+    // that fails or is stopped part-way keeps what it finished.
+    let mut results = report::Results {
+        machine,
+        settings: report::Settings::from(&args),
+        builds: contenders
+            .iter()
+            .map(|c| report::Build::of(&c.name, &c.binary))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        runs: Vec::new(),
+        recovery: Vec::new(),
+        failover: Vec::new(),
+    };
     let output = args.output.clone().unwrap_or_else(default_output);
 
-    let mut runs = Vec::new();
     let workload_counts = if args.measures_workload() {
         args.objects.as_slice()
     } else {
@@ -356,18 +385,8 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
                 .with_context(|| format!("measuring {}", contender.name))?;
                 report::print_run(&run);
                 shortest = shortest.min(run.measured_seconds());
-                runs.push(run);
-                // What is measured so far, kept should a later phase fail or be stopped.
-                report::write_json(
-                    &output,
-                    &report::Results {
-                        machine: machine.clone(),
-                        settings: report::Settings::from(&args),
-                        runs: runs.clone(),
-                        recovery: Vec::new(),
-                        failover: Vec::new(),
-                    },
-                )?;
+                results.runs.push(run);
+                report::write_json(&output, &results)?;
                 tenants
                     .delete_and_wait(&cluster, args.timeout())
                     .await
@@ -386,7 +405,6 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
         }
     }
 
-    let mut recoveries = Vec::new();
     if args.measures_recovery() {
         for contender in &contenders {
             println!(
@@ -397,11 +415,11 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
                 .await
                 .with_context(|| format!("recovery of {}", contender.name))?;
             report::print_recovery(&recovery);
-            recoveries.push(recovery);
+            results.recovery.push(recovery);
+            report::write_json(&output, &results)?;
         }
     }
 
-    let mut failovers = Vec::new();
     if args.measures_failover() {
         let load = args.objects.iter().copied().max().unwrap_or_default();
         for contender in &contenders {
@@ -412,18 +430,12 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
             let failover = failover::measure(&cluster, contender, &kubeconfig, load, &args)
                 .await
                 .with_context(|| format!("failover of {}", contender.name))?;
-            failovers.push(failover);
+            results.failover.push(failover);
+            report::write_json(&output, &results)?;
         }
     }
     counter.remove(&cluster.client).await?;
 
-    let results = report::Results {
-        machine,
-        settings: report::Settings::from(&args),
-        runs,
-        recovery: recoveries,
-        failover: failovers,
-    };
     println!();
     print!("{}", report::markdown(&results));
     report::write_json(&output, &results)?;
@@ -562,6 +574,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use clap::Parser;
 
     use super::{BenchArgs, MAX_RUNS, StopSignals, parse_also_manager, percentile, runs_needed};
@@ -575,7 +589,13 @@ mod tests {
     #[test]
     fn a_report_measures_nothing_so_it_takes_no_measuring_options() {
         let parsed = Bench::try_parse_from(["bench", "--report", "old.json"]).expect("valid");
-        assert_eq!(parsed.args.report.as_deref(), Some("old.json".as_ref()));
+        assert_eq!(parsed.args.report, [PathBuf::from("old.json")]);
+        let parsed = Bench::try_parse_from(["bench", "--report", "a.json", "b.json"])
+            .expect("several files");
+        assert_eq!(
+            parsed.args.report,
+            [PathBuf::from("a.json"), PathBuf::from("b.json")]
+        );
         // The JSON holds what the run was measured with; an option given beside it would be
         // ignored, so it is refused instead.
         for measuring in [

@@ -95,10 +95,43 @@ impl From<&BenchArgs> for Settings {
     }
 }
 
+/// A manager's binary, named by the digest of its file, so results can tell one build from
+/// another (a commit that changes only documentation builds the same binary).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Build {
+    pub manager: String,
+    /// `sha256:<hex>` of the binary.
+    pub digest: String,
+}
+
+impl Build {
+    /// The digest of `binary`, which `manager` names.
+    pub fn of(manager: &str, binary: &Path) -> anyhow::Result<Self> {
+        let bytes = std::fs::read(binary)
+            .with_context(|| format!("reading {} to name its build", binary.display()))?;
+        let hash = ring::digest::digest(&ring::digest::SHA256, &bytes);
+        let hex: String = hash.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Self {
+            manager: manager.to_owned(),
+            digest: format!("sha256:{hex}"),
+        })
+    }
+
+    /// The digest as the tables print it: long enough to tell builds apart.
+    fn short_digest(&self) -> &str {
+        self.digest
+            .get(..("sha256:".len() + 12))
+            .unwrap_or(&self.digest)
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Results {
     pub machine: Machine,
     pub settings: Settings,
+    /// The binaries measured; empty in the results of runs before they were recorded.
+    #[serde(default)]
+    pub builds: Vec<Build>,
     pub runs: Vec<Run>,
     pub recovery: Vec<Recovery>,
     pub failover: Vec<Failover>,
@@ -309,13 +342,22 @@ pub fn markdown(results: &Results) -> String {
     );
     let _ = writeln!(
         out,
-        "Settings: bench concurrency {}, size {} (scale event to {}), {} concurrent reconciles per controller, at most {} Memcacheds to a namespace.\n",
+        "Settings: bench concurrency {}, size {} (scale event to {}), {} concurrent reconciles per controller, at most {} Memcacheds to a namespace.",
         s.concurrency,
         s.size,
         s.size + 1,
         s.max_concurrent_reconciles,
         s.objects_per_namespace
     );
+    if !results.builds.is_empty() {
+        let builds: Vec<String> = results
+            .builds
+            .iter()
+            .map(|b| format!("{} {}", b.manager, b.short_digest()))
+            .collect();
+        let _ = writeln!(out, "Builds: {}.", builds.join(", "));
+    }
+    out.push('\n');
     if !results.runs.is_empty() {
         push_workload_tables(&mut out, results);
     }
@@ -702,13 +744,13 @@ pub fn write_json(path: &Path, results: &Results) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bench::OURS;
     use crate::bench::baseline::Limit;
     use crate::bench::workload::{Memory, Split, Spread};
 
-    fn run(manager: &str, objects: usize, seconds: f64, requests: f64, cpu: f64) -> Run {
+    pub(crate) fn run(manager: &str, objects: usize, seconds: f64, requests: f64, cpu: f64) -> Run {
         let spread = Spread {
             p50: 0.01,
             p99: 0.02,
@@ -785,7 +827,7 @@ mod tests {
 
     /// Ours' recovery from a 20 s outage of the API server (scaled after 1.5 s, converged
     /// after 4.25 s) and of the control plane (scaled after 0.5 s, converged after 3.5 s).
-    fn recovery() -> Recovery {
+    pub(crate) fn recovery() -> Recovery {
         Recovery {
             manager: OURS.to_owned(),
             outage_seconds: 20,
@@ -808,7 +850,7 @@ mod tests {
     }
 
     /// The results of `runs` on a 2-core machine, without recovery or failover.
-    fn results_of(runs: Vec<Run>) -> Results {
+    pub(crate) fn results_of(runs: Vec<Run>) -> Results {
         Results {
             machine: Machine {
                 cores: 2,
@@ -826,6 +868,7 @@ mod tests {
                 max_concurrent_reconciles: 4,
                 min_measured_seconds: 60,
             },
+            builds: Vec::new(),
             runs,
             recovery: Vec::new(),
             failover: Vec::new(),
@@ -937,6 +980,32 @@ mod tests {
             text.contains("| ours | 100 | scale | 99 | 1.00 / 2.00 / 3.00 | 1.50 / 3.00 / 4.50 | 0.25 / 0.50 / 0.75 | 0.12 / 0.25 / 0.38 | 0.50 / 1.00 / 1.50 | 0.75 / 1.50 / 2.25 |"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_build_is_named_by_its_binarys_digest() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let binary = dir.path().join("manager");
+        std::fs::write(&binary, "abc").expect("written");
+        let build = Build::of(OURS, &binary).expect("digested");
+        assert_eq!(
+            build.digest,
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(build.short_digest(), "sha256:ba7816bf8f01");
+        let error = format!(
+            "{:#}",
+            Build::of(OURS, &dir.path().join("missing")).expect_err("no such file")
+        );
+        assert!(error.contains("missing"), "{error}");
+
+        // Results written before builds were recorded read back without them.
+        let mut json = serde_json::to_value(results_of(Vec::new())).expect("serialized");
+        let removed = json.as_object_mut().and_then(|r| r.remove("builds"));
+        assert!(removed.is_some(), "the results had the field");
+        let read: Results = serde_json::from_value(json).expect("read without the field");
+        assert!(read.builds.is_empty());
+        assert!(!markdown(&read).contains("Builds:"));
     }
 
     #[test]
