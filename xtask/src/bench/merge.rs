@@ -5,14 +5,17 @@
 //! `--objects 100,1000 --phases workload`, `--objects 10000 --phases workload`, then
 //! `--objects 10000 --phases recovery,failover`, and `--report` given the three files prints
 //! them as one. What compares managers still comes from one run: each object count's runs,
-//! the recovery and the failover are taken whole from one file. The files must hold the same
+//! the recovery and the failover are taken whole from one file. A count that a file measured
+//! for only some of its managers (a run stopped part-way) gives way to a file that measured it
+//! for every one. The files must hold the same
 //! builds (by their binaries' digests, where recorded), measured on the same kind of machine
 //! and cluster with the same settings; anything else is refused, naming what differs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::report::{Machine, Results, Settings};
+use super::report::{Build, Machine, Results, Settings};
 
 /// Results read from several files, and what was taken from each.
 pub struct Merged {
@@ -23,8 +26,7 @@ pub struct Merged {
 
 /// Joins the results of `parts` (each a file's path and its contents), in the order given.
 pub fn merge(parts: Vec<(PathBuf, Results)>) -> anyhow::Result<Merged> {
-    let mut parts = parts.into_iter();
-    let Some((first_path, first)) = parts.next() else {
+    let Some((first_path, first)) = parts.first() else {
         anyhow::bail!("--report: no results file given");
     };
     let mut merged = Results {
@@ -34,73 +36,146 @@ pub fn merge(parts: Vec<(PathBuf, Results)>) -> anyhow::Result<Merged> {
         failover: Vec::new(),
         ..first.clone()
     };
-    let mut counts_from: Vec<(usize, PathBuf)> = Vec::new();
-    let mut recovery_from: Option<PathBuf> = None;
-    let mut failover_from: Option<PathBuf> = None;
-    let mut sources = Vec::new();
-    for (path, results) in std::iter::once((first_path.clone(), first)).chain(parts) {
-        same_machine(&first_path, &merged.machine, &path, &results.machine)?;
-        same_settings(&first_path, &merged.settings, &path, &results.settings)?;
-        for build in &results.builds {
-            match merged.builds.iter().find(|b| b.manager == build.manager) {
-                Some(known) if known.digest != build.digest => anyhow::bail!(
-                    "--report: {} measured another build of {} ({}) than an earlier file ({}); results of different builds do not make one run",
-                    path.display(),
-                    build.manager,
-                    build.digest,
-                    known.digest
-                ),
-                Some(_) => {}
-                None => merged.builds.push(build.clone()),
-            }
-        }
-        let counts: BTreeSet<usize> = results.runs.iter().map(|run| run.objects).collect();
-        for &count in &counts {
-            if let Some((_, earlier)) = counts_from.iter().find(|(c, _)| *c == count) {
-                anyhow::bail!(
-                    "--report: both {} and {} measured {count} objects; a count's ratios compare the runs of one bench, so give only one of them",
-                    earlier.display(),
-                    path.display()
-                );
-            }
-            counts_from.push((count, path.clone()));
-        }
-        taken_once(
-            "the recovery",
-            &mut recovery_from,
-            &path,
-            !results.recovery.is_empty(),
-        )?;
-        taken_once(
-            "the failover",
-            &mut failover_from,
-            &path,
-            !results.failover.is_empty(),
-        )?;
-        let measured = what_was_measured(&counts, &results);
-        if measured.is_empty() {
+    for (path, results) in &parts {
+        same_machine(first_path, &first.machine, path, &results.machine)?;
+        same_settings(first_path, &first.settings, path, &results.settings)?;
+        add_builds(&mut merged.builds, path, &results.builds)?;
+        if results.runs.is_empty() && results.recovery.is_empty() && results.failover.is_empty() {
             anyhow::bail!(
                 "--report: {} holds no finished run, recovery or failover; leave it out",
                 path.display()
             );
         }
-        sources.push(format!(
-            "{}: {}{}",
+    }
+    let taken_from = choose_counts(&parts)?;
+    let mut recovery_from: Option<PathBuf> = None;
+    let mut failover_from: Option<PathBuf> = None;
+    let mut sources = Vec::new();
+    for (index, (path, results)) in parts.iter().enumerate() {
+        taken_once(
+            "the recovery",
+            &mut recovery_from,
+            path,
+            !results.recovery.is_empty(),
+        )?;
+        taken_once(
+            "the failover",
+            &mut failover_from,
+            path,
+            !results.failover.is_empty(),
+        )?;
+        let taken = |count: &usize| taken_from.get(count) == Some(&index);
+        let counts = counts_of(results);
+        let mut line = format!(
+            "{}: {}",
             path.display(),
-            measured.join(", "),
-            if results.builds.is_empty() {
-                " (its builds not recorded)"
-            } else {
-                ""
+            what_was_taken(counts.iter().filter(|c| taken(c)), results)
+        );
+        for count in counts.iter().filter(|c| !taken(c)) {
+            if let Some(&other) = taken_from.get(count) {
+                let _ = write!(
+                    line,
+                    "; {count} objects left out, measured there for only some of its managers and in {} for every one",
+                    parts[other].0.display()
+                );
             }
-        ));
-        merged.runs.extend(results.runs);
+        }
+        if results.builds.is_empty() {
+            line.push_str(" (its builds not recorded)");
+        }
+        sources.push(line);
+    }
+    for (index, (_, results)) in parts.into_iter().enumerate() {
+        merged.runs.extend(
+            results
+                .runs
+                .into_iter()
+                .filter(|run| taken_from.get(&run.objects) == Some(&index)),
+        );
         merged.recovery.extend(results.recovery);
         merged.failover.extend(results.failover);
     }
     Ok(Merged {
         results: merged,
         sources,
+    })
+}
+
+/// Adds a file's builds to those known, failing on another build of a manager already known.
+fn add_builds(known: &mut Vec<Build>, path: &Path, builds: &[Build]) -> anyhow::Result<()> {
+    for build in builds {
+        match known.iter().find(|b| b.manager == build.manager) {
+            Some(earlier) if earlier.digest != build.digest => anyhow::bail!(
+                "--report: {} measured another build of {} ({}) than an earlier file ({}); results of different builds do not make one run",
+                path.display(),
+                build.manager,
+                build.digest,
+                earlier.digest
+            ),
+            Some(_) => {}
+            None => known.push(build.clone()),
+        }
+    }
+    Ok(())
+}
+
+/// For each object count, the index of the file whose runs of it are taken: the only file that
+/// measured it, or of several, the only one that measured it for every manager it ran (a run
+/// stopped part-way may have measured its largest count for one manager only).
+fn choose_counts(parts: &[(PathBuf, Results)]) -> anyhow::Result<BTreeMap<usize, usize>> {
+    let mut measured_in: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (index, (_, results)) in parts.iter().enumerate() {
+        for count in counts_of(results) {
+            measured_in.entry(count).or_default().push(index);
+        }
+    }
+    measured_in
+        .into_iter()
+        .map(|(count, files)| {
+            let complete: Vec<usize> = files
+                .iter()
+                .copied()
+                .filter(|&index| measured_for_every_manager(&parts[index].1, count))
+                .collect();
+            match (&files[..], &complete[..]) {
+                ([only], _) | (_, [only]) => Ok((count, *only)),
+                _ => {
+                    let names: Vec<String> = files
+                        .iter()
+                        .map(|&index| parts[index].0.display().to_string())
+                        .collect();
+                    anyhow::bail!(
+                        "--report: {} each measured {count} objects; a count's ratios compare the runs of one bench, so give only one of them (a file that measured it for only some of its managers gives way to one that measured it for every one)",
+                        names.join(" and ")
+                    )
+                }
+            }
+        })
+        .collect()
+}
+
+/// The object counts a file has runs of.
+fn counts_of(results: &Results) -> BTreeSet<usize> {
+    results.runs.iter().map(|run| run.objects).collect()
+}
+
+/// Whether every manager the file measured has a run at `count`: the managers are its builds,
+/// or in results from before builds were recorded, the managers of its runs.
+fn measured_for_every_manager(results: &Results, count: usize) -> bool {
+    let managers: BTreeSet<&str> = if results.builds.is_empty() {
+        results
+            .runs
+            .iter()
+            .map(|run| run.manager.as_str())
+            .collect()
+    } else {
+        results.builds.iter().map(|b| b.manager.as_str()).collect()
+    };
+    managers.iter().all(|manager| {
+        results
+            .runs
+            .iter()
+            .any(|run| run.objects == count && run.manager == *manager)
     })
 }
 
@@ -125,19 +200,20 @@ fn taken_once(
     Ok(())
 }
 
-/// What a file measured, as the list of its sources line.
-fn what_was_measured(counts: &BTreeSet<usize>, results: &Results) -> Vec<String> {
-    let mut measured: Vec<String> = counts
-        .iter()
-        .map(|count| format!("{count} objects"))
-        .collect();
+/// What is taken from a file, for its sources line.
+fn what_was_taken<'a>(counts: impl Iterator<Item = &'a usize>, results: &Results) -> String {
+    let mut taken: Vec<String> = counts.map(|count| format!("{count} objects")).collect();
     if !results.recovery.is_empty() {
-        measured.push("recovery".to_owned());
+        taken.push("recovery".to_owned());
     }
     if !results.failover.is_empty() {
-        measured.push("failover".to_owned());
+        taken.push("failover".to_owned());
     }
-    measured
+    if taken.is_empty() {
+        "nothing taken".to_owned()
+    } else {
+        taken.join(", ")
+    }
 }
 
 /// Fails, naming the difference, unless two files were measured on the same kind of machine
@@ -302,14 +378,75 @@ mod tests {
             ("b.json".into(), both_at(100)),
         ]);
         assert!(
-            error.contains("both a.json and b.json measured 100 objects"),
+            error.contains("a.json and b.json each measured 100 objects"),
             "{error}"
         );
         // Also when each file holds one of the managers: their ratio would span two runs.
-        let ours = results_of(vec![run(OURS, 100, 2.0, 4.0, 1.0)]);
-        let reference = results_of(vec![run(REFERENCE, 100, 4.0, 8.0, 4.0)]);
+        let ours = Results {
+            builds: vec![build(OURS, "sha256:aa"), build(REFERENCE, "sha256:bb")],
+            ..results_of(vec![run(OURS, 100, 2.0, 4.0, 1.0)])
+        };
+        let reference = Results {
+            runs: vec![run(REFERENCE, 100, 4.0, 8.0, 4.0)],
+            ..ours.clone()
+        };
         let error = error_of(vec![("a.json".into(), ours), ("b.json".into(), reference)]);
-        assert!(error.contains("measured 100 objects"), "{error}");
+        assert!(
+            error.contains("a.json and b.json each measured 100 objects"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_count_measured_for_some_managers_gives_way_to_one_measured_for_all() {
+        // A run stopped after ours' 10,000, from before builds were recorded.
+        let stopped = results_of(vec![
+            run(OURS, 100, 2.0, 4.0, 1.0),
+            run(REFERENCE, 100, 4.0, 8.0, 4.0),
+            run(OURS, 10_000, 200.0, 4.0, 100.0),
+        ]);
+        let merged = merge(vec![
+            ("stopped.json".into(), stopped),
+            ("large.json".into(), both_at(10_000)),
+        ])
+        .expect("merged");
+        assert_eq!(
+            merged.sources,
+            [
+                "stopped.json: 100 objects; 10000 objects left out, measured there for only some of its managers and in large.json for every one (its builds not recorded)",
+                "large.json: 10000 objects",
+            ]
+        );
+        let taken: Vec<(&str, usize, f64)> = merged
+            .results
+            .runs
+            .iter()
+            .map(|r| (r.manager.as_str(), r.objects, r.convergence.seconds))
+            .collect();
+        assert_eq!(
+            taken,
+            [
+                (OURS, 100, 2.0),
+                (REFERENCE, 100, 4.0),
+                (OURS, 10_000, 2.0),
+                (REFERENCE, 10_000, 4.0),
+            ],
+            "the stopped run's 10,000 is left out"
+        );
+
+        // Two files each with some of a count's managers: neither gives way.
+        let ours_only = Results {
+            builds: vec![build(OURS, "sha256:aa"), build(REFERENCE, "sha256:bb")],
+            ..results_of(vec![run(OURS, 10_000, 200.0, 4.0, 100.0)])
+        };
+        let error = error_of(vec![
+            ("a.json".into(), ours_only.clone()),
+            ("b.json".into(), ours_only),
+        ]);
+        assert!(
+            error.contains("a.json and b.json each measured 10000 objects"),
+            "{error}"
+        );
     }
 
     #[test]
