@@ -230,15 +230,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .map(|path| Ok((path.clone(), report::read_json(path)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let merged = merge::merge(parts)?;
+        let mut text = String::new();
         if merged.sources.len() > 1 {
-            println!("Measured in {} runs of the bench:", merged.sources.len());
+            text.push_str(&format!(
+                "Measured in {} runs of the bench:\n",
+                merged.sources.len()
+            ));
             for source in &merged.sources {
-                println!("- {source}");
+                text.push_str(&format!("- {source}\n"));
             }
-            println!();
+            text.push('\n');
         }
-        print!("{}", report::markdown(&merged.results));
-        return Ok(());
+        text.push_str(&report::markdown(&merged.results));
+        return print_to_stdout(&text);
     }
     args.validate()?;
     let manager = match &args.manager_binary {
@@ -282,6 +286,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// Prints `text`; a reader that stopped reading (`--report ... | head`) ends it quietly.
+fn print_to_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(error).context("printing the report")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The signals that stop a bench, handled so that stopping it stops what it started.
