@@ -20,8 +20,8 @@ pub(crate) const ANNOTATION_CONTAINERD_NAME: &str = "io.containerd.image.name";
 /// The OCI layout's own name for a manifest: the tag.
 pub(crate) const ANNOTATION_REF_NAME: &str = "org.opencontainers.image.ref.name";
 
-/// `sha256:<hex>` of `data`.
-pub(crate) fn digest(data: &[u8]) -> String {
+/// `sha256:<hex>` of `data`: how OCI names a blob, and how the bench names a build.
+pub fn digest(data: &[u8]) -> String {
     let hash = ring::digest::digest(&ring::digest::SHA256, data);
     let hex: String = hash
         .as_ref()

@@ -28,6 +28,7 @@ use std::path::PathBuf;
 
 pub use containerd::{KUBERNETES_NAMESPACE, import_into_containerd};
 pub use image::{BuiltImage, Image, ImageConfig, ImageFile, Metadata, Platform, Port, User};
+pub use layout::digest as sha256_digest;
 pub use libraries::{SharedLibrary, shared_libraries};
 pub use reference::Reference;
 pub use source::{git_revision, rfc3339, source_date_epoch};

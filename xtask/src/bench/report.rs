@@ -109,11 +109,9 @@ impl Build {
     pub fn of(manager: &str, binary: &Path) -> anyhow::Result<Self> {
         let bytes = std::fs::read(binary)
             .with_context(|| format!("reading {} to name its build", binary.display()))?;
-        let hash = ring::digest::digest(&ring::digest::SHA256, &bytes);
-        let hex: String = hash.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         Ok(Self {
             manager: manager.to_owned(),
-            digest: format!("sha256:{hex}"),
+            digest: ociimage::sha256_digest(&bytes),
         })
     }
 
