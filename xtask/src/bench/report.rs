@@ -540,17 +540,17 @@ fn push_workload_tables(out: &mut String, results: &Results) {
     let growth = growth(&points);
     if !growth.is_empty() {
         out.push_str(
-            "\nCPU per object at each count over the same manager's at its smallest count (flat is 1.00; of a count measured more than once, the median):\n\n",
+            "\nCPU per object at each count over the same manager's at its smallest count (flat is 1.00; of a count measured more than once, the median), and the bench's physical limit per write at that count, which tells how fast the machine and cluster were (counts measured in different runs compare like with like only where it is about the same):\n\n",
         );
         out.push_str(
-            "| manager | objects | runs | CPU/obj (ms) | over the smallest | burst CPU/obj (ms) | over the smallest | waited for a CPU/obj (ms) | machine busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| manager | objects | runs | CPU/obj (ms) | over the smallest | burst CPU/obj (ms) | over the smallest | waited for a CPU/obj (ms) | machine busy | physical limit per write (ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for (point, smallest) in growth {
             let cpu = point.median(cpu_ms_per_object);
             let burst = point.median(burst_cpu_ms_per_object);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {cpu:.2} | {:.2} | {burst:.2} | {:.2} | {:.2} | {:.0}% |",
+                "| {} | {} | {} | {cpu:.2} | {:.2} | {burst:.2} | {:.2} | {:.2} | {:.0}% | {:.2} |",
                 point.manager,
                 point.objects,
                 point.runs.len(),
@@ -558,6 +558,7 @@ fn push_workload_tables(out: &mut String, results: &Results) {
                 burst / smallest.median(burst_cpu_ms_per_object),
                 point.median(cpu_wait_ms_per_object),
                 point.median(machine_busy) * 100.0,
+                point.median(limit_ms_per_write),
             );
         }
     }
@@ -626,6 +627,15 @@ fn cpu_ms_per_object(run: &Run) -> f64 {
 fn cpu_wait_ms_per_object(run: &Run) -> f64 {
     let waited = run.convergence.cpu_wait_seconds + run.scale.cpu_wait_seconds;
     waited * 1000.0 / run.objects.max(1) as f64
+}
+
+/// Milliseconds per write of the bench's physical limit: three writes per object at the bench's
+/// concurrency with no manager running, so a measure of the machine and cluster alone.
+fn limit_ms_per_write(run: &Run) -> f64 {
+    if run.limit.writes == 0 {
+        return 0.0;
+    }
+    run.limit.seconds * 1000.0 / run.limit.writes as f64
 }
 
 /// The share of the machine's CPU time that was busy over the converge and scale phases, each
@@ -1108,7 +1118,7 @@ pub(crate) mod tests {
 
     #[test]
     fn growth_is_over_the_same_managers_smallest_count() {
-        let runs = vec![
+        let mut runs = vec![
             run(OURS, 1000, 20.0, 4.0, 10.0),
             run(REFERENCE, 100, 4.0, 8.0, 4.0),
             run(OURS, 100, 2.0, 4.0, 1.0),
@@ -1117,6 +1127,11 @@ pub(crate) mod tests {
             // One count only: nothing to compare.
             run("size-opt", 1000, 30.0, 4.0, 20.0),
         ];
+        // A faster machine when 5000 was measured: 2 ms a write against 333.33.
+        runs[4].limit = Limit {
+            seconds: 30.0,
+            writes: 15_000,
+        };
         let points = points(&runs);
         let rows: Vec<(&str, usize, usize)> = growth(&points)
             .iter()
@@ -1137,11 +1152,13 @@ pub(crate) mod tests {
         // A quarter of the CPU time waited for a CPU; the machine was 50% busy in the converge
         // phase and 80% in the scale phase, as long as each other.
         assert!(
-            text.contains("| ours | 1000 | 1 | 20.00 | 1.00 | 10.50 | 0.70 | 5.00 | 65% |"),
+            text.contains(
+                "| ours | 1000 | 1 | 20.00 | 1.00 | 10.50 | 0.70 | 5.00 | 65% | 333.33 |"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("| ours | 5000 | 1 | 4.00 | 0.20 | 2.10 | 0.14 |"),
+            text.contains("| ours | 5000 | 1 | 4.00 | 0.20 | 2.10 | 0.14 | 1.00 | 65% | 2.00 |"),
             "{text}"
         );
         assert!(
