@@ -9,7 +9,8 @@
 //! for only some of its managers (a run stopped part-way) gives way to a file that measured it
 //! for every one. The files must hold the same
 //! builds (by their binaries' digests, where recorded), measured on the same kind of machine
-//! and cluster with the same settings; anything else is refused, naming what differs.
+//! and cluster with the same settings; anything else is refused, naming what differs. The
+//! kernel and compiler may differ, and then each file's are named.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -48,6 +49,16 @@ pub fn merge(parts: Vec<(PathBuf, Results)>) -> anyhow::Result<Merged> {
         }
     }
     let taken_from = choose_counts(&parts)?;
+    // The kernel and compiler may differ between files: say which each ran on, rather than
+    // let the first file's stand for all.
+    let machines_differ = parts.iter().any(|(_, results)| {
+        results.machine.kernel != first.machine.kernel
+            || results.machine.rustc != first.machine.rustc
+    });
+    if machines_differ {
+        merged.machine.kernel = distinct(parts.iter().map(|(_, r)| r.machine.kernel.as_str()));
+        merged.machine.rustc = distinct(parts.iter().map(|(_, r)| r.machine.rustc.as_str()));
+    }
     let mut recovery_from: Option<PathBuf> = None;
     let mut failover_from: Option<PathBuf> = None;
     let mut sources = Vec::new();
@@ -83,6 +94,13 @@ pub fn merge(parts: Vec<(PathBuf, Results)>) -> anyhow::Result<Merged> {
         if results.builds.is_empty() {
             line.push_str(" (its builds not recorded)");
         }
+        if machines_differ {
+            let _ = write!(
+                line,
+                " (on {}; {})",
+                results.machine.kernel, results.machine.rustc
+            );
+        }
         sources.push(line);
     }
     for (index, (_, results)) in parts.into_iter().enumerate() {
@@ -99,6 +117,17 @@ pub fn merge(parts: Vec<(PathBuf, Results)>) -> anyhow::Result<Merged> {
         results: merged,
         sources,
     })
+}
+
+/// Each value once, in the order first seen, joined by " or ".
+fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for value in values {
+        if !seen.contains(&value) {
+            seen.push(value);
+        }
+    }
+    seen.join(" or ")
 }
 
 /// Adds a file's builds to those known, failing on another build of a manager already known.
@@ -506,6 +535,29 @@ mod tests {
         assert!(
             error.contains("different machine: cores 2 against 4, real node false against true"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn each_file_names_its_kernel_when_they_differ() {
+        let mut other_kernel = both_at(10_000);
+        other_kernel.machine.kernel = "k2".into();
+        let merged = merge(vec![
+            ("a.json".into(), both_at(100)),
+            ("b.json".into(), other_kernel),
+        ])
+        .expect("merged");
+        assert_eq!(
+            merged.sources,
+            [
+                "a.json: 100 objects (on k; r)",
+                "b.json: 10000 objects (on k2; r)",
+            ]
+        );
+        let text = markdown(&merged.results);
+        assert!(
+            text.contains("Machine: 2 cores, 24 GiB, k or k2; r;"),
+            "{text}"
         );
     }
 
