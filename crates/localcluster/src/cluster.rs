@@ -714,7 +714,8 @@ async fn etcd_healthy(port: u16) -> std::result::Result<(), String> {
     }
 }
 
-async fn readyz(client: &kube::Client) -> std::result::Result<(), String> {
+/// The API server's `/readyz`: `Ok` once it says "ok", else what it said.
+pub(crate) async fn readyz(client: &kube::Client) -> std::result::Result<(), String> {
     let request = http::Request::get("/readyz")
         .body(Vec::new())
         .map_err(|e| e.to_string())?;

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::cluster::{readyz, wait};
 use crate::state::{ClusterState, Component};
 use crate::{Error, LocalCluster, Result, client_from_kubeconfig, lock, process};
 
@@ -11,6 +12,8 @@ const APISERVER: &str = "kube-apiserver";
 
 /// How long the API server gets to become ready again.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long one `/readyz` request of that wait may take.
+const READYZ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the stopped API server gets to exit and free its port. A killed process with a
 /// large heap can hold its listening socket for seconds after the kill.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -97,7 +100,7 @@ impl LocalCluster {
 
         let component = state.components[apiserver].clone();
         let stopping = Instant::now();
-        stop(&component).await;
+        stop([&component]).await;
         // Started again while the old process still holds its port, the new one would exit at
         // once with "address already in use".
         let port = secure_port(&apiserver_args);
@@ -117,11 +120,10 @@ impl LocalCluster {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // The clients stop while the API server is away, and their stopping counts towards
-        // `downtime` (the outage is longer only when they take longer than that).
+        // `downtime` (the outage is longer only when they take longer than that). They stop
+        // together, so one that needs its whole grace period does not hold up the others.
         let stopped = Instant::now();
-        for &i in &clients {
-            stop(&state.components[i]).await;
-        }
+        stop(clients.iter().map(|&i| &state.components[i])).await;
         tokio::time::sleep(downtime.saturating_sub(stopped.elapsed())).await;
 
         let pid = respawn(&component, &apiserver_args, &state_dir)?;
@@ -162,10 +164,15 @@ fn command_line(component: &Component) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Stops `component` and waits (off the runtime's threads) until it has exited.
-async fn stop(component: &Component) {
-    let (pid, binary) = (component.pid, component.binary.clone());
-    let _ = tokio::task::spawn_blocking(move || process::stop(pid, &binary, STOP_GRACE)).await;
+/// Stops `components`, all at once, and waits (off the runtime's threads) until each has
+/// exited.
+async fn stop<'a>(components: impl IntoIterator<Item = &'a Component>) {
+    let mut stopping = tokio::task::JoinSet::new();
+    for component in components {
+        let (pid, binary) = (component.pid, component.binary.clone());
+        stopping.spawn_blocking(move || process::stop(pid, &binary, STOP_GRACE));
+    }
+    while stopping.join_next().await.is_some() {}
 }
 
 /// Starts `component` again with `args`, logging to the same file; returns its new pid.
@@ -182,32 +189,17 @@ fn respawn(component: &Component, args: &[String], state_dir: &Path) -> Result<u
 /// Waits until the started API server `component` answers `/readyz`.
 async fn wait_ready(state: &ClusterState, component: &Component) -> Result<()> {
     let client = client_from_kubeconfig(&state.kubeconfig).await?;
-    let started = Instant::now();
-    let mut last = String::new();
-    while started.elapsed() < READY_TIMEOUT {
-        if !component.alive() {
-            return Err(Error::Exited {
-                component: APISERVER.to_owned(),
-                log: component.log.clone(),
-                tail: process::tail(&component.log, 20),
-            });
-        }
-        let request = http::Request::get("/readyz").body(Vec::new());
-        if let Ok(request) = request {
-            match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await {
-                Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
-                Ok(Ok(body)) => last = body,
-                Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = "no answer within 5s".to_owned(),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Err(Error::Timeout {
-        what: "the restarted API server to be ready (/readyz)".to_owned(),
-        seconds: READY_TIMEOUT.as_secs(),
-        detail: format!("; last: {last}; log: {}", component.log.display()),
-    })
+    wait(
+        "the restarted API server to be ready (/readyz)",
+        READY_TIMEOUT,
+        &[component],
+        || async {
+            tokio::time::timeout(READYZ_TIMEOUT, readyz(&client))
+                .await
+                .map_err(|_| format!("no answer within {}s", READYZ_TIMEOUT.as_secs()))?
+        },
+    )
+    .await
 }
 
 /// The port the API server listens on, from its command line.
