@@ -63,7 +63,8 @@ impl LocalCluster {
 
     /// Takes away what `outage` names for `downtime`: stops the API server (SIGTERM, as a
     /// restart by a supervisor would) and, for [`Outage::ControlPlane`], the controller manager,
-    /// the scheduler and kwok; keeps the API server stopped for `downtime`; starts it again with
+    /// the scheduler and kwok; keeps the API server away for `downtime` from its SIGTERM (or
+    /// until it and the others have exited, if that takes longer); starts it again with
     /// the same command line and waits until it answers `/readyz`; then starts the others again
     /// with theirs, without waiting for them. Clients see connection refused meanwhile; etcd
     /// keeps running. The other processes of the test machine that use the cluster in the
@@ -119,12 +120,13 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // The clients stop while the API server is away, and their stopping counts towards
-        // `downtime` (the outage is longer only when they take longer than that). They stop
-        // together, so one that needs its whole grace period does not hold up the others.
-        let stopped = Instant::now();
+        // The outage runs from the API server's SIGTERM: it stops answering at once but can
+        // take its whole grace period to exit, which would otherwise make the outage that much
+        // longer than `downtime`. The clients stop within it too (it is longer only when
+        // stopping takes longer than that), together, so one that needs its whole grace period
+        // does not hold up the others.
         stop(clients.iter().map(|&i| &state.components[i])).await;
-        tokio::time::sleep(downtime.saturating_sub(stopped.elapsed())).await;
+        tokio::time::sleep(downtime.saturating_sub(stopping.elapsed())).await;
 
         let pid = respawn(&component, &apiserver_args, &state_dir)?;
         state.components[apiserver].pid = pid;
