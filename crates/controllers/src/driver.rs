@@ -126,6 +126,7 @@ where
         let refusal = self.refusal.clone();
         let cached = writer.as_reader();
         let mut listed = false;
+        let mut relists = TriggersOfAList::default();
         scope::watch(client, namespaces, &watcher::Config::default(), cached.clone())
             // `kubectl apply`'s copy of the object is never read, and would be most of what the
             // cache holds (the managed fields are not even parsed: see `scope::watch`).
@@ -135,18 +136,12 @@ where
                 }
             })
             .filter_map(move |event| {
-                let trigger = match event {
+                let triggers = match event {
                     Ok(event) => {
                         listed |= matches!(event, watcher::Event::InitDone);
-                        // Compared with the cached object before the cache takes the new one.
-                        let trigger = match &event {
-                            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                                asks_for_reconcile(&cached, obj).then(|| crate::object_key(obj))
-                            }
-                            _ => None,
-                        };
+                        let triggers = relists.triggers(&event, &cached);
                         writer.apply_watcher_event(&event);
-                        trigger
+                        triggers
                     }
                     Err(e) => {
                         match refusal_reason(&e).filter(|_| !listed) {
@@ -158,11 +153,12 @@ where
                                 tracing::warn!(controller = name, error = %e, "watch failed; retrying with backoff");
                             }
                         }
-                        None
+                        Vec::new()
                     }
                 };
-                std::future::ready(trigger)
+                std::future::ready((!triggers.is_empty()).then_some(triggers))
             })
+            .flat_map(futures::stream::iter)
     }
 
     /// Fires with the reason when the API server refuses the watch of the custom resources
@@ -288,6 +284,53 @@ where
 /// computed from the children, whose events trigger the reconciles that keep it current. This
 /// is controller-runtime's `GenerationChangedPredicate`, which Kubebuilder projects add for the
 /// same reason, without a second map of every object.
+/// The reconciles a watch event of the custom resources asks for, compared with the cache
+/// before it takes the event.
+///
+/// The cache takes a list's objects all at once, at its end ([`watcher::Event::InitDone`]): a
+/// list after a watch broke (an API-server restart) leaves the cache as it was until then. A
+/// reconcile started in between would read the old object (a spec changed while the watch was
+/// down, say), find nothing to do, and never be asked again. So the objects a list changed are
+/// triggered at its end, once the cache shows them.
+struct TriggersOfAList<K: Resource<DynamicType = ()>> {
+    pending: Vec<ObjectRef<K>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Default for TriggersOfAList<K> {
+    fn default() -> Self {
+        Self {
+            pending: Vec::new(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone> TriggersOfAList<K> {
+    fn triggers(&mut self, event: &watcher::Event<K>, cached: &Store<K>) -> Vec<ObjectRef<K>> {
+        match event {
+            watcher::Event::Apply(obj) => {
+                if asks_for_reconcile(cached, obj) {
+                    vec![crate::object_key(obj)]
+                } else {
+                    Vec::new()
+                }
+            }
+            // A list starting again drops what an unfinished one had (the cache does too).
+            watcher::Event::Init => {
+                self.pending.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(obj) => {
+                if asks_for_reconcile(cached, obj) {
+                    self.pending.push(crate::object_key(obj));
+                }
+                Vec::new()
+            }
+            watcher::Event::InitDone => std::mem::take(&mut self.pending),
+            watcher::Event::Delete(_) => Vec::new(),
+        }
+    }
+}
+
 fn asks_for_reconcile<K>(cached: &Store<K>, obj: &K) -> bool
 where
     K: Resource<DynamicType = ()> + Clone,
@@ -499,6 +542,46 @@ mod tests {
         assert!(
             asks_for_reconcile(&cached, &recreated),
             "a new object, same name"
+        );
+    }
+
+    #[test]
+    fn a_relist_triggers_what_it_changed_once_the_cache_shows_it() {
+        let (cached, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        let mut relists = TriggersOfAList::default();
+        let memcached = |name: &str, generation| {
+            let mut mc = Memcached::new(name, apis::MemcachedSpec::default());
+            mc.metadata.namespace = Some("ns".into());
+            mc.metadata.uid = Some(name.into());
+            mc.metadata.generation = Some(generation);
+            mc
+        };
+        let mut step = |event: watcher::Event<Memcached>| {
+            let triggers = relists.triggers(&event, &cached);
+            writer.apply_watcher_event(&event);
+            triggers
+        };
+        assert!(step(watcher::Event::Init).is_empty());
+        for name in ["a", "b"] {
+            assert!(step(watcher::Event::InitApply(memcached(name, 1))).is_empty());
+        }
+        assert_eq!(step(watcher::Event::InitDone), [key("a"), key("b")]);
+        assert_eq!(step(watcher::Event::Apply(memcached("a", 2))), [key("a")]);
+
+        // The watch broke, and b's spec changed meanwhile: a list that is cut short, then one
+        // that ends.
+        assert!(step(watcher::Event::Init).is_empty());
+        assert!(step(watcher::Event::InitApply(memcached("b", 2))).is_empty());
+        assert!(step(watcher::Event::Init).is_empty());
+        assert!(step(watcher::Event::InitApply(memcached("a", 2))).is_empty());
+        assert!(step(watcher::Event::InitApply(memcached("b", 2))).is_empty());
+        let cached_b = || cached.get(&key("b")).and_then(|mc| mc.metadata.generation);
+        assert_eq!(cached_b(), Some(1), "the cache waits for the list's end");
+        assert_eq!(step(watcher::Event::InitDone), [key("b")]);
+        assert_eq!(
+            cached_b(),
+            Some(2),
+            "and shows b's new spec when b is triggered"
         );
     }
 
