@@ -75,8 +75,9 @@ pub struct RunOptions {
     pub max_concurrent_reconciles: u16,
     /// Reported as the Event source instance (the pod name in-cluster).
     pub instance: String,
-    /// How long an object must go without a new trigger before it is reconciled: a burst of
-    /// changes to one object (its Deployment's status, then its pods) becomes one reconcile.
+    /// How long the triggers that follow an object's reconcile must pause before the next: an
+    /// idle object's first trigger is reconciled at once, and the burst of changes after it (its
+    /// Deployment's status, then its pods) becomes one more reconcile (see [`workqueue`]).
     pub debounce: std::time::Duration,
     /// The namespaces every watch covers (`--namespace`); none named means all.
     pub namespaces: Namespaces,

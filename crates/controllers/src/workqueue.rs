@@ -3,6 +3,14 @@
 //! handed out while its reconcile runs (a trigger meanwhile runs it once more afterwards), and
 //! a timer per key for requeues, retries and the debounce of triggers.
 //!
+//! The debounce folds a burst of triggers into one reconcile without delaying the first: a
+//! trigger of an object that is idle (not waiting, not running, and not reconciled within the
+//! debounce) queues it at once; one that follows within the debounce of a reconcile, or comes
+//! while one is pending or running, waits until the object's triggers have paused for the
+//! debounce. So a new object, a deleted child or a changed spec is acted on at once, and the
+//! echoes of the reconcile's own writes and the steps of the rollout that follows become one
+//! more reconcile.
+//!
 //! It holds keys, not futures: the driver asks it for the next key whenever a worker is free
 //! and reads the object from the cache then, so a queue of thousands costs a few maps, and the
 //! work per operation is proportional to what it changes, not to the queue.
@@ -60,6 +68,11 @@ pub struct WorkQueue<Key> {
     sequence: u64,
     /// Keys being reconciled, since when.
     running: HashMap<Key, Instant>,
+    /// When each key's last reconcile ended, for those that ended within the debounce (older
+    /// ones are pruned as time passes).
+    finished: HashMap<Key, Instant>,
+    /// The keys of [`WorkQueue::finished`] in the order they ended, to prune the oldest first.
+    finished_order: VecDeque<(Instant, Key)>,
     /// Entries with `waiting_since`, running or not.
     waiting: usize,
     metrics: QueueMetrics,
@@ -75,22 +88,28 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
             timers: BTreeMap::new(),
             sequence: 0,
             running: HashMap::new(),
+            finished: HashMap::new(),
+            finished_order: VecDeque::new(),
             waiting: 0,
             metrics,
         }
     }
 
-    /// A watch event asks for `key` to be reconciled: it is queued after the debounce, unless
-    /// it is queued already. Running, it runs once more when done.
+    /// A watch event asks for `key` to be reconciled: it is queued at once if it was idle,
+    /// else after its triggers pause for the debounce, unless it is queued already. Running, it
+    /// runs once more when done.
     pub fn trigger(&mut self, key: Key, now: Instant) {
         self.metrics.adds.inc();
+        self.prune_finished(now);
+        let idle = !self.running.contains_key(&key) && !self.finished.contains_key(&key);
         let entry = self.entries.entry(key.clone()).or_default();
-        if entry.waiting_since.is_none() {
+        let was_waiting = entry.waiting_since.is_some();
+        if !was_waiting {
             entry.waiting_since = Some(now);
             self.waiting += 1;
         }
         if !entry.queued {
-            if self.debounce.is_zero() {
+            if self.debounce.is_zero() || (idle && !was_waiting) {
                 self.make_ready(key);
             } else {
                 self.set_timer(key, later(now, self.debounce), Timer::Replace);
@@ -155,6 +174,11 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
                 .work_duration
                 .observe(now.saturating_duration_since(since).as_secs_f64());
         }
+        self.prune_finished(now);
+        if !self.debounce.is_zero() {
+            self.finished.insert(key.clone(), now);
+            self.finished_order.push_back((now, key.clone()));
+        }
         let triggered = self
             .entries
             .get(key)
@@ -175,6 +199,8 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     /// grow with the queue, however many objects go at once.
     pub fn gone(&mut self, key: &Key) {
         self.running.remove(key);
+        // Its place in `finished_order` goes when pruned: that skips keys no longer finished.
+        self.finished.remove(key);
         if let Some(entry) = self.entries.remove(key) {
             debug_assert!(
                 !entry.queued,
@@ -196,6 +222,8 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         self.ready.clear();
         self.entries.clear();
         self.timers.clear();
+        self.finished.clear();
+        self.finished_order.clear();
         self.waiting = 0;
         self.publish_depth();
         self.refresh(Instant::now());
@@ -247,6 +275,21 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         if !entry.queued {
             entry.queued = true;
             self.ready.push_back(key);
+        }
+    }
+
+    /// Forgets the reconciles that ended a debounce or more before `now`. Keys end in time
+    /// order, so this looks only at those it forgets, and one more.
+    fn prune_finished(&mut self, now: Instant) {
+        while let Some((ended, _)) = self.finished_order.front() {
+            if later(*ended, self.debounce) > now {
+                break;
+            }
+            if let Some((ended, key)) = self.finished_order.pop_front()
+                && self.finished.get(&key) == Some(&ended)
+            {
+                self.finished.remove(&key);
+            }
         }
     }
 
@@ -317,18 +360,98 @@ mod tests {
     }
 
     #[test]
-    fn triggers_within_the_debounce_become_one_queued_key() {
+    fn an_idle_key_is_queued_at_once_and_a_burst_after_it_waits_for_a_pause() {
         let mut q = queue(Duration::from_millis(250));
         let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
         q.trigger("a", start);
-        q.trigger("b", start + Duration::from_millis(10));
-        q.trigger("a", start + Duration::from_millis(200));
-        assert_eq!(q.metrics.depth.get(), 2, "triggered objects wait");
-        q.fire(start + Duration::from_millis(300));
-        assert_eq!(drain(&mut q, start), ["b"], "a's debounce restarted");
-        q.fire(start + Duration::from_millis(450));
-        assert_eq!(drain(&mut q, start), ["a"]);
+        assert_eq!(
+            drain(&mut q, start),
+            ["a"],
+            "the first trigger waits for nothing"
+        );
+        q.trigger("a", at(5));
+        q.done(&"a", None, at(10));
+        assert_eq!(
+            q.next_timer(),
+            Some(at(255)),
+            "a trigger while running waits"
+        );
+        // The echoes of its own writes and the next steps, each within the debounce.
+        q.trigger("a", at(20));
+        q.trigger("a", at(200));
+        q.fire(at(300));
+        assert_eq!(
+            drain(&mut q, at(300)),
+            Vec::<&str>::new(),
+            "a's debounce restarted"
+        );
+        q.fire(at(450));
+        assert_eq!(drain(&mut q, at(450)), ["a"], "one reconcile for the burst");
+        q.done(&"a", None, at(460));
+        q.trigger("a", at(600));
+        assert_eq!(
+            drain(&mut q, at(600)),
+            Vec::<&str>::new(),
+            "within the debounce of its last reconcile"
+        );
+        q.fire(at(850));
+        assert_eq!(drain(&mut q, at(850)), ["a"]);
+        q.done(&"a", None, at(860));
+        q.trigger("a", at(1200));
+        assert_eq!(drain(&mut q, at(1200)), ["a"], "idle again: at once");
         assert_eq!(q.next_timer(), None);
+    }
+
+    #[test]
+    fn triggers_of_a_waiting_key_become_one_queued_key() {
+        let mut q = queue(Duration::from_millis(250));
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        for key in ["a", "b"] {
+            q.trigger(key, start);
+            assert_eq!(q.pop(start), Some(key));
+            q.done(&key, None, start);
+        }
+        q.trigger("a", at(100));
+        q.trigger("b", at(110));
+        q.trigger("a", at(200));
+        assert_eq!(q.metrics.depth.get(), 2, "triggered objects wait");
+        q.fire(at(400));
+        assert_eq!(drain(&mut q, at(400)), ["b"], "a's debounce restarted");
+        q.fire(at(450));
+        assert_eq!(drain(&mut q, at(450)), ["a"]);
+        assert_eq!(q.next_timer(), None);
+    }
+
+    #[test]
+    fn finished_keys_are_forgotten_once_their_debounce_has_passed() {
+        let mut q = queue(Duration::from_millis(250));
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        for (i, key) in ["a", "b", "c"].into_iter().enumerate() {
+            let now = at(100 * i as u64);
+            q.trigger(key, now);
+            assert_eq!(q.pop(now), Some(key));
+            q.done(&key, None, now);
+        }
+        q.gone(&"b");
+        q.trigger("c", at(300));
+        assert_eq!(drain(&mut q, at(300)), Vec::<&str>::new());
+        assert_eq!(
+            q.finished.keys().copied().collect::<Vec<_>>(),
+            ["c"],
+            "a ended 300 ms ago, b is gone"
+        );
+        assert_eq!(
+            q.finished_order.len(),
+            2,
+            "b's place goes when its time comes"
+        );
+        q.trigger("d", at(400));
+        assert_eq!(q.finished_order.len(), 1);
+        q.clear();
+        assert!(q.finished.is_empty() && q.finished_order.is_empty());
     }
 
     #[test]

@@ -52,9 +52,11 @@
 //! - `leader_election_namespace` defaults to `$POD_NAMESPACE` (set by the downward API in the
 //!   generated Deployment), else the client's default namespace: the service account's namespace
 //!   in-cluster, else the current kubeconfig context's namespace, else `default`.
-//! - `reconcile_debounce` holds a reconcile back until an object has had no new trigger for
-//!   that long, so a burst of changes (a Deployment's status, then its pods, moments apart)
-//!   costs one reconcile and one status write instead of one each; `0s` reconciles at once.
+//! - `reconcile_debounce` folds a burst of triggers into one reconcile: an idle object's first
+//!   trigger is reconciled at once, and the triggers that follow within that long of its
+//!   reconcile (the echoes of its writes, its Deployment's rollout, moments apart) wait until
+//!   the object has had no new one for that long, so the burst costs one more reconcile and one
+//!   status write instead of one each; `0s` reconciles every trigger at once.
 //! - `controllers` is a comma-separated list (or, in a file, a list): a name enables that
 //!   controller, `-name` disables it, `*` means every controller. `*,-myapp` runs all but MyApp.
 //! - `namespace` restricts every watch and cache to the namespaces named: a comma-separated
@@ -271,7 +273,7 @@ pub struct Flags {
     /// Time controllers get to finish in-flight work at shutdown, e.g. `30s`
     #[arg(long, value_name = "DURATION")]
     pub shutdown_timeout: Option<String>,
-    /// How long an object must go without a new trigger before it is reconciled, e.g. `250ms`
+    /// How long the triggers that follow a reconcile must pause before the next, e.g. `250ms`
     #[arg(long, value_name = "DURATION")]
     pub reconcile_debounce: Option<String>,
     /// Watch only these namespaces (comma-separated, or the flag repeated); default: all
