@@ -19,7 +19,8 @@
 //!   The manager runs with a Lease longer than the outage, so it keeps leading through it, as a
 //!   manager whose API server restarts quickly would.
 //! - *Foreign Deployment*: a Memcached whose name a Deployment of somebody else's holds reports
-//!   it; the clock runs from deleting that Deployment until the Memcached's own exists.
+//!   it; a second later that Deployment is deleted, and the clock runs until the Memcached's
+//!   own exists.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
@@ -50,6 +51,11 @@ const LEASE_FLAGS: [&str; 3] = [
 /// How long to wait for a Memcached to take its name back (the reference rechecks every two
 /// minutes).
 const FOREIGN_TIMEOUT: Duration = Duration::from_secs(200);
+/// How long the foreign Deployment stays after its Memcached reported it. A user deletes it
+/// long after; deleting it the moment the status shows would time ours' debounce of the
+/// triggers that follow a reconcile (the one that wrote that status) instead of how soon the
+/// deletion is noticed.
+const FOREIGN_REPORTED_FOR: Duration = Duration::from_secs(1);
 const FOREIGN_NAME: &str = "taken";
 
 /// What one manager's recovery came to.
@@ -303,6 +309,7 @@ async fn foreign(
         },
     )
     .await?;
+    tokio::time::sleep(FOREIGN_REPORTED_FOR).await;
 
     deployments
         .delete(FOREIGN_NAME, &DeleteParams::foreground())
