@@ -278,12 +278,6 @@ where
     }
 }
 
-/// Whether a custom resource as the watch shows it asks for a reconcile, compared with the
-/// cached one: a new object, a new spec (every spec change bumps `metadata.generation`), or its
-/// deletion. A change of status alone (almost always our own write) does not: the status is
-/// computed from the children, whose events trigger the reconciles that keep it current. This
-/// is controller-runtime's `GenerationChangedPredicate`, which Kubebuilder projects add for the
-/// same reason, without a second map of every object.
 /// The reconciles a watch event of the custom resources asks for, compared with the cache
 /// before it takes the event.
 ///
@@ -331,6 +325,12 @@ impl<K: Resource<DynamicType = ()> + Clone> TriggersOfAList<K> {
     }
 }
 
+/// Whether a custom resource as the watch shows it asks for a reconcile, compared with the
+/// cached one: a new object, a new spec (every spec change bumps `metadata.generation`), or its
+/// deletion. A change of status alone (almost always our own write) does not: the status is
+/// computed from the children, whose events trigger the reconciles that keep it current. This
+/// is controller-runtime's `GenerationChangedPredicate`, which Kubebuilder projects add for the
+/// same reason, without a second map of every object.
 fn asks_for_reconcile<K>(cached: &Store<K>, obj: &K) -> bool
 where
     K: Resource<DynamicType = ()> + Clone,
