@@ -14,6 +14,17 @@
 //! asks for that re-list at once. Every other error waits its turn of [`WatchBackoff`], which
 //! starts again from its first step once the server has answered (any event but the
 //! [`Event::Init`] that a new watcher sends before its list).
+//!
+//! A restarted API server answers before it serves: it denies requests (403) until its
+//! authorizer has read the RBAC objects, and a custom resource's API is unavailable (503) until
+//! its CRD is loaded, for about a second. A watch whose first attempt after the outage met
+//! one of those answers would wait the step its backoff had grown to while the server was
+//! unreachable (up to [`crate::backoff::WATCH_MAX_DELAY`]), and that wait was most of the time
+//! the manager took to act again. So the first answer after the server could not be reached
+//! starts the backoff again from its first step; later errors grow it as before, until events
+//! flow again (a server that keeps denying still ends at the cap, and one that flaps between
+//! unreachable and answering gets this shortcut once). An overloaded server's 429 does not
+//! count as that answer: coming back sooner is what it asked clients not to do.
 
 use std::time::Duration;
 
@@ -46,6 +57,41 @@ fn retry_after(error: &watcher::Error) -> Retry {
     }
 }
 
+/// Whether the API server was last heard from, which decides when an error restarts the backoff.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Server {
+    /// Events flowed since the last error that could not reach it.
+    Serving,
+    /// It could not be reached since it last served events.
+    Unreachable,
+    /// It answered (with an error) since it could not be reached; the backoff started again.
+    Answering,
+}
+
+impl Server {
+    /// The state after `error`, and whether the backoff starts again from its first step.
+    fn after(self, error: &watcher::Error) -> (Self, bool) {
+        match (self, answer_of(error)) {
+            (_, Some(429)) => (self, false),
+            (Self::Unreachable, Some(_)) => (Self::Answering, true),
+            (Self::Serving, None) => (Self::Unreachable, false),
+            (state, _) => (state, false),
+        }
+    }
+}
+
+/// The status code of an error the API server answered with, or `None` when it was not reached
+/// (or the error came from the client itself).
+fn answer_of(error: &watcher::Error) -> Option<u16> {
+    match error {
+        watcher::Error::WatchError(status) => Some(status.code),
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        _ => None,
+    }
+}
+
 /// The events of the watches `start` begins, retried as the module describes with `backoff`
 /// (reset by any event that is not an error). Errors are passed on for the caller to log.
 pub fn reconnecting<K, S>(
@@ -61,12 +107,14 @@ where
         watch: Option<std::pin::Pin<Box<S>>>,
         backoff: WatchBackoff,
         wait: Option<Duration>,
+        server: Server,
     }
     let state = State {
         start,
         watch: None,
         backoff,
         wait: None,
+        server: Server::Serving,
     };
     stream::unfold(state, |mut state| async move {
         if let Some(wait) = state.wait.take() {
@@ -82,15 +130,25 @@ where
             // Reset by that, the backoff of a watch whose lists keep failing (an API server
             // away, overloaded, or denying the list) would never grow past its first step.
             Ok(Event::Init) => {}
-            Ok(_) => state.backoff.reset(),
-            Err(error) => match retry_after(error) {
-                Retry::Now => {}
-                Retry::Later => state.wait = state.backoff.next(),
-                Retry::Relist => {
-                    state.watch = None;
-                    state.wait = state.backoff.next();
+            Ok(_) => {
+                state.backoff.reset();
+                state.server = Server::Serving;
+            }
+            Err(error) => {
+                let (server, restart_backoff) = state.server.after(error);
+                state.server = server;
+                if restart_backoff {
+                    state.backoff.reset();
                 }
-            },
+                match retry_after(error) {
+                    Retry::Now => {}
+                    Retry::Later => state.wait = state.backoff.next(),
+                    Retry::Relist => {
+                        state.watch = None;
+                        state.wait = state.backoff.next();
+                    }
+                }
+            }
         }
         Some((item, state))
     })
@@ -117,6 +175,49 @@ mod tests {
 
     fn list_failed() -> watcher::Error {
         watcher::Error::InitialListFailed(kube::Error::Service("connection refused".into()))
+    }
+
+    /// A list the API server answered with `code`.
+    fn list_answered(code: u16) -> watcher::Error {
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
+            Status::failure("", "").with_code(code),
+        )))
+    }
+
+    #[test]
+    fn the_first_answer_after_the_server_was_unreachable_restarts_the_backoff() {
+        let serving = Server::Serving;
+        assert_eq!(serving.after(&list_failed()), (Server::Unreachable, false));
+        assert_eq!(
+            serving.after(&list_answered(403)),
+            (Server::Serving, false),
+            "an answer while serving is an ordinary error"
+        );
+        let unreachable = Server::Unreachable;
+        assert_eq!(
+            unreachable.after(&list_answered(403)),
+            (Server::Answering, true)
+        );
+        assert_eq!(unreachable.after(&gone()), (Server::Answering, true));
+        assert_eq!(
+            unreachable.after(&list_answered(429)),
+            (Server::Unreachable, false),
+            "an overloaded server asked for the grown wait"
+        );
+        assert_eq!(
+            unreachable.after(&list_failed()),
+            (Server::Unreachable, false)
+        );
+        let answering = Server::Answering;
+        assert_eq!(
+            answering.after(&list_failed()),
+            (Server::Answering, false),
+            "once per outage"
+        );
+        assert_eq!(
+            answering.after(&list_answered(503)),
+            (Server::Answering, false)
+        );
     }
 
     #[test]
@@ -312,6 +413,84 @@ mod tests {
             [0, 100, 200, 400, 800],
             "doubling after each failed list"
         );
+    }
+
+    /// The waits between the items of `events` once `sent` have been sent, the first counted
+    /// from now; the last item is an applied object.
+    async fn waits_between(
+        watches: &Watches,
+        events: &mut futures::stream::BoxStream<'static, Item>,
+        sent: Vec<Item>,
+    ) -> Vec<u128> {
+        let count = sent.len();
+        for item in sent {
+            watches.send(item);
+        }
+        let mut waits = Vec::new();
+        let mut last = tokio::time::Instant::now();
+        for _ in 0..count {
+            assert!(events.next().await.is_some());
+            let now = tokio::time::Instant::now();
+            waits.push((now - last).as_millis());
+            last = now;
+        }
+        waits
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_server_is_asked_again_soon_after_its_first_answer() {
+        let (watches, mut events) = first_watch().await;
+        let waits = waits_between(
+            &watches,
+            &mut events,
+            vec![
+                // Away: the backoff grows to 800 ms.
+                Err(list_failed()),
+                Err(list_failed()),
+                Err(list_failed()),
+                Err(list_failed()),
+                // Back, but denying until its authorizer has read RBAC.
+                Err(list_answered(403)),
+                Err(list_answered(403)),
+                // A moment unreachable again, and denying again: no second restart.
+                Err(list_failed()),
+                Err(list_answered(403)),
+                Ok(Event::Apply(1)),
+            ],
+        )
+        .await;
+        assert_eq!(waits, [0, 100, 200, 400, 800, 100, 200, 400, 800]);
+
+        // Served again: the next outage gets the shortcut too.
+        let waits = waits_between(
+            &watches,
+            &mut events,
+            vec![
+                Err(list_failed()),
+                Err(list_failed()),
+                Err(list_answered(503)),
+                Ok(Event::Apply(2)),
+            ],
+        )
+        .await;
+        assert_eq!(waits, [0, 100, 200, 100]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_overloaded_server_is_given_the_grown_wait() {
+        let (watches, mut events) = first_watch().await;
+        let waits = waits_between(
+            &watches,
+            &mut events,
+            vec![
+                Err(list_failed()),
+                Err(list_failed()),
+                Err(list_answered(429)),
+                Ok(Event::Apply(1)),
+            ],
+        )
+        .await;
+        assert_eq!(waits, [0, 100, 200, 400]);
     }
 
     #[tokio::test]
