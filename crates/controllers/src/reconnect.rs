@@ -19,8 +19,8 @@
 //! authorizer has read the RBAC objects, and a custom resource's API is unavailable (503) until
 //! its CRD is loaded, for about a second. A watch whose first attempt after the outage met
 //! one of those answers would wait the step its backoff had grown to while the server was
-//! unreachable (up to [`crate::backoff::WATCH_MAX_DELAY`]), and that wait was most of the time
-//! the manager took to act again. So the first answer after the server could not be reached
+//! unreachable (up to [`crate::backoff::WATCH_MAX_DELAY`]), and that wait could be most of the
+//! time the manager took to act again. So the first answer after the server could not be reached
 //! starts the backoff again from its first step; later errors grow it as before, until events
 //! flow again (a server that keeps denying still ends at the cap, and one that flaps between
 //! unreachable and answering gets this shortcut once). An overloaded server's 429 does not
