@@ -8,8 +8,9 @@ use crate::{Error, Paths, Result};
 
 /// The audit policy. Rules match first to last.
 ///
-/// - Lease writes at `Request` level: the request body shows `spec.holderIdentity`, which is
-///   how a test proves which replica held leadership when.
+/// - Lease writes at `RequestResponse` level: the Lease as stored after each write shows
+///   `spec.holderIdentity`, which is how a test proves which replica held leadership when
+///   (a request body alone does not: a patch that leaves the holder alone omits it).
 /// - Every other write at `Metadata` level: who (user, user agent), what (verb, object) and
 ///   when, without bodies, so the log stays small and holds no Secret data.
 /// - Reads (get, list, watch) not at all: they are most of the traffic and say nothing about
@@ -23,7 +24,7 @@ kind: Policy
 omitStages:
   - RequestReceived
 rules:
-  - level: Request
+  - level: RequestResponse
     verbs: [create, update, patch, delete]
     resources:
       - group: coordination.k8s.io
@@ -106,7 +107,7 @@ mod tests {
         assert_eq!(policy["omitStages"], serde_json::json!(["RequestReceived"]));
         let rules = policy["rules"].as_array().expect("rules");
         assert_eq!(rules.len(), 3);
-        assert_eq!(rules[0]["level"], "Request");
+        assert_eq!(rules[0]["level"], "RequestResponse");
         assert_eq!(
             rules[0]["resources"],
             serde_json::json!([{ "group": "coordination.k8s.io", "resources": ["leases"] }])

@@ -1,7 +1,7 @@
 //! The API server's audit log as evidence: who wrote what and when, and who held a Lease
 //! meanwhile.
 //!
-//! The local cluster's API server records every write (leases with their request body, so
+//! The local cluster's API server records every write (leases with the object as stored, so
 //! the holder is known), with the client's user agent and the time the request was received.
 //! [`check_fencing`] reads a leader-elected manager's history out of it: each replica's
 //! leadership intervals, from the Lease writes the API server accepted, and every other write
@@ -45,6 +45,8 @@ pub struct AuditEvent {
     pub completed: Timestamp,
     /// The request body (recorded for Lease writes only).
     pub request_object: Option<serde_json::Value>,
+    /// The object as the API server stored it (recorded for Lease writes only).
+    pub response_object: Option<serde_json::Value>,
 }
 
 impl AuditEvent {
@@ -53,16 +55,34 @@ impl AuditEvent {
         (200..300).contains(&self.code)
     }
 
-    /// `spec.holderIdentity` of a Lease write's body (empty when none).
+    /// `spec.holderIdentity` after a Lease write (empty when none), from the Lease as stored;
+    /// from the request body where the log has no stored object. `None` when the write does
+    /// not say: a patch that leaves the holder alone (an edit of the duration by hand) does
+    /// not end anyone's tenure.
     pub fn lease_holder(&self) -> Option<String> {
-        let object = self.request_object.as_ref()?;
-        Some(
+        let holder = |object: &serde_json::Value| {
             object
                 .pointer("/spec/holderIdentity")
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or_default()
-                .to_owned(),
-        )
+                .to_owned()
+        };
+        if self.verb == "delete" {
+            return Some(String::new());
+        }
+        if let Some(stored) = self
+            .response_object
+            .as_ref()
+            .filter(|o| o["kind"] == "Lease")
+        {
+            return Some(holder(stored));
+        }
+        let request = self.request_object.as_ref()?;
+        // A merge patch without the field keeps it; a replace without it empties it.
+        if self.verb == "patch" && request.pointer("/spec/holderIdentity").is_none() {
+            return None;
+        }
+        Some(holder(request))
     }
 }
 
@@ -83,6 +103,8 @@ struct RawEvent {
     response_status: Option<RawStatus>,
     #[serde(default)]
     request_object: Option<serde_json::Value>,
+    #[serde(default)]
+    response_object: Option<serde_json::Value>,
     request_received_timestamp: String,
     stage_timestamp: String,
 }
@@ -156,6 +178,7 @@ fn parse_line(path: &Path, number: usize, line: &str) -> Result<Option<AuditEven
         received: time(&raw.request_received_timestamp)?,
         completed: time(&raw.stage_timestamp)?,
         request_object: raw.request_object,
+        response_object: raw.response_object,
     }))
 }
 
@@ -424,6 +447,7 @@ mod tests {
             received: at(ms),
             completed: at(ms + 2),
             request_object: Some(serde_json::json!({"spec": {"holderIdentity": holder}})),
+            response_object: None,
         }
     }
 
@@ -441,6 +465,7 @@ mod tests {
             received: at(ms),
             completed: at(ms + 3),
             request_object: None,
+            response_object: None,
         }
     }
 
@@ -531,6 +556,53 @@ mod tests {
             ]
         );
         assert_eq!(report.worst(), Duration::from_millis(400));
+    }
+
+    #[test]
+    fn an_edit_that_leaves_the_holder_alone_ends_no_tenure() {
+        // Someone patches the duration only: the request omits the holder, the stored Lease
+        // still names a.
+        let mut edit = lease_write(1_000, "kubectl/v1.37.1", "");
+        edit.verb = "patch".into();
+        edit.request_object = Some(serde_json::json!({"spec": {"leaseDurationSeconds": 1}}));
+        edit.response_object = Some(serde_json::json!({
+            "kind": "Lease",
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 1}
+        }));
+        let mut unstored = edit.clone();
+        unstored.response_object = None;
+        for (edit, holder) in [(edit, Some("a")), (unstored, None)] {
+            assert_eq!(edit.lease_holder().as_deref(), holder);
+            let events = vec![lease_write(0, A, "a"), edit, write(1_500, A)];
+            let report = check_fencing(&events, "ns", "l", Duration::from_secs(10), |ua| {
+                manager_identity(ua)
+            });
+            assert_eq!(report.replicas["a"].tenures.len(), 1);
+            assert_eq!(report.late_writes().count(), 0);
+        }
+    }
+
+    #[test]
+    fn the_stored_lease_names_the_holder_whatever_the_request_said() {
+        // A JSON patch: the request is a list of operations, the stored Lease says who holds it.
+        let mut patch = lease_write(0, "kubectl/v1.37.1", "");
+        patch.verb = "patch".into();
+        patch.request_object = Some(serde_json::json!([
+            {"op": "replace", "path": "/spec/holderIdentity", "value": "b"}
+        ]));
+        patch.response_object =
+            Some(serde_json::json!({"kind": "Lease", "spec": {"holderIdentity": "b"}}));
+        assert_eq!(patch.lease_holder().as_deref(), Some("b"));
+        // Released: the stored Lease has no holder field at all.
+        let mut release = lease_write(0, A, "");
+        release.response_object = Some(serde_json::json!({"kind": "Lease", "spec": {}}));
+        assert_eq!(release.lease_holder().as_deref(), Some(""));
+        // A deletion leaves no holder, whatever its answer holds.
+        let mut delete = lease_write(0, A, "a");
+        delete.verb = "delete".into();
+        delete.response_object =
+            Some(serde_json::json!({"kind": "Lease", "spec": {"holderIdentity": "a"}}));
+        assert_eq!(delete.lease_holder().as_deref(), Some(""));
     }
 
     #[test]

@@ -483,6 +483,7 @@ mod tests {
                 received: at,
                 completed: at,
                 request_object: None,
+                response_object: None,
             }
         };
         let manager = "system:serviceaccount:operator-system:operator-manager";

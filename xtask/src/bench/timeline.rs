@@ -293,6 +293,7 @@ mod tests {
             received: at,
             completed: at,
             request_object: None,
+            response_object: None,
         }
     }
 
