@@ -4,9 +4,10 @@
 //! Leader election alone stops the controllers only when the elector notices it has lost; a
 //! replica that was frozen (SIGSTOP, a paused VM, a long stall) wakes up with writes queued and
 //! a Lease that a standby may already hold. The fence refuses those writes before they leave the
-//! process, and abandons a write still unanswered when the deadline passes (unless a renewal
-//! moved it meanwhile), so that no request of this replica is sent after a standby could have
-//! taken over. Reads are never fenced: a standby's caches stay warm.
+//! process, and abandons a write not yet sent or still unanswered when the deadline passes
+//! (unless a renewal moved it meanwhile), so that no request of this replica is sent after a
+//! standby could have taken over. What it cannot hold back is a request already handed to
+//! the connection when the process froze: the connection's own task sends it on waking. Reads are never fenced: a standby's caches stay warm.
 //!
 //! It is a tower layer on the controllers' client only; the elector's own client must write the
 //! Lease to become leader at all.
@@ -113,26 +114,41 @@ where
                 return Box::pin(std::future::ready(Err(refused)));
             }
         };
+        // Nothing leaves before the answer future is first polled (the connection is checked
+        // out or made then): a process frozen between the check above and that poll must not
+        // send the write when it wakes, so every poll checks the deadline before the request.
         let response = self.inner.call(request);
         let fence = self.fence.clone();
         Box::pin(async move {
             let mut response = std::pin::pin!(response);
-            loop {
-                match tokio::time::timeout_at(deadline, &mut response).await {
-                    Ok(answered) => return answered.map_err(Into::into),
-                    // Renewed meanwhile: keep waiting for the answer.
-                    Err(_) => match fence.status.write_deadline(Instant::now()) {
-                        Ok(later) => deadline = later,
-                        Err(reason) => {
-                            return Err(fence.refuse(
-                                method,
-                                path,
-                                format!("abandoned before the API server answered: {reason}"),
-                            ));
+            let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+            std::future::poll_fn(|cx| {
+                while Instant::now() >= deadline {
+                    match fence.status.write_deadline(Instant::now()) {
+                        // Renewed meanwhile: keep waiting for the answer.
+                        Ok(later) => {
+                            deadline = later;
+                            timer.as_mut().reset(later);
                         }
-                    },
+                        Err(reason) => {
+                            return Poll::Ready(Err(fence.refuse(
+                                method.clone(),
+                                path.clone(),
+                                format!("abandoned before the API server answered: {reason}"),
+                            )));
+                        }
+                    }
                 }
-            }
+                if let Poll::Ready(answered) = response.as_mut().poll(cx) {
+                    return Poll::Ready(answered.map_err(Into::into));
+                }
+                if timer.as_mut().poll(cx).is_ready() {
+                    // The deadline came while the request was pending: look again at once.
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            })
+            .await
         })
     }
 }
@@ -163,9 +179,10 @@ mod tests {
         }
 
         fn call(&mut self, _: Request<()>) -> Self::Future {
-            self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let delay = self.delay;
+            let (delay, sent) = (self.delay, self.sent.clone());
+            // Like a connection pool, it sends when the answer future is first polled.
             Box::pin(async move {
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 match delay {
                     Some(delay) => tokio::time::sleep(delay).await,
                     None => std::future::pending().await,
@@ -276,6 +293,18 @@ mod tests {
         assert!(error.to_string().contains("abandoned"), "{error}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!((sent(&s), s.refused.get()), (1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_not_yet_sent_when_the_deadline_passed_is_never_sent() {
+        let mut s = setup(Duration::from_secs(4), Some(Duration::ZERO));
+        s.status.renewed(Instant::now());
+        let write = s.service.call(request(Method::PATCH));
+        // Frozen between the fence's check and the send: time passes, nothing is polled.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        let error = write.await.unwrap_err();
+        assert!(error.to_string().contains("abandoned"), "{error}");
+        assert_eq!((sent(&s), s.refused.get()), (0, 1));
     }
 
     #[tokio::test]
