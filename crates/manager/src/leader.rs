@@ -14,7 +14,8 @@
 //!   can take over. The leader never takes a Lease back from another holder.
 //! - A renewal counts from when it was sent, and [`LeaderStatus::write_deadline`] turns that
 //!   into the write fence ([`crate::fence`]); the fence closes while the leader checks a Lease
-//!   the watch showed changed by someone else.
+//!   the watch showed changed by someone else, and until it has renewed a Lease whose duration
+//!   someone shortened (a standby counts the shorter duration, the fence the renew deadline).
 //! - `leaseTransitions` is incremented whenever the holder changes; `acquireTime` is set then.
 //! - Releasing (on SIGTERM) writes an empty holder and a one-second duration, as client-go's
 //!   `ReleaseOnCancel`, so a standby takes over at once. It retries within a budget, reads the
@@ -357,12 +358,36 @@ pub enum Release {
 enum Seen {
     /// Held by this leader, as it wrote it.
     AsLeft,
-    /// Held by this leader, but with another duration (edited by hand).
-    Edited,
+    /// Held by this leader, but with a longer duration (edited by hand).
+    Lengthened,
+    /// Held by this leader, but with a shorter duration (edited by hand): a standby may take
+    /// over sooner than the write fence assumes.
+    Shortened,
     /// Held by someone else, or by no one.
     Foreign,
     /// Gone.
     Deleted,
+}
+
+/// What the Lease as `seen` by the watch means to its leader `identity`, whose own duration
+/// is `own_seconds`.
+fn assess_as_leader(seen: Option<&Watched>, identity: &str, own_seconds: i32) -> Seen {
+    match seen {
+        None => Seen::AsLeft,
+        Some(Watched::Absent) => Seen::Deleted,
+        Some(Watched::Present(lease)) => {
+            let record = Record::from_lease(lease);
+            if record.holder != identity {
+                Seen::Foreign
+            } else if record.lease_duration_seconds < own_seconds {
+                Seen::Shortened
+            } else if record.lease_duration_seconds > own_seconds {
+                Seen::Lengthened
+            } else {
+                Seen::AsLeft
+            }
+        }
+    }
 }
 
 /// What the watch on the Lease last reported.
@@ -699,24 +724,6 @@ impl LeaderElector {
         end
     }
 
-    /// What a watch event means to the leader.
-    fn assess_as_leader(&self, seen: Option<&Watched>) -> Seen {
-        match seen {
-            None => Seen::AsLeft,
-            Some(Watched::Absent) => Seen::Deleted,
-            Some(Watched::Present(lease)) => {
-                let record = Record::from_lease(lease);
-                if record.holder != self.settings.identity {
-                    Seen::Foreign
-                } else if record.lease_duration_seconds != self.settings.lease_duration_seconds() {
-                    Seen::Edited
-                } else {
-                    Seen::AsLeft
-                }
-            }
-        }
-    }
-
     async fn renew_loop(&mut self, stop: &CancellationToken) -> LeadershipEnd {
         let mut next_attempt = Instant::now() + self.settings.retry_period;
         // Read the Lease before writing it: the watch showed it changed by someone else.
@@ -731,7 +738,12 @@ impl LeaderElector {
                         continue;
                     }
                     let seen = self.changes.borrow_and_update().clone();
-                    match self.assess_as_leader(seen.as_ref()) {
+                    let seen = assess_as_leader(
+                        seen.as_ref(),
+                        &self.settings.identity,
+                        self.settings.lease_duration_seconds(),
+                    );
+                    match seen {
                         Seen::AsLeft => continue,
                         // Stop writing, and check at once with a read: the event may be stale
                         // (from before this replica acquired the Lease), the read is not.
@@ -739,8 +751,11 @@ impl LeaderElector {
                             self.status.suspend_writes();
                             verify = true;
                         }
+                        // Still ours, but a standby may count the shorter duration from now:
+                        // no writes until a renewal has put ours back.
+                        Seen::Shortened => self.status.suspend_writes(),
                         // Still ours: renew at once to put the right duration back.
-                        Seen::Edited => {}
+                        Seen::Lengthened => {}
                     }
                 }
                 () = tokio::time::sleep_until(next_attempt) => {}
@@ -1039,6 +1054,24 @@ mod tests {
         };
         assert_eq!(Record::from_lease(&lease), rec);
         assert_eq!(Record::from_lease(&Lease::default()), Record::default());
+    }
+
+    #[test]
+    fn a_leader_stops_writing_when_its_lease_is_shortened_by_hand() {
+        let present = |holder: &str, seconds: i32| {
+            Watched::Present(Box::new(Lease {
+                metadata: ObjectMeta::default(),
+                spec: Some(record(holder, seconds).to_spec()),
+            }))
+        };
+        let seen = |watched: Option<Watched>| assess_as_leader(watched.as_ref(), "me", 15);
+        assert_eq!(seen(None), Seen::AsLeft);
+        assert_eq!(seen(Some(present("me", 15))), Seen::AsLeft);
+        assert_eq!(seen(Some(present("me", 1))), Seen::Shortened);
+        assert_eq!(seen(Some(present("me", i32::MAX))), Seen::Lengthened);
+        assert_eq!(seen(Some(present("other", 15))), Seen::Foreign);
+        assert_eq!(seen(Some(present("", 1))), Seen::Foreign);
+        assert_eq!(seen(Some(Watched::Absent)), Seen::Deleted);
     }
 
     #[test]
