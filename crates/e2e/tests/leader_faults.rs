@@ -180,6 +180,8 @@ impl Fault {
 /// What one fault did.
 struct Outcome {
     fault: Fault,
+    /// When it was injected, on the API server's clock (the same machine's).
+    began: Timestamp,
     old_leader: String,
     new_leader: String,
     handover: Duration,
@@ -299,6 +301,7 @@ impl Harness {
     async fn inject(&mut self, fault: Fault) -> Result<Outcome> {
         let (old, _) = self.wait_new_holder(None, Duration::from_secs(60)).await?;
         let started = Instant::now();
+        let began = Timestamp::now();
         let mut fenced = 0;
         let mut note = String::new();
         let new = match fault {
@@ -385,6 +388,7 @@ impl Harness {
         }
         Ok(Outcome {
             fault,
+            began,
             old_leader: old,
             new_leader: new,
             handover,
@@ -686,27 +690,46 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
             }
         }
     }
-    for write in late.iter().take(20) {
-        println!(
-            "  {} {} {} at {} ({:?}, {:.3}s beyond)",
+    // Which fault each late write followed, so a failure names what to look at.
+    let described = |write: &testkit::LateWrite| {
+        let during = outcomes
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, o)| o.began <= write.received)
+            .map(|(index, o)| format!("fault {} ({})", index + 1, o.fault.describe()))
+            .unwrap_or_else(|| "before the first fault".to_owned());
+        format!(
+            "{} {} {} at {} ({:?}, {:.3}s beyond), after {during}",
             write.identity,
             write.verb,
             write.request_uri,
             write.received,
             write.breach,
             write.beyond.as_secs_f64()
-        );
+        )
+    };
+    for write in late.iter().take(20) {
+        println!("  {}", described(write));
     }
     let total_writes: usize = report.replicas.values().map(|r| r.writes).sum();
     ensure!(
         total_writes > 0,
         "the audit log holds no write of any replica: is the audit log on, and the user agent set?"
     );
-    ensure!(
-        report.worst() <= IN_FLIGHT_BOUND,
-        "a replica wrote {:.3}s outside its leadership",
-        report.worst().as_secs_f64()
-    );
+    if report.worst() > IN_FLIGHT_BOUND {
+        let mut beyond: Vec<&&testkit::LateWrite> =
+            late.iter().filter(|w| w.beyond > IN_FLIGHT_BOUND).collect();
+        beyond.sort_by_key(|w| std::cmp::Reverse(w.beyond));
+        let worst: Vec<String> = beyond.iter().take(5).map(|w| described(w)).collect();
+        bail!(
+            "a replica wrote {:.3}s outside its leadership ({} writes beyond {IN_FLIGHT_BOUND:?}; \
+             the worst:\n  {})",
+            report.worst().as_secs_f64(),
+            beyond.len(),
+            worst.join("\n  ")
+        );
+    }
     let waited: Vec<&Outcome> = outcomes
         .iter()
         .filter(|o| o.fault == Fault::Terminate && o.handover >= LEASE_DURATION)
