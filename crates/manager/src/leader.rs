@@ -1057,7 +1057,7 @@ mod tests {
     }
 
     #[test]
-    fn a_leader_stops_writing_when_its_lease_is_shortened_by_hand() {
+    fn a_lease_shortened_by_hand_is_told_from_other_changes() {
         let present = |holder: &str, seconds: i32| {
             Watched::Present(Box::new(Lease {
                 metadata: ObjectMeta::default(),
