@@ -248,12 +248,8 @@ pub fn lease_tenures(events: &[AuditEvent], namespace: &str, name: &str) -> Vec<
         e.resource == "leases" && e.namespace == namespace && e.name == name && e.succeeded()
     });
     for write in writes {
-        let holder = match write.verb.as_str() {
-            "delete" => String::new(),
-            _ => match write.lease_holder() {
-                Some(holder) => holder,
-                None => continue,
-            },
+        let Some(holder) = write.lease_holder() else {
+            continue;
         };
         let current = tenures.last().filter(|t| t.until.is_none());
         if current.is_some_and(|t| t.holder == holder) {
