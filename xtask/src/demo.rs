@@ -194,11 +194,11 @@ pub fn stop() -> anyhow::Result<()> {
         for (kind, name) in [
             (
                 "mutatingwebhookconfiguration",
-                controllers::webhook::MUTATING_CONFIGURATION,
+                kube_operator_runtime::webhook::MUTATING_CONFIGURATION,
             ),
             (
                 "validatingwebhookconfiguration",
-                controllers::webhook::VALIDATING_CONFIGURATION,
+                kube_operator_runtime::webhook::VALIDATING_CONFIGURATION,
             ),
         ] {
             kubectl.run(&["delete", kind, name, "--ignore-not-found"])?;

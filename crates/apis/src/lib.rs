@@ -24,20 +24,3 @@ use kube::CustomResourceExt;
 pub fn crds() -> Result<Vec<CustomResourceDefinition>, kube::core::crd::MergeError> {
     Ok(vec![memcached::crd()?, MyApp::crd()])
 }
-
-/// Condition types shared by the platform's resources, following the Kubernetes API conventions
-/// (`metav1.Condition`), so tooling like `kubectl wait --for=condition=Available` works.
-pub mod condition {
-    /// The workload is serving: every desired replica is ready.
-    pub const AVAILABLE: &str = "Available";
-    /// The workload is moving towards the desired state (rolling out, scaling).
-    pub const PROGRESSING: &str = "Progressing";
-    /// Reconciliation is blocked on something a user must fix; the reason and message say what.
-    pub const DEGRADED: &str = "Degraded";
-
-    /// A status that reports conditions.
-    pub trait Conditions {
-        /// The conditions, as reported.
-        fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition];
-    }
-}

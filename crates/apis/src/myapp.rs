@@ -84,8 +84,9 @@ pub struct MyAppStatus {
     pub conditions: Vec<Condition>,
 }
 
-impl crate::condition::Conditions for MyAppStatus {
-    fn conditions(&self) -> &[Condition] {
+/// The conditions, for code that reads any status that reports them.
+impl AsRef<[Condition]> for MyAppStatus {
+    fn as_ref(&self) -> &[Condition] {
         &self.conditions
     }
 }

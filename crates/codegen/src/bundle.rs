@@ -152,7 +152,7 @@ fn cluster_service_version(
     project: &Project,
     crds: &[CustomResourceDefinition],
     icon: &[u8],
-    controllers: &[Box<dyn controllers::ManagedController>],
+    controllers: &[Box<dyn kube_operator_runtime::ManagedController>],
 ) -> Result<Value, Error> {
     let image = format!("{MANAGER_IMAGE}:{}", project.version);
     let examples: Vec<Value> = samples::objects()?.into_iter().map(|(_, v)| v).collect();
@@ -211,26 +211,30 @@ fn webhook_definitions() -> Result<Value, Error> {
         .iter()
         .map(|hook| {
             let kind = match hook.kind {
-                controllers::webhook::AdmissionKind::Defaulting => "MutatingAdmissionWebhook",
-                controllers::webhook::AdmissionKind::Validating => "ValidatingAdmissionWebhook",
+                kube_operator_runtime::webhook::AdmissionKind::Defaulting => {
+                    "MutatingAdmissionWebhook"
+                }
+                kube_operator_runtime::webhook::AdmissionKind::Validating => {
+                    "ValidatingAdmissionWebhook"
+                }
             };
             json!({
                 "type": kind,
                 "generateName": hook.name,
                 "deploymentName": MANAGER_NAME,
                 "containerPort": crate::webhooks::SERVICE_PORT,
-                "targetPort": controllers::webhook::PORT,
+                "targetPort": kube_operator_runtime::webhook::PORT,
                 "webhookPath": hook.path,
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "None",
                 "failurePolicy": "Fail",
                 "matchPolicy": "Equivalent",
-                "timeoutSeconds": controllers::webhook::TIMEOUT_SECONDS,
+                "timeoutSeconds": kube_operator_runtime::webhook::TIMEOUT_SECONDS,
                 "rules": crate::webhooks::rules(hook),
             })
         })
         .collect();
-    let conversions = controllers::conversions(&controllers::all())
+    let conversions = kube_operator_runtime::conversions(&controllers::all())
         .into_iter()
         .map(|conversion| {
             json!({
@@ -238,8 +242,8 @@ fn webhook_definitions() -> Result<Value, Error> {
                 "generateName": format!("c{}", conversion.crd_name),
                 "deploymentName": MANAGER_NAME,
                 "containerPort": crate::webhooks::SERVICE_PORT,
-                "targetPort": controllers::webhook::PORT,
-                "webhookPath": controllers::webhook::conversion::CONVERSION_PATH,
+                "targetPort": kube_operator_runtime::webhook::PORT,
+                "webhookPath": kube_operator_runtime::webhook::conversion::CONVERSION_PATH,
                 "conversionCRDs": [conversion.crd_name],
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "None",
@@ -255,7 +259,7 @@ fn webhook_definitions() -> Result<Value, Error> {
 /// annotation. A CRD that converts through the manager's webhook is cluster-wide, and OLM
 /// then installs only for all namespaces (one manager converts for everyone).
 fn install_modes() -> Value {
-    let converts = !controllers::conversions(&controllers::all()).is_empty();
+    let converts = !kube_operator_runtime::conversions(&controllers::all()).is_empty();
     let modes = [
         ("OwnNamespace", !converts),
         ("SingleNamespace", !converts),
@@ -273,7 +277,9 @@ fn install_modes() -> Value {
 /// The manager Deployment and its permissions, as `deploy/` installs them: the ClusterRole's
 /// rules (the controllers' and the metrics authentication's) cluster-wide, the leader election
 /// Role's in the install namespace.
-fn install_spec(controllers: &[Box<dyn controllers::ManagedController>]) -> Result<Value, Error> {
+fn install_spec(
+    controllers: &[Box<dyn kube_operator_runtime::ManagedController>],
+) -> Result<Value, Error> {
     let mut deployment = manager::deployment();
     // OLM, not kustomize, manages what the bundle installs.
     let template_labels = deployment
@@ -482,7 +488,7 @@ mod tests {
         assert_eq!(
             webhooks.len(),
             crate::webhooks::declared().expect("declared").len()
-                + controllers::conversions(&controllers::all()).len()
+                + kube_operator_runtime::conversions(&controllers::all()).len()
         );
         assert!(webhooks.iter().any(|w| w["type"] == "ConversionWebhook"
             && w["conversionCRDs"] == json!(["memcacheds.cache.example.com"])));

@@ -14,7 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
-use controllers::webhook::{MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION};
+use kube_operator_runtime::webhook::{
+    MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION,
+};
 use serde_json::{Value, json};
 
 use crate::manager::labels;
@@ -105,7 +107,7 @@ fn component() -> Value {
         ),
     ];
     // The CRDs that convert through the webhook get the CA the same way.
-    for conversion in controllers::conversions(&controllers::all()) {
+    for conversion in kube_operator_runtime::conversions(&controllers::all()) {
         patches.push(annotate(
             "apiextensions.k8s.io/v1",
             "CustomResourceDefinition",

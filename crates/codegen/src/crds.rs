@@ -1,14 +1,14 @@
 //! One file per CRD under `crds/`, named `<group>_<plural>.yaml` like controller-gen does; a
-//! CRD whose type declares a conversion ([`controllers::conversions`]) converts through the
+//! CRD whose type declares a conversion ([`kube_operator_runtime::conversions`]) converts through the
 //! manager's webhook.
 
 use std::path::PathBuf;
 
-use controllers::webhook::conversion::CONVERSION_PATH;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
     WebhookConversion,
 };
+use kube_operator_runtime::webhook::conversion::CONVERSION_PATH;
 
 use crate::webhooks::{SERVICE_PORT, WebhookTarget};
 use crate::{Error, GeneratedFile, NAMESPACE, yaml};
@@ -36,7 +36,7 @@ pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
 /// [`Error::Crds`] when a type's versions cannot be merged into one CRD.
 pub fn crds(target: &WebhookTarget) -> Result<Vec<CustomResourceDefinition>, Error> {
     let mut crds = apis::crds().map_err(|e| Error::Crds(e.to_string()))?;
-    let conversions = controllers::conversions(&controllers::all());
+    let conversions = kube_operator_runtime::conversions(&controllers::all());
     for crd in &mut crds {
         let name = crd.metadata.name.as_deref().unwrap_or_default();
         if conversions.iter().any(|c| c.crd_name == name) {
@@ -50,7 +50,7 @@ fn conversion(target: &WebhookTarget) -> CustomResourceConversion {
     let client_config = match target {
         WebhookTarget::Service { namespace } => WebhookClientConfig {
             service: Some(ServiceReference {
-                name: controllers::webhook::SERVICE_NAME.to_owned(),
+                name: kube_operator_runtime::webhook::SERVICE_NAME.to_owned(),
                 namespace: namespace.clone(),
                 path: Some(CONVERSION_PATH.to_owned()),
                 port: Some(SERVICE_PORT),

@@ -3,7 +3,7 @@
 //! CRDs come from `apis`, the ClusterRole from the controllers' own RBAC declarations
 //! ([`controllers::all`]), and the manager's Deployment, Service and policies from the constants
 //! here, and the webhook configurations from the webhooks the controllers declare
-//! ([`controllers::webhooks`]), so what a user installs can never drift from what the code does. `cargo xtask manifests`
+//! ([`kube_operator_runtime::webhooks`]), so what a user installs can never drift from what the code does. `cargo xtask manifests`
 //! writes the result under `deploy/`; [`generate`] in [`Mode::Check`] is what CI (and a test in
 //! this crate) runs to catch files that were not regenerated. [`generate_chart`] renders the same
 //! objects as a Helm chart (`deploy/chart/`), with the project metadata in its `Chart.yaml`.

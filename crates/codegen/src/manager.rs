@@ -191,8 +191,8 @@ pub(crate) fn deployment() -> Deployment {
                 ..ContainerPort::default()
             },
             ContainerPort {
-                name: Some(controllers::webhook::PORT_NAME.to_owned()),
-                container_port: i32::from(controllers::webhook::PORT),
+                name: Some(kube_operator_runtime::webhook::PORT_NAME.to_owned()),
+                container_port: i32::from(kube_operator_runtime::webhook::PORT),
                 ..ContainerPort::default()
             },
         ]),

@@ -7,11 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use controllers::{ManagedController, webhook};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
+use kube_operator_runtime::{ManagedController, webhook};
 
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::meta, yaml};
 
@@ -201,7 +201,7 @@ pub fn union_of_rules(
         .collect())
 }
 
-fn validate(controller: &str, rule: &controllers::PolicyRule) -> Result<(), Error> {
+fn validate(controller: &str, rule: &kube_operator_runtime::PolicyRule) -> Result<(), Error> {
     let fields: [(&'static str, &[&str]); 3] = [
         ("apiGroups", rule.api_groups),
         ("resources", rule.resources),
@@ -292,7 +292,7 @@ pub const WEBHOOK_ROLE: &str = "operator-manager-webhook";
 pub const WEBHOOK_CERT_ROLE: &str = "operator-manager-webhook-certs";
 
 /// The manager's own webhook configurations, and the CRDs that convert through its webhook
-/// ([`controllers::conversions`], the ones it injects its CA into), by name: it reads them and
+/// ([`kube_operator_runtime::conversions`], the ones it injects its CA into), by name: it reads them and
 /// writes their `caBundle`, nothing else. Cluster-scoped objects, so a ClusterRole even for a
 /// namespaced install.
 pub(crate) fn webhook_role() -> ClusterRole {
@@ -315,7 +315,7 @@ pub(crate) fn webhook_role() -> ClusterRole {
             vec![webhook::VALIDATING_CONFIGURATION.to_owned()],
         ),
     ];
-    let crds: Vec<String> = controllers::conversions(&controllers::all())
+    let crds: Vec<String> = kube_operator_runtime::conversions(&controllers::all())
         .into_iter()
         .map(|conversion| conversion.crd_name)
         .collect();
@@ -423,22 +423,23 @@ fn leader_election_role_binding() -> RoleBinding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use controllers::{RunContext, all};
+    use controllers::all;
+    use kube_operator_runtime::RunContext;
 
     /// A controller that only declares rules, for testing the union.
-    struct Declares(&'static str, &'static [controllers::PolicyRule]);
+    struct Declares(&'static str, &'static [kube_operator_runtime::PolicyRule]);
 
     impl ManagedController for Declares {
         fn name(&self) -> &'static str {
             self.0
         }
-        fn rbac_rules(&self) -> &'static [controllers::PolicyRule] {
+        fn rbac_rules(&self) -> &'static [kube_operator_runtime::PolicyRule] {
             self.1
         }
         fn run(
             &self,
             _ctx: RunContext,
-        ) -> futures::future::BoxFuture<'static, Result<(), controllers::Error>> {
+        ) -> futures::future::BoxFuture<'static, Result<(), kube_operator_runtime::Error>> {
             Box::pin(async { Ok(()) })
         }
     }
@@ -490,14 +491,14 @@ mod tests {
 
     #[test]
     fn adding_a_rule_to_a_controller_changes_the_cluster_role() {
-        const BASE: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+        const BASE: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["deployments"],
             verbs: &["get", "list", "watch"],
         }];
-        const EXTENDED: &[controllers::PolicyRule] = &[
+        const EXTENDED: &[kube_operator_runtime::PolicyRule] = &[
             BASE[0],
-            controllers::PolicyRule {
+            kube_operator_runtime::PolicyRule {
                 api_groups: &[""],
                 resources: &["configmaps"],
                 verbs: &["get"],
@@ -514,12 +515,12 @@ mod tests {
 
     #[test]
     fn overlapping_declarations_merge_into_one_rule_per_verb_set() {
-        const A: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+        const A: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["deployments"],
             verbs: &["get", "watch", "list"],
         }];
-        const B: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+        const B: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["deployments", "statefulsets"],
             verbs: &["list", "get", "watch"],
@@ -539,7 +540,7 @@ mod tests {
 
     #[test]
     fn wildcards_are_refused_with_the_controller_named() {
-        const WILD: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+        const WILD: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["*"],
             verbs: &["get"],
@@ -556,7 +557,7 @@ mod tests {
 
     #[test]
     fn empty_lists_are_refused() {
-        const EMPTY: &[controllers::PolicyRule] = &[controllers::PolicyRule {
+        const EMPTY: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["deployments"],
             verbs: &[],

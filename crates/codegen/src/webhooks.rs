@@ -1,16 +1,12 @@
 //! The admission webhooks under `webhook/`: the Service in front of every replica's webhook
 //! server, the Mutating- and ValidatingWebhookConfiguration with one entry per webhook the
-//! controllers declare ([`controllers::webhooks`]), and the NetworkPolicy that lets the API
+//! controllers declare ([`kube_operator_runtime::webhooks`]), and the NetworkPolicy that lets the API
 //! server in. The manager puts its CA into the configurations' `caBundle` at start, so none is
 //! rendered here.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use controllers::webhook::{
-    AdmissionKind, AdmissionWebhook, MUTATING_CONFIGURATION, PORT, PORT_NAME, SERVICE_NAME,
-    TIMEOUT_SECONDS, VALIDATING_CONFIGURATION,
-};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
@@ -21,6 +17,10 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube_operator_runtime::webhook::{
+    AdmissionKind, AdmissionWebhook, MUTATING_CONFIGURATION, PORT, PORT_NAME, SERVICE_NAME,
+    TIMEOUT_SECONDS, VALIDATING_CONFIGURATION,
+};
 
 use crate::manager::{meta, selector_labels, service_to_pods};
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, yaml};
@@ -105,7 +105,7 @@ const REVIEW_VERSION: &str = "v1";
 
 /// Every declared webhook.
 pub(crate) fn declared() -> Result<Vec<AdmissionWebhook>, Error> {
-    controllers::webhooks(&controllers::all()).map_err(|e| Error::Webhooks(e.to_string()))
+    kube_operator_runtime::webhooks(&controllers::all()).map_err(|e| Error::Webhooks(e.to_string()))
 }
 
 fn client_config(target: &WebhookTarget, hook: &AdmissionWebhook) -> WebhookClientConfig {

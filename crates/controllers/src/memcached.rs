@@ -34,7 +34,7 @@
 //!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
 //! 3. The status (`nodes`, `readyReplicas`, `observedGeneration`, conditions) is computed from
 //!    the Deployment and the cached pods, and written only when it changed; a state the rollout
-//!    passes through is held back a moment (see [`crate::status_writer::StatusWriter`]).
+//!    passes through is held back a moment (see [`kube_operator_runtime::status_writer::StatusWriter`]).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -49,18 +49,18 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use crate::builder::Builder;
-use crate::children;
-use crate::children::{Child, OwnedChildren};
-use crate::deployment_view::DeploymentView;
-use crate::driver::Outcome;
-use crate::index::Index;
-use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
-use crate::rbac;
-use crate::status;
-use crate::status_writer::StatusWrite;
-use crate::watches::{self, PodMeta};
-use crate::{Error, PolicyRule, Registration, RunContext, labels};
+use kube_operator_runtime::builder::Builder;
+use kube_operator_runtime::children;
+use kube_operator_runtime::children::{Child, OwnedChildren};
+use kube_operator_runtime::deployment_view::DeploymentView;
+use kube_operator_runtime::driver::Outcome;
+use kube_operator_runtime::index::Index;
+use kube_operator_runtime::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
+use kube_operator_runtime::rbac;
+use kube_operator_runtime::status;
+use kube_operator_runtime::status_writer::StatusWrite;
+use kube_operator_runtime::watches::{self, PodMeta};
+use kube_operator_runtime::{Error, PolicyRule, Registration, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "memcached";
@@ -109,7 +109,7 @@ pub fn memory_mib(spec: &MemcachedSpec) -> Result<u64, Error> {
         field: "spec.memory",
         reason,
     };
-    match crate::quantity::mebibytes(&memory.0).map_err(invalid)? {
+    match kube_operator_runtime::quantity::mebibytes(&memory.0).map_err(invalid)? {
         0 => Err(invalid(format!("{:?} is less than 1Mi", memory.0))),
         mib => Ok(mib),
     }
@@ -120,7 +120,7 @@ pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::
     .with_webhooks(crate::admission::memcached::webhooks)
     .with_conversion(crate::admission::memcached::conversion);
 
-static RULES: [PolicyRule; 9] = crate::controller_rules!(
+static RULES: [PolicyRule; 9] = kube_operator_runtime::controller_rules!(
     "cache.example.com",
     "memcacheds",
     rbac::DEPLOYMENTS,
@@ -226,7 +226,7 @@ fn for_pod_news(
 ) -> Option<ObjectRef<Memcached>> {
     let mc = pod_owner(memcacheds, pod)?;
     (!owned::rollout_in_motion(deployments, mc.as_ref(), mc.spec.size))
-        .then(|| crate::object_key(mc.as_ref()))
+        .then(|| kube_operator_runtime::object_key(mc.as_ref()))
 }
 
 /// The labels that select a `Memcached`'s pods: `app: memcached`, `memcached_cr: <name>`.
@@ -414,7 +414,7 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
 
     let pods = pods.get(&pods_key(&namespace, &name));
     let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
-    let now = crate::status::now();
+    let now = kube_operator_runtime::status::now();
     let status = desired_status(mc, deployment.as_deref(), nodes, service, &now);
     let progress = status::progress(mc.spec.size, deployment.as_deref(), mc.current_conditions());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
@@ -428,12 +428,13 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube_operator_runtime::testing;
 
-    use apis::condition::{AVAILABLE, DEGRADED};
     use k8s_openapi::api::apps::v1::DeploymentStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use kube::api::ObjectMeta;
     use kube::runtime::watcher;
+    use kube_operator_runtime::conditions::{AVAILABLE, DEGRADED};
 
     fn memcached(name: &str, size: i32) -> Memcached {
         let mut mc = Memcached::new(
@@ -468,7 +469,8 @@ mod tests {
         let d = desired_deployment(&memcached("memcached-sample", 3)).expect("desired deployment");
         assert_eq!(d.metadata.name.as_deref(), Some("memcached-sample"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("ns"));
-        crate::owned::assert_owned_workload(&d, "Memcached", "uid-1");
+        testing::assert_controlled_by(&d.metadata, "Memcached", "uid-1");
+        testing::assert_selects_its_pods(&d.spec.selector, &d.spec.template);
 
         let labels = d.metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels["app"], "memcached");
@@ -500,7 +502,7 @@ mod tests {
             c.security_context.as_ref().and_then(|s| s.run_as_user),
             Some(11211)
         );
-        crate::pod_security::assert_restricted(&d);
+        testing::assert_restricted(&d.spec.template);
     }
 
     #[test]
@@ -564,7 +566,9 @@ mod tests {
     fn pods_map_to_their_memcached_even_with_long_names() {
         let long = format!("m{}", "y".repeat(99));
         let store = store_of(vec![memcached("short", 1), memcached(&long, 1)]);
-        let owner = |pod: &PodMeta| pod_owner(&store, pod).map(|mc| crate::object_key(&*mc));
+        let owner = |pod: &PodMeta| {
+            pod_owner(&store, pod).map(|mc| kube_operator_runtime::object_key(&*mc))
+        };
         assert_eq!(
             owner(&pod("p1", "ns", object_labels("short"))),
             Some(ObjectRef::new("short").within("ns"))
@@ -652,7 +656,8 @@ mod tests {
             owned::owner_of(&store, &owned),
             Some(ObjectRef::new("a").within("ns"))
         );
-        let metadata_only = crate::watches::DeploymentMeta::new(owned.metadata.clone());
+        let metadata_only =
+            kube_operator_runtime::watches::DeploymentMeta::new(owned.metadata.clone());
         assert_eq!(
             owned::owner_of(&store, &metadata_only),
             Some(ObjectRef::new("a").within("ns"))
@@ -810,7 +815,7 @@ mod tests {
     #[test]
     fn rbac_rules_cover_what_the_controller_does() {
         let rules = CONTROLLER.rbac_rules;
-        rbac::assert_deployment_owner_rules(rules, "cache.example.com", "memcacheds");
+        crate::testing::assert_deployment_owner_rules(rules, "cache.example.com", "memcacheds");
         for verb in ["get", "list", "watch"] {
             assert!(rbac::allows(rules, "", "pods", verb), "pods {verb}");
         }

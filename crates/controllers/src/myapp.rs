@@ -13,7 +13,7 @@
 //! a hand edit of a field this controller sets (the image, the replica count, the security
 //! context) is undone at once. Status: `replicas`, `readyReplicas`, `observedGeneration` and the
 //! conditions, written only when changed (a state the rollout passes through is held back a
-//! moment: see [`crate::status_writer::StatusWriter`]).
+//! moment: see [`kube_operator_runtime::status_writer::StatusWriter`]).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -25,13 +25,13 @@ use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use crate::builder::Builder;
-use crate::deployment_view::DeploymentView;
-use crate::driver::Outcome;
-use crate::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
-use crate::rbac;
-use crate::status;
-use crate::{Error, Registration, RunContext, labels};
+use kube_operator_runtime::builder::Builder;
+use kube_operator_runtime::deployment_view::DeploymentView;
+use kube_operator_runtime::driver::Outcome;
+use kube_operator_runtime::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
+use kube_operator_runtime::rbac;
+use kube_operator_runtime::status;
+use kube_operator_runtime::{Error, Registration, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "myapp";
@@ -50,7 +50,7 @@ pub const RUN_AS_USER: i64 = 65532;
 /// The MyApp controller, as registered in [`crate::all`].
 pub const CONTROLLER: Registration = Registration::new(
     NAME,
-    &crate::controller_rules!("myscheme.example.com", "myapps", rbac::DEPLOYMENTS),
+    &kube_operator_runtime::controller_rules!("myscheme.example.com", "myapps", rbac::DEPLOYMENTS),
     |ctx| Box::pin(run(ctx)),
 )
 .with_webhooks(crate::admission::myapp::webhooks);
@@ -116,7 +116,11 @@ async fn reconcile(app: Arc<MyApp>, ctx: Arc<OwnerTools<MyApp>>) -> Result<Outco
         ControlFlow::Continue(deployment) => deployment,
         ControlFlow::Break(outcome) => return Ok(outcome),
     };
-    let status = desired_status(app, deployment.as_deref(), &crate::status::now());
+    let status = desired_status(
+        app,
+        deployment.as_deref(),
+        &kube_operator_runtime::status::now(),
+    );
     let replicas = app.spec.replicas;
     let progress = status::progress(replicas, deployment.as_deref(), app.current_conditions());
     let written = ctx.status.write(app, status, progress).await?;
@@ -127,9 +131,10 @@ async fn reconcile(app: Arc<MyApp>, ctx: Arc<OwnerTools<MyApp>>) -> Result<Outco
 mod tests {
     use super::*;
     use apis::MyAppSpec;
-    use apis::condition::{AVAILABLE, PROGRESSING};
     use k8s_openapi::api::apps::v1::DeploymentStatus;
     use kube::api::ObjectMeta;
+    use kube_operator_runtime::conditions::{AVAILABLE, PROGRESSING};
+    use kube_operator_runtime::testing;
 
     fn myapp(name: &str, replicas: i32, image: &str) -> MyApp {
         let mut app = MyApp::new(
@@ -158,8 +163,9 @@ mod tests {
         assert_eq!(pod.containers.len(), 1);
         assert_eq!(pod.containers[0].name, "app");
         assert_eq!(pod.containers[0].image.as_deref(), Some("nginx:1.29"));
-        crate::owned::assert_owned_workload(&d, "MyApp", "uid-2");
-        crate::pod_security::assert_restricted(&d);
+        testing::assert_controlled_by(&d.metadata, "MyApp", "uid-2");
+        testing::assert_selects_its_pods(&d.spec.selector, &d.spec.template);
+        testing::assert_restricted(&d.spec.template);
     }
 
     #[test]
@@ -230,7 +236,7 @@ mod tests {
 
     #[test]
     fn rbac_rules_cover_what_the_controller_does() {
-        rbac::assert_deployment_owner_rules(
+        crate::testing::assert_deployment_owner_rules(
             CONTROLLER.rbac_rules,
             "myscheme.example.com",
             "myapps",

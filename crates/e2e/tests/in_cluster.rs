@@ -492,9 +492,9 @@ async fn uninstall(cluster: &TestCluster) -> Result<()> {
         "validatingwebhookconfiguration",
     ] {
         let name = if kind.starts_with("mutating") {
-            controllers::webhook::MUTATING_CONFIGURATION
+            kube_operator_runtime::webhook::MUTATING_CONFIGURATION
         } else {
-            controllers::webhook::VALIDATING_CONFIGURATION
+            kube_operator_runtime::webhook::VALIDATING_CONFIGURATION
         };
         cluster_kubectl(cluster, &["delete", kind, name, "--ignore-not-found"])?;
     }

@@ -10,7 +10,6 @@ mod workloads;
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result, ensure};
-use apis::condition::{AVAILABLE, DEGRADED};
 use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec, Service};
@@ -18,6 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube_operator_runtime::conditions::{AVAILABLE, DEGRADED};
 use serde_json::json;
 use testkit::PodSecurity;
 use workloads::{Env, TIMEOUT, has_condition};

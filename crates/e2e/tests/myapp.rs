@@ -3,10 +3,10 @@
 mod workloads;
 
 use anyhow::{Result, ensure};
-use apis::condition::AVAILABLE;
 use apis::{Memcached, MemcachedSpec, MyApp, MyAppSpec};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube_operator_runtime::conditions::AVAILABLE;
 use serde_json::json;
 use testkit::PodSecurity;
 use workloads::{Env, TIMEOUT, has_condition};

@@ -10,10 +10,10 @@ mod workloads;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use apis::condition::AVAILABLE;
 use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject, PostParams};
+use kube_operator_runtime::conditions::AVAILABLE;
 use testkit::{ServiceAccountKubeconfig, TestCluster, TestNamespace};
 use workloads::{Env, TIMEOUT, has_condition};
 

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use apis::Memcached;
-use controllers::webhook;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -28,6 +27,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube_operator_runtime::webhook;
 use serde_json::{Value, json};
 use testkit::{ManagerProcess, TestCluster, TestNamespace};
 

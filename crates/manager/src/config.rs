@@ -187,7 +187,7 @@ impl Default for Config {
             )),
             webhook_bind_address: BindAddress::Listen(SocketAddr::new(
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                controllers::webhook::PORT,
+                kube_operator_runtime::webhook::PORT,
             )),
             webhook_cert_path: None,
             webhook_cert_validity: Duration::from_secs(365 * 24 * 60 * 60),
@@ -201,7 +201,7 @@ impl Default for Config {
             controllers: ControllerSelection(vec!["*".to_owned()]),
             max_concurrent_reconciles: 4,
             shutdown_timeout: Duration::from_secs(30),
-            reconcile_debounce: controllers::RunOptions::DEFAULT_DEBOUNCE,
+            reconcile_debounce: kube_operator_runtime::RunOptions::DEFAULT_DEBOUNCE,
             namespace: NamespaceList::default(),
         }
     }

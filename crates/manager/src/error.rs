@@ -69,7 +69,7 @@ pub enum Error {
 
     /// A controller stopped with an error it cannot recover from.
     #[error("controllers failed")]
-    Controllers(#[from] controllers::Error),
+    Controllers(#[from] kube_operator_runtime::Error),
 
     /// The controllers' task panicked or was aborted.
     #[error("controllers crashed: {0}")]

@@ -32,9 +32,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use controllers::backoff::WatchBackoff;
-use controllers::events::Events;
-use controllers::reconnect::reconnecting;
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -42,6 +39,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::watcher;
+use kube_operator_runtime::backoff::WatchBackoff;
+use kube_operator_runtime::events::Events;
+use kube_operator_runtime::reconnect::reconnecting;
 use prometheus::IntGauge;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -896,7 +896,7 @@ impl LeaderElector {
 
 /// Forwards the state of the one Lease to `sender` until `stop` is cancelled or nobody
 /// listens. Errors are retried with `backoff`, as the controllers' watches are
-/// ([`controllers::reconnect::reconnecting`]: kube's own `StreamBackoff` would start it over at
+/// ([`kube_operator_runtime::reconnect::reconnecting`]: kube's own `StreamBackoff` would start it over at
 /// each new watcher's `Init`, so retrying ten times a second through an outage).
 async fn watch_lease(
     api: Api<Lease>,

@@ -33,7 +33,7 @@ pub mod webhooks;
 pub use config::Config;
 pub use error::Error;
 
-use controllers::ManagedController;
+use kube_operator_runtime::ManagedController;
 
 /// The controllers of `all` that `config` enables, in registration order.
 ///

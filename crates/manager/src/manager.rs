@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use controllers::{ManagedController, RunOptions};
+use kube_operator_runtime::{ManagedController, RunOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -55,7 +55,7 @@ pub async fn run(
     log_configuration(&config, &controllers);
 
     let registry = telemetry::registry()?;
-    let metrics = Arc::new(controllers::Metrics::register(&registry)?);
+    let metrics = Arc::new(kube_operator_runtime::Metrics::register(&registry)?);
     let fence = if config.leader_elect {
         let lease = [config.leader_election_id.as_str()];
         let gauge = telemetry::leader_gauge(&registry)?.with_label_values(&lease);
@@ -166,7 +166,7 @@ async fn run_connected(
     controllers: Vec<Box<dyn ManagedController>>,
     webhooks: Webhooks,
     servers: &mut Servers,
-    metrics: Arc<controllers::Metrics>,
+    metrics: Arc<kube_operator_runtime::Metrics>,
     fence: Option<WriteFence>,
     health: &Health,
     shutdown: &CancellationToken,
@@ -207,7 +207,7 @@ async fn run_connected(
         max_concurrent_reconciles: config.max_concurrent_reconciles,
         instance: identity.clone(),
         debounce: config.reconcile_debounce,
-        namespaces: controllers::Namespaces::only(config.namespace.0.iter().cloned()),
+        namespaces: kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
     };
     let mut runner = Runner {
         client: client.clone(),
@@ -249,11 +249,16 @@ async fn run_connected(
         renew_deadline: config.renew_deadline,
         retry_period: config.retry_period,
     };
-    let (events, publisher) =
-        controllers::events::Events::start(events_client, "leader-election", &settings.identity);
+    let (events, publisher) = kube_operator_runtime::events::Events::start(
+        events_client,
+        "leader-election",
+        &settings.identity,
+    );
     let elector = LeaderElector::new(client, settings, fence.status().clone()).with_events(events);
     let result = runner.run_elected(elector, shutdown).await;
-    publisher.finish(controllers::events::EVENTS_FLUSH).await;
+    publisher
+        .finish(kube_operator_runtime::events::EVENTS_FLUSH)
+        .await;
     result
 }
 
@@ -278,7 +283,7 @@ fn webhook_cert_settings(
     namespace: &str,
     webhooks: &DeclaredWebhooks,
 ) -> CertSettings {
-    use controllers::webhook::{
+    use kube_operator_runtime::webhook::{
         AdmissionKind, CERT_SECRET_NAME, MUTATING_CONFIGURATION, SERVICE_NAME,
         VALIDATING_CONFIGURATION,
     };
@@ -398,14 +403,14 @@ async fn wait_for_api_server(client: &kube::Client, shutdown: &CancellationToken
     }
 }
 
-type ControllersTask = JoinHandle<Result<(), controllers::Error>>;
+type ControllersTask = JoinHandle<Result<(), kube_operator_runtime::Error>>;
 
 /// What it takes to start the controllers.
 struct Runner {
     client: kube::Client,
     controllers: Vec<Box<dyn ManagedController>>,
     options: RunOptions,
-    metrics: Arc<controllers::Metrics>,
+    metrics: Arc<kube_operator_runtime::Metrics>,
     shutdown_timeout: Duration,
 }
 
@@ -413,7 +418,7 @@ impl Runner {
     fn start(self, stop: CancellationToken) -> (ControllersTask, Duration) {
         let names: Vec<&str> = self.controllers.iter().map(|c| c.name()).collect();
         tracing::info!(controllers = ?names, "starting controllers");
-        let task = tokio::spawn(controllers::run(
+        let task = tokio::spawn(kube_operator_runtime::run(
             self.client,
             self.controllers,
             self.options,
@@ -509,7 +514,7 @@ impl Runner {
 }
 
 fn flatten(
-    joined: Result<Result<(), controllers::Error>, tokio::task::JoinError>,
+    joined: Result<Result<(), kube_operator_runtime::Error>, tokio::task::JoinError>,
 ) -> Result<(), Error> {
     match joined {
         Ok(result) => result.map_err(Error::from),
@@ -593,7 +598,7 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         max_concurrent_reconciles = config.max_concurrent_reconciles,
         shutdown_timeout = %show(config.shutdown_timeout),
         reconcile_debounce = %show(config.reconcile_debounce),
-        namespace = %controllers::Namespaces::only(config.namespace.0.iter().cloned()),
+        namespace = %kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
         version = env!("CARGO_PKG_VERSION"),
         "effective configuration"
     );

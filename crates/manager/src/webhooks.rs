@@ -1,6 +1,6 @@
 //! The webhook endpoints: each admission webhook the controllers declare
-//! ([`controllers::webhooks`]) answers `POST` on its own path, and every declared CRD
-//! conversion ([`controllers::conversions`]) on [`CONVERSION_PATH`].
+//! ([`kube_operator_runtime::webhooks`]) answers `POST` on its own path, and every declared CRD
+//! conversion ([`kube_operator_runtime::conversions`]) on [`CONVERSION_PATH`].
 //!
 //! A review is decided on a blocking thread within [`HANDLER_BUDGET`], well below the
 //! `timeoutSeconds` the configurations give the API server: a review that takes longer is
@@ -16,10 +16,10 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use controllers::webhook::conversion::{self, CONVERSION_PATH, ConversionWebhook};
-use controllers::webhook::{AdmissionWebhook, HANDLER_BUDGET};
 use kube::core::Status;
 use kube::core::conversion::ConversionResponse;
+use kube_operator_runtime::webhook::conversion::{self, CONVERSION_PATH, ConversionWebhook};
+use kube_operator_runtime::webhook::{AdmissionWebhook, HANDLER_BUDGET};
 
 /// Every webhook the manager serves: admission, and CRD conversion.
 #[derive(Clone, Debug, Default)]
@@ -36,11 +36,11 @@ impl DeclaredWebhooks {
     /// # Errors
     /// When two admission webhooks share a name or a path.
     pub fn of(
-        controllers: &[Box<dyn controllers::ManagedController>],
-    ) -> Result<Self, controllers::Error> {
+        controllers: &[Box<dyn kube_operator_runtime::ManagedController>],
+    ) -> Result<Self, kube_operator_runtime::Error> {
         Ok(Self {
-            admission: controllers::webhooks(controllers)?,
-            conversions: controllers::conversions(controllers),
+            admission: kube_operator_runtime::webhooks(controllers)?,
+            conversions: kube_operator_runtime::conversions(controllers),
         })
     }
 

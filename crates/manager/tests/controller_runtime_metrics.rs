@@ -130,7 +130,7 @@ impl tower::Service<http::Request<()>> for Answers {
 /// The registry the manager serves, with one controller's series and one request recorded.
 fn manager_registry() -> prometheus::Registry {
     let registry = telemetry::registry().expect("registry");
-    let metrics = controllers::Metrics::register(&registry).expect("controller metrics");
+    let metrics = kube_operator_runtime::Metrics::register(&registry).expect("controller metrics");
     metrics.init_controller("memcached", 4);
     telemetry::leader_gauge(&registry)
         .expect("leader gauge")

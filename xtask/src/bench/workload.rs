@@ -578,7 +578,7 @@ pub fn is_converged(memcached: &Memcached, size: i32) -> bool {
         && status
             .conditions
             .iter()
-            .any(|c| c.type_ == apis::condition::AVAILABLE && c.status == "True")
+            .any(|c| c.type_ == kube_operator_runtime::conditions::AVAILABLE && c.status == "True")
 }
 
 /// Starts `contender` with the bench's flags plus `extra`, and waits until it leads; the

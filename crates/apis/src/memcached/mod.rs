@@ -54,8 +54,9 @@ pub struct MemcachedStatus {
     pub conditions: Vec<Condition>,
 }
 
-impl crate::condition::Conditions for MemcachedStatus {
-    fn conditions(&self) -> &[Condition] {
+/// The conditions, for code that reads any status that reports them.
+impl AsRef<[Condition]> for MemcachedStatus {
+    fn as_ref(&self) -> &[Condition] {
         &self.conditions
     }
 }

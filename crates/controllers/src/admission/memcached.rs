@@ -11,9 +11,9 @@ use apis::memcached::DEFAULT_IMAGE;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{check_image, trim_image};
-use crate::quantity;
-use crate::webhook::conversion::ConversionWebhook;
-use crate::webhook::{AdmissionWebhook, Defaulter, FieldError, Validator, Verdict};
+use kube_operator_runtime::quantity;
+use kube_operator_runtime::webhook::conversion::ConversionWebhook;
+use kube_operator_runtime::webhook::{AdmissionWebhook, Defaulter, FieldError, Validator, Verdict};
 
 /// The conversion between Memcached's versions, which the Memcached controller declares.
 pub fn conversion() -> ConversionWebhook {
@@ -25,14 +25,20 @@ pub fn conversion() -> ConversionWebhook {
 /// The webhooks the Memcached controller declares.
 pub fn webhooks() -> Vec<AdmissionWebhook> {
     vec![
-        AdmissionWebhook::defaulting::<Memcached>(),
-        AdmissionWebhook::validating::<Memcached>(),
+        AdmissionWebhook::defaulting::<MemcachedAdmission>(),
+        AdmissionWebhook::validating::<MemcachedAdmission>(),
     ]
 }
 
-impl Defaulter for Memcached {
-    fn default_fields(&mut self) -> Vec<String> {
-        let image = &mut self.spec.image;
+/// The admission of `Memcached` objects: their defaulting and validation.
+#[derive(Debug)]
+pub struct MemcachedAdmission;
+
+impl Defaulter for MemcachedAdmission {
+    type Object = Memcached;
+
+    fn default_fields(mc: &mut Memcached) -> Vec<String> {
+        let image = &mut mc.spec.image;
         let mut warnings = Vec::new();
         if trim_image(image) {
             warnings.push(format!(
@@ -47,8 +53,8 @@ impl Defaulter for Memcached {
         }
         // The scheduler places a pod by its requests: without a memory request, a node may
         // take pods whose caches cannot all fill.
-        if let Some(memory) = self.spec.memory.clone() {
-            let resources = self.spec.resources.get_or_insert_with(Default::default);
+        if let Some(memory) = mc.spec.memory.clone() {
+            let resources = mc.spec.resources.get_or_insert_with(Default::default);
             let requests = resources.requests.get_or_insert_with(Default::default);
             if !requests.contains_key("memory") {
                 requests.insert("memory".to_owned(), memory.clone());
@@ -62,11 +68,13 @@ impl Defaulter for Memcached {
     }
 }
 
-impl Validator for Memcached {
-    fn validate_create(&self) -> Verdict {
+impl Validator for MemcachedAdmission {
+    type Object = Memcached;
+
+    fn validate_create(mc: &Memcached) -> Verdict {
         let mut verdict = Verdict::default();
-        check_image(&mut verdict, "spec.image", &self.spec.image);
-        check_memory(&mut verdict, &self.spec);
+        check_image(&mut verdict, "spec.image", &mc.spec.image);
+        check_memory(&mut verdict, &mc.spec);
         verdict
     }
 }
@@ -137,7 +145,7 @@ mod tests {
     fn an_empty_image_becomes_the_default_and_a_blank_one_is_trimmed_first() {
         for empty in ["", "   "] {
             let mut mc = memcached(empty);
-            let warnings = mc.default_fields();
+            let warnings = MemcachedAdmission::default_fields(&mut mc);
             assert_eq!(mc.spec.image, DEFAULT_IMAGE);
             assert!(
                 warnings.iter().any(|w| w.contains("default")),
@@ -145,15 +153,15 @@ mod tests {
             );
         }
         let mut mc = memcached(" memcached:1.6 \n");
-        assert_eq!(mc.default_fields().len(), 1);
+        assert_eq!(MemcachedAdmission::default_fields(&mut mc).len(), 1);
         assert_eq!(mc.spec.image, "memcached:1.6");
         let mut mc = memcached(DEFAULT_IMAGE);
-        assert!(mc.default_fields().is_empty());
+        assert!(MemcachedAdmission::default_fields(&mut mc).is_empty());
     }
 
     #[test]
     fn a_malformed_image_is_refused_naming_the_field() {
-        let verdict = memcached("memcached:1.6 -alpine").validate_create();
+        let verdict = MemcachedAdmission::validate_create(&memcached("memcached:1.6 -alpine"));
         let [refusal] = verdict.refusals.as_slice() else {
             panic!("one refusal: {verdict:?}");
         };
@@ -166,14 +174,14 @@ mod tests {
 
     #[test]
     fn an_untagged_image_is_admitted_with_a_warning() {
-        let verdict = memcached("memcached").validate_create();
+        let verdict = MemcachedAdmission::validate_create(&memcached("memcached"));
         assert!(verdict.refusals.is_empty());
         assert!(
             verdict.warnings[0].contains("no tag or digest"),
             "{verdict:?}"
         );
         assert_eq!(
-            memcached(DEFAULT_IMAGE).validate_create(),
+            MemcachedAdmission::validate_create(&memcached(DEFAULT_IMAGE)),
             Verdict::default()
         );
     }
@@ -205,7 +213,7 @@ mod tests {
     #[test]
     fn memory_must_be_a_quantity_of_a_mebibyte_that_fits_the_limit() {
         assert_eq!(
-            with_memory("256Mi", Some("512Mi")).validate_create(),
+            MemcachedAdmission::validate_create(&with_memory("256Mi", Some("512Mi"))),
             Verdict::default()
         );
         for (memory, limit, says) in [
@@ -226,7 +234,7 @@ mod tests {
                 "spec.resources.limits.memory: Invalid value: \"big\"",
             ),
         ] {
-            let verdict = with_memory(memory, limit).validate_create();
+            let verdict = MemcachedAdmission::validate_create(&with_memory(memory, limit));
             let [refusal] = verdict.refusals.as_slice() else {
                 panic!("one refusal for {memory}/{limit:?}: {verdict:?}");
             };
@@ -237,7 +245,7 @@ mod tests {
     #[test]
     fn the_memory_request_defaults_to_the_item_memory() {
         let mut mc = with_memory("256Mi", Some("512Mi"));
-        let warnings = mc.default_fields();
+        let warnings = MemcachedAdmission::default_fields(&mut mc);
         let requests = mc
             .spec
             .resources
@@ -251,10 +259,10 @@ mod tests {
             requests: Some([("memory".to_owned(), Quantity("300Mi".into()))].into()),
             ..Default::default()
         });
-        assert!(mc.default_fields().is_empty());
+        assert!(MemcachedAdmission::default_fields(&mut mc).is_empty());
         // Without spec.memory nothing is requested.
         let mut mc = memcached(DEFAULT_IMAGE);
-        mc.default_fields();
+        MemcachedAdmission::default_fields(&mut mc);
         assert!(mc.spec.resources.is_none());
     }
 }

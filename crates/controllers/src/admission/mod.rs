@@ -1,13 +1,13 @@
 //! The platform types' admission rules: what their schemas cannot default or express.
 //!
-//! Each type's module implements [`crate::webhook::Defaulter`] and
-//! [`crate::webhook::Validator`]; its controller's [`crate::Registration`] declares the
+//! Each type's module implements [`kube_operator_runtime::webhook::Defaulter`] and
+//! [`kube_operator_runtime::webhook::Validator`]; its controller's [`kube_operator_runtime::Registration`] declares the
 //! webhooks, so the manager serves them and the generated configurations call them.
 
 pub mod memcached;
 pub mod myapp;
 
-use crate::webhook::{FieldError, Verdict, image};
+use kube_operator_runtime::webhook::{FieldError, Verdict, image};
 
 /// Trims the whitespace a copied image reference often carries; `true` when it changed.
 fn trim_image(image: &mut String) -> bool {

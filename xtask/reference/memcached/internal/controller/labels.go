@@ -7,7 +7,7 @@ import (
 )
 
 // Labels on the Deployment and its pods, the same as the Rust controller's
-// (crates/controllers/src/memcached.rs and labels.rs), so both leave equivalent objects.
+// (crates/controllers/src/memcached.rs and crates/kube-operator-runtime/src/labels.rs), so both leave equivalent objects.
 const (
 	labelApp       = "app"
 	appName        = "memcached"

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The same cases as crates/controllers/src/labels.rs: both controllers must derive the same
+// The same cases as crates/kube-operator-runtime/src/labels.rs: both controllers must derive the same
 // label values, or a Memcached with a long name gets a different selector from each.
 
 func TestShortNamesAreKept(t *testing.T) {

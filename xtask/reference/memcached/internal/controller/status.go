@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Condition types and reasons, the same as the Rust controller's (crates/controllers/src/status.rs),
+// Condition types and reasons, the same as the Rust controller's (crates/kube-operator-runtime/src/status.rs),
 // so `kubectl wait --for=condition=Available` and the bench's convergence check read both alike.
 const (
 	typeAvailable   = "Available"

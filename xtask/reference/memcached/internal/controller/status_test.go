@@ -11,7 +11,7 @@ import (
 	cachev1beta1 "operator-manager.dev/reference/memcached/api/v1beta1"
 )
 
-// The same cases as crates/controllers/src/status.rs.
+// The same cases as crates/kube-operator-runtime/src/status.rs.
 
 func settled(n int32) *appsv1.Deployment {
 	return &appsv1.Deployment{

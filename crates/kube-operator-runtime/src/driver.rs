@@ -500,7 +500,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apis::Memcached;
+    use crate::test_resource::Memcached;
 
     fn key(name: &str) -> ObjectRef<Memcached> {
         ObjectRef::new(name).within("ns")
@@ -511,7 +511,7 @@ mod tests {
         let (cached, mut writer) = kube::runtime::reflector::store::<Memcached>();
         let mut mc = Memcached::new(
             "a",
-            apis::MemcachedSpec {
+            crate::test_resource::MemcachedSpec {
                 size: 1,
                 image: "memcached".into(),
                 ..Default::default()
@@ -524,7 +524,7 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(mc.clone()));
 
         let mut status_only = mc.clone();
-        status_only.status = Some(apis::MemcachedStatus::default());
+        status_only.status = Some(crate::test_resource::MemcachedStatus::default());
         status_only.metadata.resource_version = Some("2".into());
         assert!(!asks_for_reconcile(&cached, &status_only), "status alone");
 
@@ -550,7 +550,7 @@ mod tests {
         let (cached, mut writer) = kube::runtime::reflector::store::<Memcached>();
         let mut relists = TriggersOfAList::default();
         let memcached = |name: &str, generation| {
-            let mut mc = Memcached::new(name, apis::MemcachedSpec::default());
+            let mut mc = Memcached::new(name, crate::test_resource::MemcachedSpec::default());
             mc.metadata.namespace = Some("ns".into());
             mc.metadata.uid = Some(name.into());
             mc.metadata.generation = Some(generation);
@@ -838,7 +838,7 @@ mod tests {
     fn memcached(name: &str) -> Arc<Memcached> {
         let mut mc = Memcached::new(
             name,
-            apis::MemcachedSpec {
+            crate::test_resource::MemcachedSpec {
                 size: 1,
                 image: "memcached".into(),
                 ..Default::default()

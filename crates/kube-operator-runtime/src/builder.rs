@@ -298,8 +298,8 @@ where
 mod tests {
     use super::*;
     use crate::fake::ApiServer;
+    use crate::test_resource::Memcached;
     use crate::{Metrics, Namespaces, PolicyRule, RunOptions, SharedWatches};
-    use apis::Memcached;
     use tokio_util::sync::CancellationToken;
 
     /// Rules for a Memcached controller that owns and watches nothing.
@@ -409,9 +409,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_registered_rules_cover_what_memcached_declares() {
+    async fn rules_for_what_is_declared_cover_it() {
+        static RULES: [PolicyRule; 7] = crate::controller_rules!(
+            "cache.example.com",
+            "memcacheds",
+            crate::rbac::DEPLOYMENTS,
+            crate::rbac::PODS_READ
+        );
         let server = ApiServer::failing(500, "unavailable");
-        let ctx = context(&server, crate::memcached::CONTROLLER.rbac_rules);
+        let ctx = context(&server, &RULES);
         assert_eq!(declared(&ctx).missing_rbac, Vec::<String>::new());
         ctx.watches.stop().await;
     }

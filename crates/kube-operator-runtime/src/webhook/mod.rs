@@ -6,9 +6,11 @@
 //! the cluster calls exactly the paths the manager serves, for exactly the operations the code
 //! handles.
 //!
-//! A type opts in by implementing [`Defaulter`] (fill in what the schema cannot default) or
-//! [`Validator`] (refuse what the schema cannot express, naming the field and why), and
-//! declaring [`AdmissionWebhook::defaulting`] or [`AdmissionWebhook::validating`]. This module
+//! A type opts in through a type of the controller's that implements [`Defaulter`] (fill in
+//! what the schema cannot default) or [`Validator`] (refuse what the schema cannot express,
+//! naming the field and why) for it, as controller-runtime's `CustomDefaulter` and
+//! `CustomValidator` are, and declaring [`AdmissionWebhook::defaulting`] or
+//! [`AdmissionWebhook::validating`] of that type. This module
 //! turns an `AdmissionReview` into the typed call and the answer back into a review: a
 //! defaulting answer is the JSON patch from the object as sent to the object as defaulted, a
 //! refusal is a 422 `Invalid` status whose causes name each field, as the API server's own
@@ -88,14 +90,14 @@ pub struct AdmissionWebhook {
 }
 
 impl AdmissionWebhook {
-    /// The defaulting webhook of `K`, called on create and update.
-    pub fn defaulting<K: Defaulter>() -> Self {
-        Self::new::<K>(AdmissionKind::Defaulting, admit_defaulting::<K>)
+    /// The defaulting webhook of `D`'s object type, called on create and update.
+    pub fn defaulting<D: Defaulter>() -> Self {
+        Self::new::<D::Object>(AdmissionKind::Defaulting, admit_defaulting::<D>)
     }
 
-    /// The validating webhook of `K`, called on create and update.
-    pub fn validating<K: Validator>() -> Self {
-        Self::new::<K>(AdmissionKind::Validating, admit_validating::<K>)
+    /// The validating webhook of `V`'s object type, called on create and update.
+    pub fn validating<V: Validator>() -> Self {
+        Self::new::<V::Object>(AdmissionKind::Validating, admit_validating::<V>)
     }
 
     fn new<K: kube::Resource<DynamicType = ()>>(
@@ -166,21 +168,27 @@ impl AdmissionWebhook {
 #[error("malformed admission review: {0}")]
 pub struct MalformedReview(pub String);
 
-/// A type whose defaulting webhook fills in what its schema cannot default.
-pub trait Defaulter: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned {
+/// The defaulting of one resource type: fills in what its schema cannot default.
+pub trait Defaulter: 'static {
+    /// The type it defaults.
+    type Object: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned;
+
     /// Sets defaults in place; returns warnings for the user (shown by kubectl).
-    fn default_fields(&mut self) -> Vec<String>;
+    fn default_fields(object: &mut Self::Object) -> Vec<String>;
 }
 
-/// A type whose validating webhook refuses what its schema cannot express.
-pub trait Validator: kube::Resource<DynamicType = ()> + DeserializeOwned {
+/// The validation of one resource type: refuses what its schema cannot express.
+pub trait Validator: 'static {
+    /// The type it validates.
+    type Object: kube::Resource<DynamicType = ()> + DeserializeOwned;
+
     /// Judges a new object.
-    fn validate_create(&self) -> Verdict;
+    fn validate_create(object: &Self::Object) -> Verdict;
 
     /// Judges an update; by default, the new object as if it were created.
-    fn validate_update(&self, old: &Self) -> Verdict {
+    fn validate_update(object: &Self::Object, old: &Self::Object) -> Verdict {
         let _ = old;
-        self.validate_create()
+        Self::validate_create(object)
     }
 }
 
@@ -242,7 +250,7 @@ impl std::fmt::Display for FieldError {
     }
 }
 
-fn admit_defaulting<K: Defaulter>(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+fn admit_defaulting<D: Defaulter>(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     let allowed = AdmissionResponse::from(request);
     let Some(object) = &request.object else {
         return allowed;
@@ -253,11 +261,11 @@ fn admit_defaulting<K: Defaulter>(request: &AdmissionRequest<DynamicObject>) -> 
     };
     // Defaulting runs before the schema is checked: an object that does not read as `K` is
     // left alone for the schema to refuse with its own, better message.
-    let Ok(mut typed) = serde_json::from_value::<K>(raw.clone()) else {
+    let Ok(mut typed) = serde_json::from_value::<D::Object>(raw.clone()) else {
         return allowed;
     };
     let before = serde_json::to_value(&typed);
-    let warnings = typed.default_fields();
+    let warnings = D::default_fields(&mut typed);
     let after = serde_json::to_value(&typed);
     let (Ok(before), Ok(after)) = (before, after) else {
         return allowed.deny("cannot write the defaulted object");
@@ -306,13 +314,18 @@ fn apply_changes(raw: &mut Value, before: &Value, after: &Value) {
     }
 }
 
-fn admit_validating<K: Validator>(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+fn admit_validating<V: Validator>(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     let allowed = AdmissionResponse::from(request);
-    let read = |object: &Option<DynamicObject>| -> Option<Result<K, String>> {
+    let read = |object: &Option<DynamicObject>| -> Option<Result<V::Object, String>> {
         object.as_ref().map(|object| {
             serde_json::to_value(object)
-                .and_then(serde_json::from_value::<K>)
-                .map_err(|e| format!("cannot read the object as {}: {e}", K::kind(&())))
+                .and_then(serde_json::from_value::<V::Object>)
+                .map_err(|e| {
+                    format!(
+                        "cannot read the object as {}: {e}",
+                        <V::Object as kube::Resource>::kind(&())
+                    )
+                })
         })
     };
     let verdict = match (
@@ -321,8 +334,8 @@ fn admit_validating<K: Validator>(request: &AdmissionRequest<DynamicObject>) -> 
         read(&request.old_object),
     ) {
         (_, Some(Err(e)), _) | (Operation::Update, _, Some(Err(e))) => return allowed.deny(e),
-        (Operation::Create, Some(Ok(new)), _) => new.validate_create(),
-        (Operation::Update, Some(Ok(new)), Some(Ok(old))) => new.validate_update(&old),
+        (Operation::Create, Some(Ok(new)), _) => V::validate_create(&new),
+        (Operation::Update, Some(Ok(new)), Some(Ok(old))) => V::validate_update(&new, &old),
         _ => return allowed,
     };
     if verdict.refusals.is_empty() {
@@ -334,13 +347,13 @@ fn admit_validating<K: Validator>(request: &AdmissionRequest<DynamicObject>) -> 
         .and_then(|o| o.metadata.name.clone())
         .unwrap_or_else(|| request.name.clone());
     let mut response = with_warnings(allowed, verdict.warnings)
-        .deny(invalid_message::<K>(&name, &verdict.refusals));
+        .deny(invalid_message::<V::Object>(&name, &verdict.refusals));
     response.result.code = 422;
     response.result.reason = "Invalid".into();
     response.result.details = Some(StatusDetails {
         name,
-        group: K::group(&()).into_owned(),
-        kind: K::kind(&()).into_owned(),
+        group: <V::Object as kube::Resource>::group(&()).into_owned(),
+        kind: <V::Object as kube::Resource>::kind(&()).into_owned(),
         uid: String::new(),
         causes: verdict
             .refusals
@@ -410,45 +423,52 @@ mod tests {
         size: i32,
     }
 
-    impl Defaulter for Widget {
-        fn default_fields(&mut self) -> Vec<String> {
-            if self.spec.color.trim().is_empty() {
-                self.spec.color = "blue".into();
+    /// The admission of [`Widget`]s.
+    struct WidgetAdmission;
+
+    impl Defaulter for WidgetAdmission {
+        type Object = Widget;
+
+        fn default_fields(widget: &mut Widget) -> Vec<String> {
+            if widget.spec.color.trim().is_empty() {
+                widget.spec.color = "blue".into();
                 return vec!["spec.color: none given, blue chosen".into()];
             }
             Vec::new()
         }
     }
 
-    impl Validator for Widget {
-        fn validate_create(&self) -> Verdict {
+    impl Validator for WidgetAdmission {
+        type Object = Widget;
+
+        fn validate_create(widget: &Widget) -> Verdict {
             let mut verdict = Verdict::default();
-            if self.spec.color == "red" {
+            if widget.spec.color == "red" {
                 verdict.refuse(FieldError::invalid(
                     "spec.color",
                     "red",
                     "red widgets are sold out",
                 ));
             }
-            if self.spec.size > 10 {
+            if widget.spec.size > 10 {
                 verdict.refuse(FieldError::invalid(
                     "spec.size",
-                    self.spec.size.to_string(),
+                    widget.spec.size.to_string(),
                     "at most 10",
                 ));
             }
-            if self.spec.size == 0 {
+            if widget.spec.size == 0 {
                 verdict.warn("spec.size: 0 makes an empty widget");
             }
             verdict
         }
 
-        fn validate_update(&self, old: &Self) -> Verdict {
-            let mut verdict = self.validate_create();
-            if self.spec.size < old.spec.size {
+        fn validate_update(widget: &Widget, old: &Widget) -> Verdict {
+            let mut verdict = Self::validate_create(widget);
+            if widget.spec.size < old.spec.size {
                 verdict.refuse(FieldError::invalid(
                     "spec.size",
-                    self.spec.size.to_string(),
+                    widget.spec.size.to_string(),
                     format!("may not shrink below {}", old.spec.size),
                 ));
             }
@@ -501,11 +521,11 @@ mod tests {
 
     #[test]
     fn names_and_paths_follow_kubebuilder() {
-        let mutating = AdmissionWebhook::defaulting::<Widget>();
+        let mutating = AdmissionWebhook::defaulting::<WidgetAdmission>();
         assert_eq!(mutating.name, "mwidget-v1.test.example.com");
         assert_eq!(mutating.path, "/mutate-test-example-com-v1-widget");
         assert_eq!(mutating.resource, "widgets");
-        let validating = AdmissionWebhook::validating::<Widget>();
+        let validating = AdmissionWebhook::validating::<WidgetAdmission>();
         assert_eq!(validating.name, "vwidget-v1.test.example.com");
         assert_eq!(validating.path, "/validate-test-example-com-v1-widget");
         assert_eq!(validating.operations, ["CREATE", "UPDATE"]);
@@ -514,7 +534,7 @@ mod tests {
 
     #[test]
     fn defaulting_patches_only_what_it_changed() {
-        let webhook = AdmissionWebhook::defaulting::<Widget>();
+        let webhook = AdmissionWebhook::defaulting::<WidgetAdmission>();
         // `size` is absent: the type would write 0, but defaulting did not touch it.
         let review = webhook
             .review(&review_body("CREATE", widget(json!({"color": " "})), None))
@@ -546,7 +566,7 @@ mod tests {
 
     #[test]
     fn defaulting_adds_a_field_the_object_lacks() {
-        let webhook = AdmissionWebhook::defaulting::<Widget>();
+        let webhook = AdmissionWebhook::defaulting::<WidgetAdmission>();
         let review = webhook
             .review(&review_body("CREATE", widget(json!({})), None))
             .expect("well-formed");
@@ -558,7 +578,7 @@ mod tests {
 
     #[test]
     fn defaulting_leaves_an_unreadable_object_to_the_schema() {
-        let webhook = AdmissionWebhook::defaulting::<Widget>();
+        let webhook = AdmissionWebhook::defaulting::<WidgetAdmission>();
         let review = webhook
             .review(&review_body(
                 "CREATE",
@@ -573,7 +593,7 @@ mod tests {
 
     #[test]
     fn validation_refuses_naming_each_field_and_warns() {
-        let webhook = AdmissionWebhook::validating::<Widget>();
+        let webhook = AdmissionWebhook::validating::<WidgetAdmission>();
         let review = webhook
             .review(&review_body(
                 "CREATE",
@@ -612,7 +632,7 @@ mod tests {
 
     #[test]
     fn updates_are_judged_against_the_old_object() {
-        let webhook = AdmissionWebhook::validating::<Widget>();
+        let webhook = AdmissionWebhook::validating::<WidgetAdmission>();
         let old = widget(json!({"color": "green", "size": 5}));
         let review = webhook
             .review(&review_body(
@@ -639,7 +659,7 @@ mod tests {
 
     #[test]
     fn malformed_reviews_are_refused_with_the_reason() {
-        let webhook = AdmissionWebhook::validating::<Widget>();
+        let webhook = AdmissionWebhook::validating::<WidgetAdmission>();
         let error = webhook.review(b"{not json").expect_err("not JSON");
         assert!(error.0.contains("not an AdmissionReview"), "{error}");
 
@@ -658,7 +678,7 @@ mod tests {
 
     #[test]
     fn a_review_for_another_kind_is_refused_not_admitted() {
-        let webhook = AdmissionWebhook::validating::<Widget>();
+        let webhook = AdmissionWebhook::validating::<WidgetAdmission>();
         let mut body: Value =
             serde_json::from_slice(&review_body("CREATE", widget(json!({})), None)).expect("JSON");
         body["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});

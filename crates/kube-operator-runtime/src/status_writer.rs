@@ -381,10 +381,10 @@ where
 mod tests {
     use super::*;
 
-    fn memcached(resource_version: &str, size: i32) -> apis::Memcached {
-        let mut mc = apis::Memcached::new(
+    fn memcached(resource_version: &str, size: i32) -> crate::test_resource::Memcached {
+        let mut mc = crate::test_resource::Memcached::new(
             "m",
-            apis::MemcachedSpec {
+            crate::test_resource::MemcachedSpec {
                 size,
                 image: "memcached".into(),
                 ..Default::default()
@@ -397,17 +397,20 @@ mod tests {
 
     /// A status writer whose API server answers every write with a Memcached at
     /// resourceVersion 2, and the count of its requests.
-    fn echo_writer() -> (StatusWriter<apis::Memcached>, crate::fake::ApiServer) {
+    fn echo_writer() -> (
+        StatusWriter<crate::test_resource::Memcached>,
+        crate::fake::ApiServer,
+    ) {
         let server = crate::fake::ApiServer::echoing(
             serde_json::to_value(memcached("2", 1)).expect("serializable"),
         );
         (StatusWriter::new(server.client()), server)
     }
 
-    fn status(ready: i32) -> apis::MemcachedStatus {
-        apis::MemcachedStatus {
+    fn status(ready: i32) -> crate::test_resource::MemcachedStatus {
+        crate::test_resource::MemcachedStatus {
             ready_replicas: ready,
-            ..apis::MemcachedStatus::default()
+            ..crate::test_resource::MemcachedStatus::default()
         }
     }
 
@@ -456,7 +459,12 @@ mod tests {
 
     /// A status whose `Available` condition is `available` and whose `Progressing` condition
     /// has `reason`, with `ready` replicas, whose conditions changed at `second`.
-    fn rollout(available: bool, reason: &str, ready: i32, second: i64) -> apis::MemcachedStatus {
+    fn rollout(
+        available: bool,
+        reason: &str,
+        ready: i32,
+        second: i64,
+    ) -> crate::test_resource::MemcachedStatus {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
         let at = Time(k8s_openapi::jiff::Timestamp::from_second(second).expect("a time"));
         let condition = |type_: &str, status: bool, reason: &str| Condition {
@@ -467,25 +475,25 @@ mod tests {
             last_transition_time: at.clone(),
             observed_generation: None,
         };
-        apis::MemcachedStatus {
+        crate::test_resource::MemcachedStatus {
             ready_replicas: ready,
             observed_generation: Some(2),
             conditions: vec![
                 condition("Available", available, "Replicas"),
                 condition("Progressing", true, reason),
             ],
-            ..apis::MemcachedStatus::default()
+            ..crate::test_resource::MemcachedStatus::default()
         }
     }
 
     /// A status of a rollout in the phase `reason`, with `ready` of 3 replicas.
-    fn phase(reason: &str, ready: i32, second: i64) -> apis::MemcachedStatus {
+    fn phase(reason: &str, ready: i32, second: i64) -> crate::test_resource::MemcachedStatus {
         rollout(false, reason, ready, second)
     }
 
     #[test]
     fn a_phase_is_the_generation_and_the_conditions_without_their_details() {
-        let of = |s: apis::MemcachedStatus| Summary::of(Some(&s));
+        let of = |s: crate::test_resource::MemcachedStatus| Summary::of(Some(&s));
         assert_eq!(
             of(phase("ScalingUp", 1, 1)).phase,
             of(phase("ScalingUp", 2, 2)).phase,
@@ -502,7 +510,7 @@ mod tests {
         );
         assert_ne!(
             of(older).phase,
-            Summary::of::<apis::MemcachedStatus>(None).phase
+            Summary::of::<crate::test_resource::MemcachedStatus>(None).phase
         );
         let available = of(rollout(true, "ScalingUp", 1, 1));
         assert!(

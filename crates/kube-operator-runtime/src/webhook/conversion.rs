@@ -137,11 +137,9 @@ mod tests {
     use serde_json::json;
 
     fn conversions() -> Vec<ConversionWebhook> {
-        vec![ConversionWebhook::new::<apis::Memcached>(
+        vec![ConversionWebhook::new::<crate::test_resource::Memcached>(
             "v1beta1",
-            |object, desired| {
-                apis::memcached::conversion::convert(object, desired).map_err(|e| e.to_string())
-            },
+            crate::test_resource::convert,
         )]
     }
 
@@ -185,7 +183,7 @@ mod tests {
         }
         assert_eq!(
             response.converted_objects[0]["metadata"]["annotations"]
-                [apis::memcached::conversion::PRESERVED_FIELDS],
+                [crate::test_resource::PRESERVED_FIELDS],
             r#"{"memory":"128Mi"}"#
         );
     }

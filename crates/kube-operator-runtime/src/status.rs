@@ -1,7 +1,7 @@
 //! Status shared by the workload controllers: how far an owned Deployment has rolled out, and the
 //! `Available` / `Progressing` / `Degraded` conditions that describe it.
 
-use apis::condition::{AVAILABLE, DEGRADED, PROGRESSING};
+use crate::conditions::{AVAILABLE, DEGRADED, PROGRESSING};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;

@@ -7,7 +7,6 @@ use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use apis::condition::Conditions;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
@@ -95,16 +94,14 @@ pub const FOREIGN_RECHECK: Duration = Duration::from_secs(120);
 
 /// A custom resource that owns one Deployment of its own name and namespace: any namespaced
 /// custom resource whose status reports conditions.
-pub trait DeploymentOwner: WithStatus<Status: Conditions> {
+pub trait DeploymentOwner: WithStatus<Status: AsRef<[Condition]>> {
     /// The conditions its status reports now.
     fn current_conditions(&self) -> &[Condition] {
-        self.status()
-            .map(Conditions::conditions)
-            .unwrap_or_default()
+        self.status().map(AsRef::as_ref).unwrap_or_default()
     }
 }
 
-impl<K: WithStatus<Status: Conditions>> DeploymentOwner for K {}
+impl<K: WithStatus<Status: AsRef<[Condition]>>> DeploymentOwner for K {}
 
 /// The Deployment `owner` asks for: its own name and namespace, a controller owner reference,
 /// `replicas` pods labelled `labels` and selected by `selector`, each
@@ -352,7 +349,7 @@ fn report_foreign<K: DeploymentOwner>(owner: &K, events: &Events) {
     tracing::warn!("{note}");
     if !reports(
         owner.current_conditions(),
-        apis::condition::DEGRADED,
+        crate::conditions::DEGRADED,
         REASON_NOT_OWNED,
     ) {
         events.warning(&owner.object_ref(&()), REASON_NOT_OWNED, "Reconcile", note);
@@ -640,45 +637,6 @@ fn announce(
         }
         Existing::OwnedUnlabelled | Existing::Foreign => {}
     }
-}
-
-/// Checks that a desired Deployment is controlled by its owner (of `kind`, with `uid`), that
-/// its selector selects its own pods, and that the shared pod watch sees them (for tests of
-/// each controller's desired Deployment).
-#[cfg(test)]
-pub fn assert_owned_workload(deployment: &Deployment, kind: &str, uid: &str) {
-    let owners = deployment
-        .metadata
-        .owner_references
-        .clone()
-        .unwrap_or_default();
-    let owner = owners.first().expect("an owner reference");
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), (kind, uid));
-    assert_eq!(
-        (owner.controller, owner.block_owner_deletion),
-        (Some(true), Some(true))
-    );
-    let spec = &deployment.spec;
-    let selector = spec.selector.match_labels.clone().unwrap_or_default();
-    let template_labels = spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    assert!(
-        selector
-            .iter()
-            .all(|(k, v)| template_labels.get(k) == Some(v)),
-        "the selector selects the pods"
-    );
-    assert_eq!(
-        template_labels
-            .get(crate::labels::MANAGED_BY)
-            .map(String::as_str),
-        Some(crate::labels::MANAGER),
-        "the shared pod watch sees the pods"
-    );
 }
 
 #[cfg(test)]

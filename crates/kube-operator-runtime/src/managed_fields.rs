@@ -393,7 +393,7 @@ impl<'de, T: DeserializeSeed<'de>> DeserializeSeed<'de> for MetadataSeed<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apis::Memcached;
+    use crate::test_resource::Memcached;
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::PartialObjectMeta;

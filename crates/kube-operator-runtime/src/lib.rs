@@ -1,0 +1,340 @@
+//! A runtime for Kubernetes controllers built on kube-rs: what controller-runtime's `pkg/` is to a
+//! Kubebuilder project.
+//!
+//! A controller implements [`ManagedController`] (usually as a [`Registration`]): its name, the
+//! RBAC rules it needs, and how to run it. [`run`] runs a list of them together: one watch and
+//! cache per resource type and selector shared by all of them ([`watches`]), and one driver
+//! ([`driver`]) that gives every controller the same metrics, per-object backoff, tracing span,
+//! concurrency bound and graceful shutdown. A controller declares with the [`builder`] what it
+//! is for, owns and watches, and how to reconcile; nothing else. Its registration also lists
+//! the admission and conversion webhooks of its type ([`webhook`]), which the embedding binary
+//! serves and renders into webhook configurations.
+//!
+//! The crate knows no custom resource type and no controller of its own: those live with the
+//! application that registers them.
+
+pub mod backoff;
+pub mod builder;
+pub mod children;
+pub mod conditions;
+pub mod deployment_view;
+pub mod driver;
+pub mod error;
+pub mod events;
+#[cfg(test)]
+mod fake;
+pub mod index;
+pub mod labels;
+pub mod managed_fields;
+pub mod meta_view;
+pub mod metrics;
+pub mod owned;
+pub mod pod_security;
+pub mod quantity;
+pub mod rbac;
+pub mod reconnect;
+pub mod scope;
+pub mod status;
+pub mod status_writer;
+#[cfg(test)]
+mod test_resource;
+pub mod testing;
+pub mod watches;
+pub mod webhook;
+pub mod workqueue;
+pub mod writes;
+
+pub use error::Error;
+pub use metrics::Metrics;
+pub use rbac::PolicyRule;
+pub use scope::Namespaces;
+pub use watches::SharedWatches;
+
+/// The key of `obj` in a cache, queue or map: its name and namespace. `ObjectRef::from_obj`
+/// also copies its uid and resourceVersion, which no lookup compares; a key kept for as long as
+/// the object lives need not hold them.
+pub fn object_key<K: kube::Resource<DynamicType = ()>>(
+    obj: &K,
+) -> kube::runtime::reflector::ObjectRef<K> {
+    let meta = obj.meta();
+    let mut key =
+        kube::runtime::reflector::ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    key.namespace.clone_from(&meta.namespace);
+    key
+}
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+/// Settings the manager passes to every controller it runs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Upper bound on concurrent reconciles per controller (controller-runtime's
+    /// `MaxConcurrentReconciles`).
+    pub max_concurrent_reconciles: u16,
+    /// Reported as the Event source instance (the pod name in-cluster).
+    pub instance: String,
+    /// How long the triggers that follow an object's reconcile must pause before the next: an
+    /// idle object's first trigger is reconciled at once, and the burst of changes after it (its
+    /// Deployment's status, then its pods) becomes one more reconcile (see [`workqueue`]).
+    pub debounce: std::time::Duration,
+    /// The namespaces every watch covers (`--namespace`); none named means all.
+    pub namespaces: Namespaces,
+}
+
+impl RunOptions {
+    /// The default [`RunOptions::debounce`].
+    pub const DEFAULT_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(250);
+}
+
+impl Default for RunOptions {
+    /// One reconcile at a time per controller (controller-runtime's default), no instance name,
+    /// the default debounce, every namespace.
+    fn default() -> Self {
+        Self {
+            max_concurrent_reconciles: 1,
+            instance: String::new(),
+            debounce: Self::DEFAULT_DEBOUNCE,
+            namespaces: Namespaces::all(),
+        }
+    }
+}
+
+/// What a controller gets when it runs: the client, the watches shared with the other
+/// controllers, the metrics and the shutdown signal. Built by [`run`].
+#[derive(Clone)]
+pub struct RunContext {
+    /// Client with the manager's identity.
+    pub client: kube::Client,
+    /// Options from the manager's configuration.
+    pub options: RunOptions,
+    /// Reconcile and work-queue metrics, labelled by controller.
+    pub metrics: Arc<Metrics>,
+    /// Cancelled when the manager stops leading or shuts down (or another controller of the
+    /// same run failed).
+    pub shutdown: CancellationToken,
+    /// The watches shared by every controller of the run.
+    pub watches: SharedWatches,
+    /// The RBAC rules of the controller being run ([`ManagedController::rbac_rules`]).
+    pub rules: &'static [PolicyRule],
+}
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `controllers` together (sharing one watch per resource type) until `shutdown` is
+/// cancelled and every controller has stopped.
+///
+/// Cancelling `shutdown` stops new reconciles; reconciles already running finish before this
+/// returns (the caller bounds that with its own timeout). If a controller fails, the others are
+/// stopped the same way and the first error is returned.
+///
+/// # Errors
+/// The first controller error that is not a per-object reconcile failure (those are retried).
+pub async fn run(
+    client: kube::Client,
+    controllers: Vec<Box<dyn ManagedController>>,
+    options: RunOptions,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let stop = shutdown.child_token();
+    let watches = SharedWatches::new(
+        client.clone(),
+        options.namespaces.clone(),
+        stop.child_token(),
+    );
+    let ctx = RunContext {
+        client,
+        options,
+        metrics,
+        shutdown: stop.clone(),
+        watches: watches.clone(),
+        rules: &[],
+    };
+    let runs = controllers.iter().map(|c| {
+        let ctx = RunContext {
+            rules: c.rbac_rules(),
+            ..ctx.clone()
+        };
+        let (name, run, stop) = (c.name(), c.run(ctx), stop.clone());
+        async move {
+            let result = run.await.map_err(|source| Error::Controller {
+                controller: name,
+                source: Box::new(source),
+            });
+            if let Err(e) = &result {
+                tracing::error!(controller = name, error = %e, "controller failed; stopping the others");
+                stop.cancel();
+            }
+            result
+        }
+    });
+    let results = futures::future::join_all(runs).await;
+    watches.stop().await;
+    results
+        .into_iter()
+        .collect::<Result<Vec<()>, Error>>()
+        .map(|_| ())
+}
+
+/// A controller the manager can run.
+///
+/// Implementations are cheap descriptors; the work happens in the future returned by `run`.
+pub trait ManagedController: Send + Sync {
+    /// Stable name: the `controller` label on metrics, the key in the `controllers`
+    /// configuration list, the span field in logs. Lower-case, no spaces.
+    fn name(&self) -> &'static str;
+
+    /// The cluster-wide permissions this controller needs. A ClusterRole rendered from the
+    /// application's list of controllers is the union of these.
+    fn rbac_rules(&self) -> &'static [PolicyRule];
+
+    /// Runs the controller until `shutdown` is cancelled, then lets in-flight reconciles finish
+    /// and returns. Returns early only on an unrecoverable error.
+    fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>>;
+
+    /// The admission webhooks of the type this controller reconciles. The manager serves them
+    /// on every replica, whether or not this controller is enabled or leading: the cluster
+    /// calls them for every write of the type.
+    fn webhooks(&self) -> Vec<webhook::AdmissionWebhook> {
+        Vec::new()
+    }
+
+    /// The conversion between the versions of the type this controller reconciles, if it has
+    /// more than one. Served by every replica, like the admission webhooks.
+    fn conversion(&self) -> Option<webhook::conversion::ConversionWebhook> {
+        None
+    }
+}
+
+/// A controller as its module declares it: a name, its RBAC rules and how to run it.
+#[derive(Clone, Copy, Debug)]
+pub struct Registration {
+    /// See [`ManagedController::name`].
+    pub name: &'static str,
+    /// See [`ManagedController::rbac_rules`].
+    pub rbac_rules: &'static [PolicyRule],
+    /// See [`ManagedController::run`].
+    pub run: fn(RunContext) -> BoxFuture<'static, Result<(), Error>>,
+    /// See [`ManagedController::webhooks`].
+    pub webhooks: fn() -> Vec<webhook::AdmissionWebhook>,
+    /// See [`ManagedController::conversion`].
+    pub conversion: Option<fn() -> webhook::conversion::ConversionWebhook>,
+}
+
+impl Registration {
+    /// The controller `name`, needing `rbac_rules`, run by `run`.
+    pub const fn new(
+        name: &'static str,
+        rbac_rules: &'static [PolicyRule],
+        run: fn(RunContext) -> BoxFuture<'static, Result<(), Error>>,
+    ) -> Self {
+        Self {
+            name,
+            rbac_rules,
+            run,
+            webhooks: Vec::new,
+            conversion: None,
+        }
+    }
+
+    /// The same controller, declaring the admission webhooks `webhooks` returns.
+    pub const fn with_webhooks(self, webhooks: fn() -> Vec<webhook::AdmissionWebhook>) -> Self {
+        Self { webhooks, ..self }
+    }
+
+    /// The same controller, declaring the conversion `conversion` returns.
+    pub const fn with_conversion(
+        self,
+        conversion: fn() -> webhook::conversion::ConversionWebhook,
+    ) -> Self {
+        Self {
+            conversion: Some(conversion),
+            ..self
+        }
+    }
+}
+
+impl ManagedController for Registration {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn rbac_rules(&self) -> &'static [PolicyRule] {
+        self.rbac_rules
+    }
+
+    fn run(&self, ctx: RunContext) -> BoxFuture<'static, Result<(), Error>> {
+        (self.run)(ctx)
+    }
+
+    fn webhooks(&self) -> Vec<webhook::AdmissionWebhook> {
+        (self.webhooks)()
+    }
+
+    fn conversion(&self) -> Option<webhook::conversion::ConversionWebhook> {
+        self.conversion.map(|conversion| conversion())
+    }
+}
+
+/// Every conversion `controllers` declare, one per CRD (two controllers of one type declare
+/// it once between them).
+pub fn conversions(
+    controllers: &[Box<dyn ManagedController>],
+) -> Vec<webhook::conversion::ConversionWebhook> {
+    let mut all: Vec<webhook::conversion::ConversionWebhook> = Vec::new();
+    for conversion in controllers.iter().filter_map(|c| c.conversion()) {
+        if !all.iter().any(|c| c.crd_name == conversion.crd_name) {
+            all.push(conversion);
+        }
+    }
+    all
+}
+
+/// Every admission webhook of `controllers`, in their order.
+///
+/// # Errors
+/// When two webhooks share a name or a path: the configurations and the server could not tell
+/// them apart.
+pub fn webhooks(
+    controllers: &[Box<dyn ManagedController>],
+) -> Result<Vec<webhook::AdmissionWebhook>, Error> {
+    let mut all: Vec<webhook::AdmissionWebhook> = Vec::new();
+    for controller in controllers {
+        for hook in controller.webhooks() {
+            if let Some(twin) = all
+                .iter()
+                .find(|w| w.name == hook.name || w.path == hook.path)
+            {
+                return Err(Error::DuplicateWebhook {
+                    controller: controller.name(),
+                    name: hook.name,
+                    path: hook.path,
+                    twin: twin.name.clone(),
+                });
+            }
+            all.push(hook);
+        }
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_options_default() {
+        let options = RunOptions::default();
+        assert_eq!(options.max_concurrent_reconciles, 1);
+        assert!(options.instance.is_empty());
+    }
+}
