@@ -414,7 +414,7 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
 
     let pods = pods.get(&pods_key(&namespace, &name));
     let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
-    let now = kube_operator_runtime::status::now();
+    let now = kube_operator_runtime::conditions::now();
     let status = desired_status(mc, deployment.as_deref(), nodes, service, &now);
     let progress = status::progress(mc.spec.size, deployment.as_deref(), mc.current_conditions());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);

@@ -119,7 +119,7 @@ async fn reconcile(app: Arc<MyApp>, ctx: Arc<OwnerTools<MyApp>>) -> Result<Outco
     let status = desired_status(
         app,
         deployment.as_deref(),
-        &kube_operator_runtime::status::now(),
+        &kube_operator_runtime::conditions::now(),
     );
     let replicas = app.spec.replicas;
     let progress = status::progress(replicas, deployment.as_deref(), app.current_conditions());

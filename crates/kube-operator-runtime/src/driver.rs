@@ -534,7 +534,7 @@ mod tests {
         assert!(asks_for_reconcile(&cached, &respec), "a new spec");
 
         let mut deleted = mc.clone();
-        deleted.metadata.deletion_timestamp = Some(crate::status::now());
+        deleted.metadata.deletion_timestamp = Some(crate::conditions::now());
         assert!(asks_for_reconcile(&cached, &deleted), "deletion");
 
         let mut recreated = mc.clone();

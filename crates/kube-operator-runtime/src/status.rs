@@ -1,9 +1,8 @@
 //! Status shared by the workload controllers: how far an owned Deployment has rolled out, and the
 //! `Available` / `Progressing` / `Degraded` conditions that describe it.
 
-use crate::conditions::{AVAILABLE, DEGRADED, PROGRESSING};
+use crate::conditions::{AVAILABLE, DEGRADED, NewCondition, PROGRESSING, merge};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::deployment_view::DeploymentView;
@@ -261,7 +260,7 @@ pub fn report<K: DeploymentOwner>(
         replicas,
         ready,
         observed_generation: generation,
-        conditions: merge_conditions(owner.current_conditions(), conditions, generation, now),
+        conditions: merge(owner.current_conditions(), conditions, generation, now),
     }
 }
 
@@ -287,85 +286,12 @@ pub fn reports(conditions: &[Condition], type_: &str, reason: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True" && c.reason == reason)
 }
 
-/// A condition as a reconcile decides it, before it is merged with what the object reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewCondition {
-    /// `type`.
-    pub type_: &'static str,
-    /// `status`: `True` or `False`.
-    pub status: bool,
-    /// `reason`: CamelCase, machine-readable.
-    pub reason: String,
-    /// `message`: for humans.
-    pub message: String,
-}
-
-impl NewCondition {
-    /// A condition.
-    pub fn new(
-        type_: &'static str,
-        status: bool,
-        reason: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        Self {
-            type_,
-            status,
-            reason: reason.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// Merges freshly decided conditions into the ones an object reports.
-///
-/// A condition whose status did not change keeps its `lastTransitionTime` (its reason and message
-/// may still change); a changed or new one gets `now`. Conditions of other types (written by
-/// someone else) are kept as they are, after ours.
-pub fn merge_conditions(
-    old: &[Condition],
-    new: impl IntoIterator<Item = NewCondition>,
-    generation: Option<i64>,
-    now: &Time,
-) -> Vec<Condition> {
-    let mut merged: Vec<Condition> = new
-        .into_iter()
-        .map(|c| {
-            let status = if c.status { "True" } else { "False" }.to_owned();
-            let last_transition_time = old
-                .iter()
-                .find(|o| o.type_ == c.type_ && o.status == status)
-                .map_or_else(|| now.clone(), |o| o.last_transition_time.clone());
-            Condition {
-                type_: c.type_.to_owned(),
-                status,
-                reason: c.reason,
-                message: c.message,
-                observed_generation: generation,
-                last_transition_time,
-            }
-        })
-        .collect();
-    let others: Vec<Condition> = old
-        .iter()
-        .filter(|o| !merged.iter().any(|m| m.type_ == o.type_))
-        .cloned()
-        .collect();
-    merged.extend(others);
-    merged
-}
-
-/// The current time at the precision the API stores (`metav1.Time` has whole seconds), so a
-/// freshly built status compares equal to the same status read back.
-pub fn now() -> Time {
-    let now = Timestamp::now();
-    Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conditions::now;
     use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+    use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
 
     fn at(second: i64) -> Time {
@@ -480,7 +406,7 @@ mod tests {
         // from another step, may wait.
         let reported = |status: DeploymentStatus| {
             let now = now();
-            merge_conditions(
+            merge(
                 &[],
                 Rollout::of(3, &deployment(1, status)).conditions(),
                 Some(1),
@@ -555,7 +481,7 @@ mod tests {
 
     #[test]
     fn transition_time_is_kept_while_status_holds() {
-        let first = merge_conditions(
+        let first = merge(
             &[],
             Rollout::of(3, &deployment(1, settled(1))).conditions(),
             Some(1),
@@ -564,7 +490,7 @@ mod tests {
         assert!(first.iter().all(|c| c.last_transition_time == at(100)));
 
         // Same statuses, new message: times kept.
-        let second = merge_conditions(
+        let second = merge(
             &first,
             Rollout::of(3, &deployment(1, settled(2))).conditions(),
             Some(1),
@@ -581,7 +507,7 @@ mod tests {
         assert_eq!(available, Some("2 of 3 replicas ready"));
 
         // Available and Progressing flip; Degraded does not.
-        let third = merge_conditions(
+        let third = merge(
             &second,
             Rollout::of(3, &deployment(1, settled(3))).conditions(),
             Some(2),
@@ -609,7 +535,7 @@ mod tests {
             observed_generation: None,
             last_transition_time: at(1),
         };
-        let merged = merge_conditions(
+        let merged = merge(
             std::slice::from_ref(&foreign),
             not_owned_conditions("a", "b", "MyApp"),
             None,
@@ -621,17 +547,12 @@ mod tests {
 
     #[test]
     fn reports_finds_a_true_condition_by_reason() {
-        let merged = merge_conditions(&[], not_owned_conditions("a", "b", "MyApp"), None, &at(2));
+        let merged = merge(&[], not_owned_conditions("a", "b", "MyApp"), None, &at(2));
         assert!(reports(&merged, DEGRADED, REASON_NOT_OWNED));
         assert!(
             !reports(&merged, AVAILABLE, REASON_NOT_OWNED),
             "Available is False"
         );
         assert!(!reports(&[], DEGRADED, REASON_NOT_OWNED));
-    }
-
-    #[test]
-    fn now_has_whole_seconds() {
-        assert_eq!(now().0.subsec_nanosecond(), 0);
     }
 }

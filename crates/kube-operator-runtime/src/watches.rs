@@ -941,7 +941,7 @@ mod tests {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 resource_version: Some(rv.into()),
-                deletion_timestamp: terminating.then(crate::status::now),
+                deletion_timestamp: terminating.then(crate::conditions::now),
                 ..ObjectMeta::default()
             })
         };
@@ -1009,7 +1009,7 @@ mod tests {
         disowned.metadata.owner_references = Some(Vec::new());
         assert!(changed(Some(&old), &disowned), "an owner edit");
         let mut deleting = budget("3", 1);
-        deleting.metadata.deletion_timestamp = Some(crate::status::now());
+        deleting.metadata.deletion_timestamp = Some(crate::conditions::now());
         assert!(changed(Some(&old), &deleting), "a deletion");
     }
 
