@@ -30,7 +30,7 @@ use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::scope::ScopedApi;
 use crate::watches::Shared;
-use crate::{Error, RunContext, children, rbac};
+use crate::{Error, RunContext, children, finalizer, rbac};
 
 /// Maps an object of a watched cache to the custom resource it concerns, given the cache of
 /// those custom resources; `None` when it concerns none (or when the change can bring that
@@ -64,6 +64,8 @@ pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
     triggers: Vec<BoxStream<'static, ObjectRef<K>>>,
     /// What the declarations need that the controller's RBAC rules do not allow.
     missing_rbac: Vec<String>,
+    /// The finalizer declared with [`Builder::run_with_finalizer`].
+    finalizer: Option<&'static str>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Builder<K> {
@@ -114,6 +116,7 @@ where
             caches: Vec::new(),
             triggers: Vec::new(),
             missing_rbac: Vec::new(),
+            finalizer: None,
         };
         builder.require::<K>("", rbac::READ);
         builder.require::<K>("/status", &["patch"]);
@@ -144,6 +147,16 @@ where
     /// What the controller runs with: the client, the shared watches, the options.
     pub fn context(&self) -> &RunContext {
         &self.ctx
+    }
+
+    /// Declares the `verbs` the controller calls directly on `C`'s resource, outside the shared
+    /// caches and its owned children (a cleanup that lists and deletes PersistentVolumeClaims:
+    /// `.uses::<PersistentVolumeClaim>(&["list", "delete"])`). Like every declaration, it is
+    /// checked against the controller's rules at start, where `rbac::uses` grants it.
+    #[must_use]
+    pub fn uses<C: Resource<DynamicType = ()>>(mut self, verbs: &[&str]) -> Self {
+        self.require::<C>("", verbs);
+        self
     }
 
     /// Reconciles the custom resource that `map` names for every change `cache` broadcasts.
@@ -212,6 +225,42 @@ where
         self.watches_except(children, controller_of::<K, C>, own_write)
     }
 
+    /// Runs the controller as [`Builder::run`] does, behind the finalizer `finalizer` (a
+    /// qualified name, `<group>/<what it guards>`): `reconcile` runs while the object lives, with
+    /// the finalizer added first, and `cleanup` while it is being deleted, until it returns
+    /// [`Outcome::Done`] and the finalizer is removed. See [`crate::finalizer`].
+    ///
+    /// # Errors
+    /// As [`Builder::run`]; [`Error::RbacMissing`] also when the rules do not allow `patch` on
+    /// the resource, which adding and removing the finalizer needs.
+    pub async fn run_with_finalizer<C, F, Fut, G, GFut>(
+        mut self,
+        finalizer: &'static str,
+        context: impl FnOnce(Tools<K>) -> C,
+        reconcile: F,
+        cleanup: G,
+    ) -> Result<(), Error>
+    where
+        K: serde::Serialize,
+        K::Scope: ScopedApi,
+        C: Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<C>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
+        G: Fn(Arc<K>, Arc<C>) -> GFut + Clone + Send + Sync + 'static,
+        GFut: Future<Output = Result<Outcome, Error>> + Send + 'static,
+    {
+        self.require::<K>("", &["patch"]);
+        self.finalizer = Some(finalizer);
+        let client = self.ctx.client.clone();
+        let finalized = move |obj: Arc<K>, context: Arc<C>| {
+            let (client, reconcile, cleanup) = (client.clone(), reconcile.clone(), cleanup.clone());
+            async move {
+                finalizer::reconcile(&client, finalizer, obj, context, &reconcile, &cleanup).await
+            }
+        };
+        self.run(context, finalized).await
+    }
+
     /// Runs the controller until shutdown: waits for every watched cache, builds the context
     /// with `context`, and reconciles with `reconcile`. A failed reconcile is retried with
     /// backoff and reported as a `ReconcileFailed` Warning Event on the object.
@@ -243,7 +292,7 @@ where
             }
         }
         let client = self.ctx.client.clone();
-        let driver = Driver::<K>::new(self.name, &self.ctx);
+        let driver = Driver::<K>::new(self.name, &self.ctx).with_finalizer(self.finalizer);
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
         let mut triggers = self.triggers;
         triggers.insert(0, resources.inspect(move |_| counted.inc()).boxed());
@@ -352,6 +401,33 @@ mod tests {
             !message.contains("create pods"),
             "pods are only read: {message}"
         );
+        ctx.watches.stop().await;
+    }
+
+    #[tokio::test]
+    async fn direct_calls_are_checked_against_the_rules_naming_the_verbs() {
+        use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+        static RULES: [PolicyRule; 8] = crate::controller_rules!(
+            "cache.example.com",
+            "memcacheds",
+            crate::rbac::DEPLOYMENTS,
+            crate::rbac::PODS_READ,
+            crate::rbac::uses::<PersistentVolumeClaim>(&["list"])
+        );
+        let server = ApiServer::failing(500, "unavailable");
+        let ctx = context(&server, &RULES);
+        let builder = declared(&ctx).uses::<PersistentVolumeClaim>(&["list", "delete"]);
+        assert_eq!(builder.missing_rbac, ["delete persistentvolumeclaims"]);
+        let message = builder
+            .run(|_| (), |_, _: Arc<()>| async { Ok(Outcome::Done) })
+            .await
+            .expect_err("refuses to start")
+            .to_string();
+        assert!(
+            message.contains("delete persistentvolumeclaims"),
+            "{message}"
+        );
+        assert!(message.contains("rbac::uses::<K>(verbs)"), "{message}");
         ctx.watches.stop().await;
     }
 

@@ -71,6 +71,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     shutdown: CancellationToken,
     /// Set when the API server refuses the custom resources' watch before its first list.
     refusal: Arc<Refusal>,
+    /// The finalizer the controller declared, if any.
+    finalizer: Option<&'static str>,
     _resource: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -104,8 +106,15 @@ where
             metrics: ctx.metrics.clone(),
             shutdown: ctx.shutdown.clone(),
             refusal: Arc::default(),
+            finalizer: None,
             _resource: std::marker::PhantomData,
         }
+    }
+
+    /// The same driver for a controller that declared `finalizer`: see [`asks_for_reconcile`].
+    #[must_use]
+    pub fn with_finalizer(self, finalizer: Option<&'static str>) -> Self {
+        Self { finalizer, ..self }
     }
 
     /// The watch of the custom resources themselves, as a trigger stream: every object added,
@@ -126,7 +135,10 @@ where
         let refusal = self.refusal.clone();
         let cached = writer.as_reader();
         let mut listed = false;
-        let mut relists = TriggersOfAList::default();
+        let mut relists = TriggersOfAList {
+            pending: Vec::new(),
+            finalizer: self.finalizer,
+        };
         scope::watch(client, namespaces, &watcher::Config::default(), cached.clone())
             // `kubectl apply`'s copy of the object is never read, and would be most of what the
             // cache holds (the managed fields are not even parsed: see `scope::watch`).
@@ -288,12 +300,15 @@ where
 /// triggered at its end, once the cache shows them.
 struct TriggersOfAList<K: Resource<DynamicType = ()>> {
     pending: Vec<ObjectRef<K>>,
+    /// The controller's finalizer, whose removal from a live object asks for a reconcile.
+    finalizer: Option<&'static str>,
 }
 
 impl<K: Resource<DynamicType = ()>> Default for TriggersOfAList<K> {
     fn default() -> Self {
         Self {
             pending: Vec::new(),
+            finalizer: None,
         }
     }
 }
@@ -302,7 +317,7 @@ impl<K: Resource<DynamicType = ()> + Clone> TriggersOfAList<K> {
     fn triggers(&mut self, event: &watcher::Event<K>, cached: &Store<K>) -> Vec<ObjectRef<K>> {
         match event {
             watcher::Event::Apply(obj) => {
-                if asks_for_reconcile(cached, obj) {
+                if asks_for_reconcile(cached, obj, self.finalizer) {
                     vec![crate::object_key(obj)]
                 } else {
                     Vec::new()
@@ -314,7 +329,7 @@ impl<K: Resource<DynamicType = ()> + Clone> TriggersOfAList<K> {
                 Vec::new()
             }
             watcher::Event::InitApply(obj) => {
-                if asks_for_reconcile(cached, obj) {
+                if asks_for_reconcile(cached, obj, self.finalizer) {
                     self.pending.push(crate::object_key(obj));
                 }
                 Vec::new()
@@ -331,7 +346,10 @@ impl<K: Resource<DynamicType = ()> + Clone> TriggersOfAList<K> {
 /// computed from the children, whose events trigger the reconciles that keep it current. This
 /// is controller-runtime's `GenerationChangedPredicate`, which Kubebuilder projects add for the
 /// same reason, without a second map of every object.
-fn asks_for_reconcile<K>(cached: &Store<K>, obj: &K) -> bool
+///
+/// The controller's `finalizer` gone from an object that is not being deleted (removed by
+/// hand) asks for one too, so the reconcile puts it back at once.
+fn asks_for_reconcile<K>(cached: &Store<K>, obj: &K, finalizer: Option<&str>) -> bool
 where
     K: Resource<DynamicType = ()> + Clone,
 {
@@ -339,9 +357,15 @@ where
         return true;
     };
     let (old, new) = (old.meta(), obj.meta());
+    let holds = |meta: &kube::api::ObjectMeta, finalizer: &str| {
+        meta.finalizers.iter().flatten().any(|f| f == finalizer)
+    };
+    let finalizer_removed = finalizer
+        .is_some_and(|f| new.deletion_timestamp.is_none() && holds(old, f) && !holds(new, f));
     old.uid != new.uid
         || old.generation != new.generation
         || old.deletion_timestamp != new.deletion_timestamp
+        || finalizer_removed
 }
 
 /// The annotation where `kubectl apply` keeps the whole object as last applied.
@@ -520,28 +544,62 @@ mod tests {
         mc.metadata.namespace = Some("ns".into());
         mc.metadata.uid = Some("u1".into());
         mc.metadata.generation = Some(1);
-        assert!(asks_for_reconcile(&cached, &mc), "a new object");
+        assert!(asks_for_reconcile(&cached, &mc, None), "a new object");
         writer.apply_watcher_event(&watcher::Event::Apply(mc.clone()));
 
         let mut status_only = mc.clone();
         status_only.status = Some(crate::test_resource::MemcachedStatus::default());
         status_only.metadata.resource_version = Some("2".into());
-        assert!(!asks_for_reconcile(&cached, &status_only), "status alone");
+        assert!(
+            !asks_for_reconcile(&cached, &status_only, None),
+            "status alone"
+        );
 
         let mut respec = mc.clone();
         respec.spec.size = 2;
         respec.metadata.generation = Some(2);
-        assert!(asks_for_reconcile(&cached, &respec), "a new spec");
+        assert!(asks_for_reconcile(&cached, &respec, None), "a new spec");
 
         let mut deleted = mc.clone();
         deleted.metadata.deletion_timestamp = Some(crate::conditions::now());
-        assert!(asks_for_reconcile(&cached, &deleted), "deletion");
+        assert!(asks_for_reconcile(&cached, &deleted, None), "deletion");
 
         let mut recreated = mc.clone();
         recreated.metadata.uid = Some("u2".into());
         assert!(
-            asks_for_reconcile(&cached, &recreated),
+            asks_for_reconcile(&cached, &recreated, None),
             "a new object, same name"
+        );
+    }
+
+    #[test]
+    fn a_finalizer_removed_from_a_live_object_asks_for_a_reconcile() {
+        const FINALIZER: &str = "cache.example.com/cleanup";
+        let (cached, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        let mut held = Memcached::new("a", crate::test_resource::MemcachedSpec::default());
+        held.metadata.namespace = Some("ns".into());
+        held.metadata.finalizers = Some(vec![FINALIZER.into(), "other".into()]);
+        writer.apply_watcher_event(&watcher::Event::Apply(held.clone()));
+
+        let mut removed = held.clone();
+        removed.metadata.finalizers = Some(vec!["other".into()]);
+        assert!(asks_for_reconcile(&cached, &removed, Some(FINALIZER)));
+        assert!(
+            !asks_for_reconcile(&cached, &removed, None),
+            "not the controller's finalizer"
+        );
+
+        let mut added = held.clone();
+        added.metadata.finalizers = Some(vec![FINALIZER.into(), "other".into(), "x".into()]);
+        assert!(!asks_for_reconcile(&cached, &added, Some(FINALIZER)));
+
+        held.metadata.deletion_timestamp = Some(crate::conditions::now());
+        writer.apply_watcher_event(&watcher::Event::Apply(held.clone()));
+        let mut released = held.clone();
+        released.metadata.finalizers = Some(vec!["other".into()]);
+        assert!(
+            !asks_for_reconcile(&cached, &released, Some(FINALIZER)),
+            "its own removal at the end of a deletion"
         );
     }
 

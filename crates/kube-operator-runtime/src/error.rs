@@ -90,12 +90,23 @@ pub enum Error {
     /// A controller watches, owns or reconciles what its own RBAC rules do not allow: in a
     /// user's cluster it would fail with 403s, so it does not start.
     #[error(
-        "its RBAC rules do not allow {}; add them to its rules (rbac::owns::<K>() for an owned kind, rbac::reads::<K>() for a watched one)",
+        "its RBAC rules do not allow {}; add them to its rules (rbac::owns::<K>() for an owned kind, rbac::reads::<K>() for a watched one, rbac::uses::<K>(verbs) for direct calls)",
         missing.join(", ")
     )]
     RbacMissing {
         /// What is missing, as `verb group/resource`.
         missing: Vec<String>,
+    },
+
+    /// The cleanup a finalizer stands for failed; the finalizer stays, and it is retried with
+    /// backoff.
+    #[error("cleanup before removing finalizer {finalizer} failed: {source}")]
+    Cleanup {
+        /// The finalizer.
+        finalizer: &'static str,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
     },
 
     /// The reconcile panicked; it counts as an error and is retried.
@@ -174,6 +185,7 @@ impl Error {
             Error::Serialize { .. } => "serialize",
             Error::DuplicateWebhook { .. } => "duplicate_webhook",
             Error::Controller { source, .. } => source.metric_label(),
+            Error::Cleanup { .. } => "cleanup",
         }
     }
 }

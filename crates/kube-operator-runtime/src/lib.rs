@@ -23,6 +23,7 @@ pub mod error;
 pub mod events;
 #[cfg(test)]
 mod fake;
+pub mod finalizer;
 pub mod index;
 pub mod labels;
 pub mod managed_fields;

@@ -52,6 +52,18 @@ pub const fn owns<K: k8s_openapi::Resource>() -> PolicyRule {
     }
 }
 
+/// The rule for the `verbs` a controller calls directly on a kind, outside the shared caches
+/// and its owned children: the PersistentVolumeClaims a StatefulSet leaves behind, listed and
+/// deleted by a finalizer's cleanup, are `uses::<PersistentVolumeClaim>(&["list", "delete"])`.
+/// Declare the same with [`crate::builder::Builder::uses`] so the start-up check covers it.
+pub const fn uses<K: k8s_openapi::Resource>(verbs: &'static [&'static str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Kind::<K>::GROUPS,
+        resources: Kind::<K>::RESOURCES,
+        verbs,
+    }
+}
+
 /// The rule for a kind a controller only reads through a shared cache.
 pub const fn reads<K: k8s_openapi::Resource>() -> PolicyRule {
     PolicyRule {

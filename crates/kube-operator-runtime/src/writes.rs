@@ -48,7 +48,8 @@ where
     send(client, request).await
 }
 
-/// Patches `namespace/name` (its `subresource`, when given, such as `status`); returns the
+/// Patches `namespace/name` (`name` when `namespace` is empty: a cluster-scoped object; its
+/// `subresource`, when given, such as `status`); returns the
 /// metadata the object has after the patch.
 ///
 /// # Errors
@@ -74,8 +75,9 @@ where
     send(client, request).await
 }
 
+/// The requests for `K` in `namespace`; an empty one names a cluster-scoped object.
 fn request_for<K: Resource<DynamicType = ()>>(namespace: &str) -> Request {
-    Request::new(K::url_path(&(), Some(namespace)))
+    Request::new(K::url_path(&(), Some(namespace).filter(|n| !n.is_empty())))
 }
 
 async fn send(
