@@ -73,6 +73,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     refusal: Arc<Refusal>,
     /// The finalizer the controller declared, if any.
     finalizer: Option<&'static str>,
+    /// How long a reconcile may run ([`crate::RunOptions::reconcile_timeout`]).
+    timeout: Option<Duration>,
     _resource: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -107,6 +109,7 @@ where
             shutdown: ctx.shutdown.clone(),
             refusal: Arc::default(),
             finalizer: None,
+            timeout: ctx.options.reconcile_timeout,
             _resource: std::marker::PhantomData,
         }
     }
@@ -213,6 +216,7 @@ where
             metrics: self.metrics.clone(),
             backoff: Backoff::default(),
             retries: self.metrics.queue(name).retries,
+            timeout: self.timeout,
         });
         let mut queue = WorkQueue::new(self.debounce, self.metrics.queue(name));
         let mut triggers = futures::stream::select_all(triggers);
@@ -379,6 +383,8 @@ struct Shared<K: Resource<DynamicType = ()> + 'static, C> {
     backoff: Backoff<ObjectRef<K>>,
     /// `workqueue_retries_total`: requeues asked for and retries after failures.
     retries: prometheus::IntCounter,
+    /// How long a reconcile may run before it is cancelled; `None` for as long as it takes.
+    timeout: Option<Duration>,
 }
 
 /// Lowers `controller_runtime_active_workers` when a reconcile ends, however it ends.
@@ -427,18 +433,38 @@ where
             .reconcile_time_seconds
             .with_label_values(&[controller])
             .start_timer();
-        let running = std::panic::AssertUnwindSafe(reconcile(obj, shared.context.clone()));
-        let outcome = running.catch_unwind().instrument(span.clone()).await;
-        outcome.unwrap_or_else(|panic| {
-            shared
-                .metrics
-                .reconcile_panics_total
-                .with_label_values(&[controller])
-                .inc();
-            Err(Error::Panicked {
-                message: panic_message(panic.as_ref()),
-            })
-        })
+        let running = std::panic::AssertUnwindSafe(reconcile(obj, shared.context.clone()))
+            .catch_unwind()
+            .instrument(span.clone());
+        // A reconcile past its timeout is dropped where it waits, as a cancelled context stops
+        // a Go reconcile at its next call, and retried with backoff like any failure.
+        let outcome = match shared.timeout {
+            Some(after) => tokio::time::timeout(after, running)
+                .await
+                .map_err(|_| after),
+            None => Ok(running.await),
+        };
+        match outcome {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(panic)) => {
+                shared
+                    .metrics
+                    .reconcile_panics_total
+                    .with_label_values(&[controller])
+                    .inc();
+                Err(Error::Panicked {
+                    message: panic_message(panic.as_ref()),
+                })
+            }
+            Err(after) => {
+                shared
+                    .metrics
+                    .reconcile_timeouts_total
+                    .with_label_values(&[controller])
+                    .inc();
+                Err(Error::TimedOut { after })
+            }
+        }
     };
     match outcome {
         Ok(outcome) => {
@@ -890,6 +916,7 @@ mod tests {
             metrics: metrics.clone(),
             backoff: Backoff::default(),
             retries: metrics.queue("test").retries,
+            timeout: None,
         })
     }
 
@@ -904,6 +931,53 @@ mod tests {
         );
         mc.metadata.namespace = Some("ns".into());
         Arc::new(mc)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconcile_past_its_timeout_is_cancelled_counted_and_retried() {
+        let metrics = Arc::new(Metrics::new().expect("valid metrics"));
+        let timeout = Duration::from_secs(5);
+        let shared = Arc::new(Shared {
+            name: "test",
+            context: Arc::new(()),
+            metrics: metrics.clone(),
+            backoff: Backoff::default(),
+            retries: metrics.queue("test").retries,
+            timeout: Some(timeout),
+        });
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = finished.clone();
+        let stuck = move |_: Arc<Memcached>, _: Arc<()>| {
+            let finished = seen.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                finished.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(Outcome::Done)
+            }
+        };
+        let started = Instant::now();
+        let result = reconcile_instrumented(stuck, memcached("a"), shared.clone()).await;
+        assert_eq!(started.elapsed(), timeout);
+        let error = result.expect_err("timed out");
+        assert!(matches!(error, Error::TimedOut { after } if after == timeout));
+        let key = crate::object_key(memcached("a").as_ref());
+        assert!(
+            retry_after(&key, &error, &shared).is_some(),
+            "retried with backoff"
+        );
+        assert!(
+            !finished.load(std::sync::atomic::Ordering::SeqCst),
+            "cancelled"
+        );
+        let count =
+            |vec: &prometheus::IntCounterVec, labels: &[&str]| vec.with_label_values(labels).get();
+        assert_eq!(count(&metrics.reconcile_timeouts_total, &["test"]), 1);
+        assert_eq!(count(&metrics.reconcile_errors_total, &["test"]), 1);
+
+        let quick = |_: Arc<Memcached>, _: Arc<()>| async { Ok(Outcome::Done) };
+        let result = reconcile_instrumented(quick, memcached("b"), shared).await;
+        assert_eq!(result.ok(), Some(Outcome::Done));
+        assert_eq!(count(&metrics.reconcile_timeouts_total, &["test"]), 1);
     }
 
     #[tokio::test]

@@ -109,6 +109,14 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// The reconcile ran past the reconcile timeout and was cancelled; it counts as an error
+    /// and is retried with backoff.
+    #[error("the reconcile did not finish within {after:?}")]
+    TimedOut {
+        /// The timeout.
+        after: std::time::Duration,
+    },
+
     /// The reconcile panicked; it counts as an error and is retried.
     #[error("the reconcile panicked: {message}")]
     Panicked {
@@ -186,6 +194,7 @@ impl Error {
             Error::DuplicateWebhook { .. } => "duplicate_webhook",
             Error::Controller { source, .. } => source.metric_label(),
             Error::Cleanup { .. } => "cleanup",
+            Error::TimedOut { .. } => "timeout",
         }
     }
 }

@@ -83,6 +83,11 @@ pub struct RunOptions {
     pub debounce: std::time::Duration,
     /// The namespaces every watch covers (`--namespace`); none named means all.
     pub namespaces: Namespaces,
+    /// How long a reconcile may run before it is cancelled and retried with backoff
+    /// (`--reconcile-timeout`, controller-runtime's `ReconciliationTimeout`); `None`, the
+    /// default, lets it run as long as it takes. A registration may set its own
+    /// ([`Registration::with_reconcile_timeout`]).
+    pub reconcile_timeout: Option<std::time::Duration>,
 }
 
 impl RunOptions {
@@ -99,6 +104,7 @@ impl Default for RunOptions {
             instance: String::new(),
             debounce: Self::DEFAULT_DEBOUNCE,
             namespaces: Namespaces::all(),
+            reconcile_timeout: None,
         }
     }
 }
@@ -161,10 +167,13 @@ pub async fn run(
         rules: &[],
     };
     let runs = controllers.iter().map(|c| {
-        let ctx = RunContext {
+        let mut ctx = RunContext {
             rules: c.rbac_rules(),
             ..ctx.clone()
         };
+        if let Some(timeout) = c.reconcile_timeout() {
+            ctx.options.reconcile_timeout = Some(timeout);
+        }
         let (name, run, stop) = (c.name(), c.run(ctx), stop.clone());
         async move {
             let result = run.await.map_err(|source| Error::Controller {
@@ -214,6 +223,11 @@ pub trait ManagedController: Send + Sync {
     fn conversion(&self) -> Option<webhook::conversion::ConversionWebhook> {
         None
     }
+
+    /// This controller's own reconcile timeout, over [`RunOptions::reconcile_timeout`].
+    fn reconcile_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A controller as its module declares it: a name, its RBAC rules and how to run it.
@@ -229,6 +243,8 @@ pub struct Registration {
     pub webhooks: fn() -> Vec<webhook::AdmissionWebhook>,
     /// See [`ManagedController::conversion`].
     pub conversion: Option<fn() -> webhook::conversion::ConversionWebhook>,
+    /// See [`ManagedController::reconcile_timeout`].
+    pub reconcile_timeout: Option<std::time::Duration>,
 }
 
 impl Registration {
@@ -244,6 +260,16 @@ impl Registration {
             run,
             webhooks: Vec::new,
             conversion: None,
+            reconcile_timeout: None,
+        }
+    }
+
+    /// The same controller, whose reconciles are cancelled and retried with backoff once they
+    /// run longer than `timeout`, whatever `--reconcile-timeout` says.
+    pub const fn with_reconcile_timeout(self, timeout: std::time::Duration) -> Self {
+        Self {
+            reconcile_timeout: Some(timeout),
+            ..self
         }
     }
 
@@ -283,6 +309,10 @@ impl ManagedController for Registration {
 
     fn conversion(&self) -> Option<webhook::conversion::ConversionWebhook> {
         self.conversion.map(|conversion| conversion())
+    }
+
+    fn reconcile_timeout(&self) -> Option<std::time::Duration> {
+        self.reconcile_timeout
     }
 }
 

@@ -41,6 +41,9 @@ pub struct Metrics {
     /// `controller_runtime_reconcile_panics_total{controller}`: reconciles that panicked (each
     /// also counts as an error and is retried).
     pub reconcile_panics_total: IntCounterVec,
+    /// `controller_runtime_reconcile_timeouts_total{controller}`: reconciles cancelled for
+    /// running past the reconcile timeout (each also counts as an error and is retried).
+    pub reconcile_timeouts_total: IntCounterVec,
     /// `controller_runtime_terminal_reconcile_errors_total{controller}`: failures that a retry
     /// cannot fix ([`crate::Error::is_terminal`]); the object waits for its next change.
     pub terminal_reconcile_errors_total: IntCounterVec,
@@ -85,6 +88,7 @@ impl Metrics {
         registry.register(Box::new(metrics.active_workers.clone()))?;
         registry.register(Box::new(metrics.max_concurrent_reconciles.clone()))?;
         registry.register(Box::new(metrics.reconcile_panics_total.clone()))?;
+        registry.register(Box::new(metrics.reconcile_timeouts_total.clone()))?;
         registry.register(Box::new(metrics.terminal_reconcile_errors_total.clone()))?;
         registry.register(Box::new(metrics.workqueue_depth.clone()))?;
         registry.register(Box::new(metrics.workqueue_adds_total.clone()))?;
@@ -157,6 +161,13 @@ impl Metrics {
                 Opts::new(
                     "controller_runtime_reconcile_panics_total",
                     "Total number of reconciliation panics per controller",
+                ),
+                &["controller"],
+            )?,
+            reconcile_timeouts_total: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_reconcile_timeouts_total",
+                    "Total number of reconciliation timeouts per controller",
                 ),
                 &["controller"],
             )?,
@@ -249,6 +260,8 @@ impl Metrics {
             .with_label_values(&[controller])
             .set(i64::from(max_concurrent_reconciles));
         self.reconcile_panics_total.with_label_values(&[controller]);
+        self.reconcile_timeouts_total
+            .with_label_values(&[controller]);
         self.terminal_reconcile_errors_total
             .with_label_values(&[controller]);
         let queue = self.queue(controller);

@@ -22,6 +22,7 @@
 //! | `max_concurrent_reconciles`  | `MANAGER_MAX_CONCURRENT_RECONCILES`  | `--max-concurrent-reconciles`   | `4`                          |
 //! | `shutdown_timeout`           | `MANAGER_SHUTDOWN_TIMEOUT`           | `--shutdown-timeout`            | `30s`                        |
 //! | `reconcile_debounce`         | `MANAGER_RECONCILE_DEBOUNCE`         | `--reconcile-debounce`          | `250ms`                      |
+//! | `reconcile_timeout`          | `MANAGER_RECONCILE_TIMEOUT`          | `--reconcile-timeout`           | `0s` (none)                  |
 //! | `namespace`                  | `MANAGER_NAMESPACE`                  | `--namespace` (repeatable)      | every namespace              |
 //!
 //! The file is named by `--config PATH` (or `MANAGER_CONFIG`) and read as YAML (`.yaml`, `.yml`)
@@ -57,6 +58,10 @@
 //!   reconcile (the echoes of its writes, its Deployment's rollout, moments apart) wait until
 //!   the object has had no new one for that long, so the burst costs one more reconcile and one
 //!   status write instead of one each; `0s` reconciles every trigger at once.
+//! - `reconcile_timeout` cancels a reconcile that runs longer, counts it in
+//!   `controller_runtime_reconcile_timeouts_total` and retries it with backoff, as
+//!   controller-runtime's `ReconciliationTimeout` does; `0s` (the default, as there) lets a
+//!   reconcile run as long as it takes. A controller may declare its own.
 //! - `controllers` is a comma-separated list (or, in a file, a list): a name enables that
 //!   controller, `-name` disables it, `*` means every controller. `*,-myapp` runs all but MyApp.
 //! - `namespace` restricts every watch and cache to the namespaces named: a comma-separated
@@ -111,6 +116,7 @@ pub const KEYS: &[&str] = &[
     "max_concurrent_reconciles",
     "shutdown_timeout",
     "reconcile_debounce",
+    "reconcile_timeout",
     "namespace",
 ];
 
@@ -168,6 +174,9 @@ pub struct Config {
     /// How long an object must go without a new trigger before it is reconciled.
     #[serde(with = "duration::serde")]
     pub reconcile_debounce: Duration,
+    /// How long a reconcile may run before it is cancelled; zero for no limit.
+    #[serde(with = "duration::serde")]
+    pub reconcile_timeout: Duration,
     /// The namespaces watched; empty for every namespace.
     pub namespace: NamespaceList,
 }
@@ -202,6 +211,7 @@ impl Default for Config {
             max_concurrent_reconciles: 4,
             shutdown_timeout: Duration::from_secs(30),
             reconcile_debounce: kube_operator_runtime::RunOptions::DEFAULT_DEBOUNCE,
+            reconcile_timeout: Duration::ZERO,
             namespace: NamespaceList::default(),
         }
     }
@@ -276,6 +286,9 @@ pub struct Flags {
     /// How long the triggers that follow a reconcile must pause before the next, e.g. `250ms`
     #[arg(long, value_name = "DURATION")]
     pub reconcile_debounce: Option<String>,
+    /// Cancel and retry a reconcile that runs longer than this, e.g. `2m`; `0s` for no limit
+    #[arg(long, value_name = "DURATION")]
+    pub reconcile_timeout: Option<String>,
     /// Watch only these namespaces (comma-separated, or the flag repeated); default: all
     #[arg(long, value_name = "LIST", action = clap::ArgAction::Append)]
     pub namespace: Vec<String>,
@@ -303,6 +316,7 @@ impl Flags {
             ("max_concurrent_reconciles", &self.max_concurrent_reconciles),
             ("shutdown_timeout", &self.shutdown_timeout),
             ("reconcile_debounce", &self.reconcile_debounce),
+            ("reconcile_timeout", &self.reconcile_timeout),
         ];
         let namespace = (!self.namespace.is_empty()).then(|| self.namespace.join(","));
         all.into_iter()
@@ -1018,6 +1032,30 @@ mod tests {
         assert_eq!(
             (problem.key.as_str(), problem.origin.as_str()),
             ("reconcile_debounce", "flag --reconcile-debounce")
+        );
+    }
+
+    #[test]
+    fn reconcile_timeout_is_off_unless_set() {
+        let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
+        assert_eq!(config.reconcile_timeout, Duration::ZERO);
+        let config = load(
+            &Flags::default(),
+            env(&[("MANAGER_RECONCILE_TIMEOUT", "2m")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(config.reconcile_timeout, Duration::from_secs(120));
+        let config = load(&flags(&["--reconcile-timeout=30s"]), env(&[]), KNOWN).unwrap();
+        assert_eq!(config.reconcile_timeout, Duration::from_secs(30));
+        let problem = one_problem(load(
+            &flags(&["--reconcile-timeout=forever"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (problem.key.as_str(), problem.origin.as_str()),
+            ("reconcile_timeout", "flag --reconcile-timeout")
         );
     }
 

@@ -208,6 +208,7 @@ async fn run_connected(
         instance: identity.clone(),
         debounce: config.reconcile_debounce,
         namespaces: kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
+        reconcile_timeout: Some(config.reconcile_timeout).filter(|t| !t.is_zero()),
     };
     let mut runner = Runner {
         client: client.clone(),
@@ -598,6 +599,7 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         max_concurrent_reconciles = config.max_concurrent_reconciles,
         shutdown_timeout = %show(config.shutdown_timeout),
         reconcile_debounce = %show(config.reconcile_debounce),
+        reconcile_timeout = %show(config.reconcile_timeout),
         namespace = %kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
         version = env!("CARGO_PKG_VERSION"),
         "effective configuration"

@@ -3,8 +3,7 @@
 //!
 //! The list below is taken from controller-runtime v0.24.1: `pkg/internal/controller/metrics`,
 //! `pkg/internal/metrics/workqueue.go`, `pkg/metrics/client_go_adapter.go` and
-//! `pkg/metrics/leaderelection.go`. Two of its series are not exported, on purpose:
-//! `controller_runtime_reconcile_timeouts_total` (reconciles here have no timeout to count) and
+//! `pkg/metrics/leaderelection.go`. One of its series is not exported, on purpose:
 //! `leader_election_slowpath_total` (the elector here has no fast path to fall back from).
 
 use manager::client_metrics::RequestMetrics;
@@ -42,6 +41,11 @@ const CONTROLLER_RUNTIME: &[(&str, MetricType, &[&str])] = &[
     ),
     (
         "controller_runtime_reconcile_panics_total",
+        MetricType::COUNTER,
+        &["controller"],
+    ),
+    (
+        "controller_runtime_reconcile_timeouts_total",
         MetricType::COUNTER,
         &["controller"],
     ),
