@@ -136,16 +136,22 @@ pub fn cluster_role(controllers: &[Box<dyn ManagedController>]) -> Result<Cluste
     })
 }
 
-/// The manager's Role for a namespaced install: the rules of [`cluster_role`], granted only in
-/// the namespace the overlay installs it in (the manager's own, unless the user copies it into
-/// more namespaces and names them with `--namespace`).
+/// The manager's Role for a namespaced install: the rules of [`cluster_role`] but those of the
+/// controllers that need the whole cluster (which such an install does not run), granted only
+/// in the namespace the overlay installs it in (the manager's own, unless the user copies it
+/// into more namespaces and names them with `--namespace`).
 ///
 /// # Errors
 /// As [`cluster_role`].
 pub fn namespaced_role(controllers: &[Box<dyn ManagedController>]) -> Result<Role, Error> {
     Ok(Role {
         metadata: meta(MANAGER_NAME, Some(NAMESPACE)),
-        rules: Some(union_of_rules(controllers)?),
+        rules: Some(union_of(
+            controllers
+                .iter()
+                .map(AsRef::as_ref)
+                .filter(|c| !c.cluster_wide()),
+        )?),
     })
 }
 
@@ -169,33 +175,44 @@ fn namespaced_role_binding() -> RoleBinding {
 pub fn union_of_rules(
     controllers: &[Box<dyn ManagedController>],
 ) -> Result<Vec<PolicyRule>, Error> {
-    let mut verbs_by_resource: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
+    union_of(controllers.iter().map(AsRef::as_ref))
+}
+
+fn union_of<'a>(
+    controllers: impl Iterator<Item = &'a dyn ManagedController>,
+) -> Result<Vec<PolicyRule>, Error> {
+    // Keyed by the object names too: a rule for named objects stays a rule of its own.
+    type Resource<'a> = (&'a str, &'a str, &'a [&'a str]);
+    let mut verbs_by_resource: BTreeMap<Resource, BTreeSet<&str>> = BTreeMap::new();
     for controller in controllers {
         for rule in controller.rbac_rules() {
             validate(controller.name(), rule)?;
             for group in rule.api_groups {
                 for resource in rule.resources {
                     verbs_by_resource
-                        .entry((group, resource))
+                        .entry((group, resource, rule.resource_names))
                         .or_default()
                         .extend(rule.verbs.iter().copied());
                 }
             }
         }
     }
-    let mut resources_by_verbs: BTreeMap<(&str, BTreeSet<&str>), Vec<&str>> = BTreeMap::new();
-    for ((group, resource), verbs) in verbs_by_resource {
+    type Grant<'a> = (&'a str, BTreeSet<&'a str>, &'a [&'a str]);
+    let mut resources_by_verbs: BTreeMap<Grant, Vec<&str>> = BTreeMap::new();
+    for ((group, resource, names), verbs) in verbs_by_resource {
         resources_by_verbs
-            .entry((group, verbs))
+            .entry((group, verbs, names))
             .or_default()
             .push(resource);
     }
     Ok(resources_by_verbs
         .into_iter()
-        .map(|((group, verbs), resources)| PolicyRule {
+        .map(|((group, verbs, names), resources)| PolicyRule {
             api_groups: Some(vec![group.to_owned()]),
             resources: Some(resources.into_iter().map(str::to_owned).collect()),
             verbs: verbs.into_iter().map(str::to_owned).collect(),
+            resource_names: (!names.is_empty())
+                .then(|| names.iter().copied().map(str::to_owned).collect()),
             ..PolicyRule::default()
         })
         .collect())
@@ -495,6 +512,7 @@ mod tests {
             api_groups: &["apps"],
             resources: &["deployments"],
             verbs: &["get", "list", "watch"],
+            resource_names: &[],
         }];
         const EXTENDED: &[kube_operator_runtime::PolicyRule] = &[
             BASE[0],
@@ -502,6 +520,7 @@ mod tests {
                 api_groups: &[""],
                 resources: &["configmaps"],
                 verbs: &["get"],
+                resource_names: &[],
             },
         ];
         let before = union_of_rules(&[Box::new(Declares("a", BASE)) as Box<dyn ManagedController>])
@@ -519,11 +538,13 @@ mod tests {
             api_groups: &["apps"],
             resources: &["deployments"],
             verbs: &["get", "watch", "list"],
+            resource_names: &[],
         }];
         const B: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["deployments", "statefulsets"],
             verbs: &["list", "get", "watch"],
+            resource_names: &[],
         }];
         let rules = union_of_rules(&[
             Box::new(Declares("a", A)) as Box<dyn ManagedController>,
@@ -539,11 +560,32 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_for_named_objects_stays_apart_from_one_for_all() {
+        const NAMED: &[kube_operator_runtime::PolicyRule] = &[
+            kube_operator_runtime::rbac::binds_cluster_roles(&["edit"]),
+            kube_operator_runtime::PolicyRule {
+                api_groups: &["rbac.authorization.k8s.io"],
+                resources: &["clusterroles"],
+                verbs: &["bind"],
+                resource_names: &["view"],
+            },
+        ];
+        let rules = union_of_rules(&[Box::new(Declares("a", NAMED)) as Box<dyn ManagedController>])
+            .expect("valid");
+        let names: Vec<_> = rules.iter().map(|r| r.resource_names.clone()).collect();
+        assert_eq!(
+            names,
+            [Some(vec!["edit".to_owned()]), Some(vec!["view".to_owned()])]
+        );
+    }
+
+    #[test]
     fn wildcards_are_refused_with_the_controller_named() {
         const WILD: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["*"],
             verbs: &["get"],
+            resource_names: &[],
         }];
         let err =
             union_of_rules(&[Box::new(Declares("greedy", WILD)) as Box<dyn ManagedController>])
@@ -561,6 +603,7 @@ mod tests {
             api_groups: &["apps"],
             resources: &["deployments"],
             verbs: &[],
+            resource_names: &[],
         }];
         let err =
             union_of_rules(&[Box::new(Declares("lazy", EMPTY)) as Box<dyn ManagedController>])

@@ -1,6 +1,6 @@
 //! The platform's controllers and the one list of them.
 //!
-//! Each controller is a module of its own ([`memcached`], [`myapp`]) written against the
+//! Each controller is a module of its own ([`memcached`], [`myapp`]]) written against the
 //! controller runtime ([`kube_operator_runtime`]) and the API types ([`apis`]); its
 //! registration lists the admission webhooks of its type, whose rules live in [`admission`].
 //! [`all`] is the single registration list: the manager runs what it lists (minus what
@@ -10,6 +10,7 @@
 pub mod admission;
 pub mod memcached;
 pub mod myapp;
+pub mod samples;
 #[cfg(test)]
 mod testing;
 
@@ -17,7 +18,10 @@ use kube_operator_runtime::ManagedController;
 
 /// Every controller in the workspace, in a stable order.
 pub fn all() -> Vec<Box<dyn ManagedController>> {
-    vec![Box::new(memcached::CONTROLLER), Box::new(myapp::CONTROLLER)]
+    vec![
+        Box::new(memcached::CONTROLLER),
+        Box::new(myapp::CONTROLLER),
+    ]
 }
 
 #[cfg(test)]

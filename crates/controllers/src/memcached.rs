@@ -118,7 +118,8 @@ pub fn memory_mib(spec: &MemcachedSpec) -> Result<u64, Error> {
 /// The Memcached controller, as registered in [`crate::all`].
 pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::pin(run(ctx)))
     .with_webhooks(crate::admission::memcached::webhooks)
-    .with_conversion(crate::admission::memcached::conversion);
+    .with_conversion(crate::admission::memcached::conversion)
+    .with_samples(crate::samples::memcached);
 
 static RULES: [PolicyRule; 9] = kube_operator_runtime::controller_rules!(
     "cache.example.com",
@@ -386,7 +387,7 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Err
         .ensure(&desired, &regarding, &owner.events)
         .await?
     {
-        Child::Current => Some(service_name(&name)),
+        Child::Current | Child::Written => Some(service_name(&name)),
         Child::Foreign => None,
         Child::NamespaceTerminating => return Ok(Outcome::Done),
     };

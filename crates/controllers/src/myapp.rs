@@ -53,7 +53,8 @@ pub const CONTROLLER: Registration = Registration::new(
     &kube_operator_runtime::controller_rules!("myscheme.example.com", "myapps", rbac::DEPLOYMENTS),
     |ctx| Box::pin(run(ctx)),
 )
-.with_webhooks(crate::admission::myapp::webhooks);
+.with_webhooks(crate::admission::myapp::webhooks)
+.with_samples(crate::samples::myapp);
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
     let builder = Builder::<MyApp>::new(NAME, &ctx);
@@ -65,15 +66,12 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
 
 /// The labels that select a `MyApp`'s pods.
 pub fn selector_labels(myapp_name: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (labels::NAME.to_owned(), APP.to_owned()),
-        (labels::INSTANCE.to_owned(), labels::label_value(myapp_name)),
-    ])
+    labels::instance(APP, myapp_name)
 }
 
 /// Every label of the Deployment and its pods.
 pub fn object_labels(myapp_name: &str) -> BTreeMap<String, String> {
-    labels::managed(selector_labels(myapp_name))
+    labels::managed_instance(APP, myapp_name)
 }
 
 /// The Deployment a `MyApp` asks for: `spec.replicas` pods running `spec.image`, or

@@ -26,6 +26,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use crate::children::{Child, ChildObject, Children, OwnedChildren};
 use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::scope::ScopedApi;
@@ -66,6 +67,8 @@ pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
     missing_rbac: Vec<String>,
     /// The finalizer declared with [`Builder::run_with_finalizer`].
     finalizer: Option<&'static str>,
+    /// The kinds of child declared with [`Builder::owns_kind`].
+    children: Children,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Builder<K> {
@@ -86,6 +89,40 @@ pub struct Tools<K: Resource<DynamicType = ()> + 'static> {
     pub events: Events,
     /// The cache of the custom resources.
     pub store: Store<K>,
+    /// The children of the kinds declared with [`Builder::owns_kind`].
+    pub children: Children,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Tools<K> {
+    /// Makes the child `desired` exist as desired, `owner`'s: created when missing, applied
+    /// again when changed since the last write, never taken from another owner. See
+    /// [`OwnedChildren::ensure`].
+    ///
+    /// # Errors
+    /// [`Error::UndeclaredChild`] when `C` was not declared with [`Builder::owns_kind`]; as
+    /// [`OwnedChildren::ensure`].
+    pub async fn ensure<C>(&self, owner: &K, desired: &C) -> Result<Child, Error>
+    where
+        C: ChildObject + Send + Sync + 'static,
+    {
+        let regarding = owner.object_ref(&());
+        let children = self.children.of::<C>()?;
+        children.ensure(desired, &regarding, &self.events).await
+    }
+
+    /// Deletes `owner`'s child of kind `C` called `name` in `namespace` (empty for a
+    /// cluster-scoped kind), if there is one; returns whether it did.
+    ///
+    /// # Errors
+    /// [`Error::UndeclaredChild`] when `C` was not declared with [`Builder::owns_kind`]; as
+    /// [`OwnedChildren::remove`].
+    pub async fn remove<C>(&self, owner: &K, namespace: &str, name: &str) -> Result<bool, Error>
+    where
+        C: ChildObject + Send + Sync + 'static,
+    {
+        let uid = owner.meta().uid.as_deref().unwrap_or_default();
+        self.children.of::<C>()?.remove(namespace, name, uid).await
+    }
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Debug for Tools<K> {
@@ -117,6 +154,7 @@ where
             triggers: Vec::new(),
             missing_rbac: Vec::new(),
             finalizer: None,
+            children: Children::default(),
         };
         builder.require::<K>("", rbac::READ);
         builder.require::<K>("/status", &["patch"]);
@@ -206,6 +244,7 @@ where
     #[must_use]
     pub fn owns<C>(self, children: &Shared<C>) -> Self
     where
+        K::Scope: ScopedApi,
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         self.owns_except(children, |_: &C| false)
@@ -219,10 +258,31 @@ where
     #[must_use]
     pub fn owns_except<C>(mut self, children: &Shared<C>, own_write: impl OwnWrite<C>) -> Self
     where
+        K::Scope: ScopedApi,
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         self.require::<C>("", rbac::MANAGE);
         self.watches_except(children, controller_of::<K, C>, own_write)
+    }
+
+    /// Declares that the custom resources own children of kind `C`, namespaced or
+    /// cluster-scoped, written through [`Tools::ensure`] as the field manager
+    /// `operator-manager/<controller>`. Their metadata is watched in a cache shared with every
+    /// controller (the objects labelled as managed: [`crate::labels::managed`]); a change to one
+    /// by anybody else triggers the resource that controls it. The rules must allow managing
+    /// `C`.
+    #[must_use]
+    pub fn owns_kind<C>(self) -> Self
+    where
+        K: DeserializeOwned,
+        K::Scope: ScopedApi,
+        C: ChildObject + Send + Sync + 'static,
+    {
+        let field_manager = format!("{}/{}", crate::labels::MANAGER, self.name);
+        let spec = crate::watches::managed_metadata::<C>();
+        let (mut builder, children) = OwnedChildren::declare(self, spec, field_manager);
+        builder.children.insert(children);
+        builder
     }
 
     /// Runs the controller as [`Builder::run`] does, behind the finalizer `finalizer` (a
@@ -303,6 +363,7 @@ where
                 client,
                 events: events.clone(),
                 store: self.store.clone(),
+                children: self.children,
             })),
             events,
         });
@@ -333,14 +394,20 @@ where
     }
 }
 
-/// The `K` that controls `child`, by its controller owner reference.
+/// The `K` that controls `child`, by its controller owner reference: in the child's namespace,
+/// or cluster-wide when `K` is a cluster-scoped kind.
 pub fn controller_of<K, C>(_: &Store<K>, child: &C) -> Option<ObjectRef<K>>
 where
-    K: Resource<DynamicType = ()>,
+    K: Resource<DynamicType = (), Scope: ScopedApi>,
     C: Resource,
 {
     let owner = children::controller_of(child, &K::api_version(&()), &K::kind(&()))?;
-    Some(ObjectRef::new(&owner.name).within(&child.namespace()?))
+    let owner = ObjectRef::new(&owner.name);
+    if K::Scope::NAMESPACED {
+        Some(owner.within(&child.namespace()?))
+    } else {
+        Some(owner)
+    }
 }
 
 #[cfg(test)]

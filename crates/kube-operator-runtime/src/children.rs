@@ -10,6 +10,7 @@
 //! desired object is the same, nothing is written. Any other version (a hand edit) or none at
 //! all (a deletion) makes it write again, which puts back every field the controller sets.
 
+use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hasher};
@@ -17,8 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::core::NamespaceResourceScope;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -28,6 +28,7 @@ use crate::Error;
 use crate::builder::Builder;
 use crate::events::Events;
 use crate::meta_view::MetaView;
+use crate::scope::ScopedApi;
 use crate::watches::WatchSpec;
 use crate::writes;
 
@@ -35,22 +36,15 @@ use crate::writes;
 /// again.
 const UNSEEN_FOR: Duration = Duration::from_secs(30);
 
-/// A kind of object a custom resource can own and write: namespaced, sent and read as JSON.
+/// A kind of object a custom resource can own and write, namespaced (a Service) or cluster-wide
+/// (a Namespace): sent and read as JSON.
 pub trait ChildObject:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + Debug
+    Resource<DynamicType = (), Scope: ScopedApi> + Clone + DeserializeOwned + Serialize + Debug
 {
 }
 
 impl<C> ChildObject for C where
-    C: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + Debug
+    C: Resource<DynamicType = (), Scope: ScopedApi> + Clone + DeserializeOwned + Serialize + Debug
 {
 }
 
@@ -90,9 +84,25 @@ pub fn child_metadata<K: Resource<DynamicType = ()>>(
         kind: K::kind(&()),
         field: "metadata.namespace",
     })?;
+    owned_metadata(owner, owner.name_any(), Some(namespace), labels)
+}
+
+/// The metadata of an object called `name` in `namespace` (`None` for a cluster-scoped kind)
+/// that `owner` controls, with `labels`: for an owner whose children live elsewhere than it
+/// does, as a cluster-scoped owner's do. Kubernetes lets a namespaced object be owned by a
+/// cluster-scoped one, not the reverse, nor across namespaces.
+///
+/// # Errors
+/// [`Error::MissingField`] when `owner` has no uid (it was not read from the API server).
+pub fn owned_metadata<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    name: String,
+    namespace: Option<String>,
+    labels: BTreeMap<String, String>,
+) -> Result<ObjectMeta, Error> {
     Ok(ObjectMeta {
-        name: Some(owner.name_any()),
-        namespace: Some(namespace),
+        name: Some(name),
+        namespace,
         labels: Some(labels),
         owner_references: Some(vec![owner_reference(owner)?]),
         ..ObjectMeta::default()
@@ -113,9 +123,10 @@ pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> Result<Owner
     Ok(reference)
 }
 
-/// Creates `object` (recording `field_manager` as the writer of its fields). Unlike an apply, a
-/// create fails when the name is taken, so an object that the caches had not seen yet is never
-/// taken over. Returns the metadata the object was stored with.
+/// Creates `object` in `namespace` (empty for a cluster-scoped kind), recording `field_manager`
+/// as the writer of its fields. Unlike an apply, a create fails when the name is taken, so an
+/// object that the caches had not seen yet is never taken over. Returns the metadata the object
+/// was stored with.
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses ([`Error::is_already_exists`] when the name is
@@ -136,9 +147,9 @@ where
     writes::create(client, namespace, &params, object).await
 }
 
-/// Server-side applies `object` under `field_manager`, forcing conflicts (the controller is the
-/// authority on every field it sets; a hand edit of one of them is undone). Returns the metadata
-/// the object has after the apply.
+/// Server-side applies `object` in `namespace` (empty for a cluster-scoped kind) under
+/// `field_manager`, forcing conflicts (the controller is the authority on every field it sets;
+/// a hand edit of one of them is undone). Returns the metadata the object has after the apply.
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses.
@@ -185,10 +196,13 @@ fn metadata_holds<C>(desired: &ObjectMeta, found: &MetaView<C>) -> bool {
 /// What [`OwnedChildren::ensure`] came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Child {
-    /// The child exists as desired (or was just written and the cache will show it shortly).
+    /// The cache shows the child as desired.
     Current,
-    /// An object of that name exists that is not ours: it was left untouched, and a Warning
-    /// Event says so.
+    /// The child was just written as desired and the cache does not show it yet: a rollout
+    /// read from the cache now would still be the previous one.
+    Written,
+    /// An object of that name exists that is not ours (another owner controls it, or somebody
+    /// else made it): it was left untouched, and a Warning Event says so.
     Foreign,
     /// The namespace is being deleted: the child goes with it.
     NamespaceTerminating,
@@ -201,7 +215,7 @@ pub enum Child {
 pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static> {
     client: kube::Client,
     cache: Store<MetaView<C>>,
-    field_manager: &'static str,
+    field_manager: String,
     /// Shared with the trigger of the children's watch, which skips our own writes.
     written: Arc<Mutex<Writes<C>>>,
 }
@@ -253,10 +267,16 @@ where
     pub fn declare<K>(
         builder: Builder<K>,
         spec: WatchSpec<MetaView<C>>,
-        field_manager: &'static str,
+        field_manager: impl Into<String>,
     ) -> (Builder<K>, Self)
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource<DynamicType = (), Scope: ScopedApi>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
     {
         let ctx = builder.context();
         let children = ctx.watches.watch(spec);
@@ -264,7 +284,7 @@ where
         let writer = Self {
             client: ctx.client.clone(),
             cache: children.store(),
-            field_manager,
+            field_manager: field_manager.into(),
             written: written.clone(),
         };
         let own_write = move |child: &MetaView<C>| shows_own_write(&written, child);
@@ -273,33 +293,37 @@ where
 
     /// Makes the child `desired` names exist as desired: created when missing, applied again
     /// when changed since our last write. A `Created` Normal Event (or, for a name somebody
-    /// else holds, a Warning) goes to `regarding`.
+    /// else holds, a Warning) goes to `regarding`, the owner.
     ///
     /// # Errors
-    /// [`Error::MissingField`] without a namespace; [`Error::Serialize`]; [`Error::Kube`] when
-    /// the API server refuses.
+    /// [`Error::Serialize`]; [`Error::Kube`] when the API server refuses.
     pub async fn ensure(
         &self,
         desired: &C,
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
         events: &Events,
     ) -> Result<Child, Error> {
-        let namespace = desired.namespace().ok_or(Error::MissingField {
-            kind: C::kind(&()),
-            field: "metadata.namespace",
-        })?;
-        let key = ObjectRef::new(&desired.name_any()).within(&namespace);
+        let namespace = desired.namespace().unwrap_or_default();
+        let key = key_of(desired.meta().name.as_deref(), desired.namespace());
         let desired_hash = hash_of(desired)?;
         let cached = self.cache.get(&key);
-        if self.is_current(&key, cached.as_deref(), desired, desired_hash) {
-            return Ok(Child::Current);
+        let owner_uid = regarding.uid.as_deref().unwrap_or_default();
+        if cached
+            .as_deref()
+            .is_some_and(|c| controlled_by_other(c, owner_uid))
+        {
+            return Ok(self.foreign(desired, regarding, events));
+        }
+        if let Some(state) = self.state(&key, cached.as_deref(), desired, desired_hash) {
+            return Ok(state);
         }
         let kind = C::kind(&());
         let name = desired.name_any();
         let written = if cached.is_some() {
-            apply_owned(&self.client, &namespace, self.field_manager, desired).await
+            apply_owned(&self.client, &namespace, &self.field_manager, desired).await
         } else {
-            let created = create_owned(&self.client, &namespace, self.field_manager, desired).await;
+            let created =
+                create_owned(&self.client, &namespace, &self.field_manager, desired).await;
             if created.is_ok() {
                 // An action per kind: client-go counts Events of one action, reason and
                 // object as repeats of the first, whose note would then be all that shows.
@@ -314,48 +338,58 @@ where
                 // deleted, not still on its way.
                 let seen = cached.is_some();
                 self.remember(key, desired_hash, &written, seen);
-                Ok(Child::Current)
+                Ok(Child::Written)
             }
             Err(e) if e.is_namespace_terminating() => Ok(Child::NamespaceTerminating),
-            Err(e) if e.is_already_exists() && self.controlled(desired, regarding).await? => {
+            Err(e) if e.is_already_exists() && self.controlled(desired, owner_uid).await? => {
                 // Ours after all, made by another process (a manager before a restart, another
                 // replica) and not in this cache yet: bring it up to date.
                 let applied =
-                    apply_owned(&self.client, &namespace, self.field_manager, desired).await?;
+                    apply_owned(&self.client, &namespace, &self.field_manager, desired).await?;
                 self.remember(key, desired_hash, &applied, true);
-                Ok(Child::Current)
+                Ok(Child::Written)
             }
-            Err(e) if e.is_already_exists() => {
-                let note = format!(
-                    "{kind} {namespace}/{name} exists and is not controlled by this {}; it is \
-                     left untouched",
-                    regarding.kind.as_deref().unwrap_or("object")
-                );
-                tracing::warn!("{note}");
-                events.warning(regarding, "NotOwned", "Reconcile", note);
-                Ok(Child::Foreign)
-            }
+            Err(e) if e.is_already_exists() => Ok(self.foreign(desired, regarding, events)),
             Err(e) => Err(e),
         }
     }
 
-    /// Whether the object of `desired`'s name, read from the API server, is controlled by the
-    /// object `regarding` names.
-    async fn controlled(
+    /// Reports that the name `desired` asks for is held by an object that is not ours.
+    fn foreign(
         &self,
         desired: &C,
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
-    ) -> Result<bool, Error> {
-        let (Some(namespace), Some(uid)) = (desired.namespace(), regarding.uid.as_deref()) else {
-            return Ok(false);
-        };
-        let api = Api::<C>::namespaced(self.client.clone(), &namespace);
-        let existing = api.get_opt(&desired.name_any()).await?;
-        Ok(existing.is_some_and(|obj| is_controlled_by(&obj, uid)))
+        events: &Events,
+    ) -> Child {
+        let key = crate::object_key(desired);
+        let note = format!(
+            "{} {key} exists and is not controlled by this {}; it is left untouched",
+            C::kind(&()),
+            regarding.kind.as_deref().unwrap_or("object")
+        );
+        tracing::warn!("{note}");
+        events.warning(regarding, "NotOwned", "Reconcile", note);
+        Child::Foreign
     }
 
-    /// Deletes the child `namespace/name` if the cache has it and the owner with `owner_uid`
-    /// controls it; returns whether it did.
+    /// The child called `name` in `namespace` (`None` for a cluster-scoped kind), as the
+    /// cache shows it: its metadata.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<MetaView<C>>> {
+        self.cache
+            .get(&key_of(Some(name), namespace.map(str::to_owned)))
+    }
+
+    /// Whether the object of `desired`'s name, read from the API server, is controlled by the
+    /// owner with `owner_uid`.
+    async fn controlled(&self, desired: &C, owner_uid: &str) -> Result<bool, Error> {
+        let api = C::Scope::api::<C>(self.client.clone(), desired.namespace().as_deref());
+        let existing = api.get_opt(&desired.name_any()).await?;
+        Ok(existing.is_some_and(|obj| is_controlled_by(&obj, owner_uid)))
+    }
+
+    /// Deletes the child `namespace/name` (`name` when `namespace` is empty: a cluster-scoped
+    /// kind) if the cache has it and the owner with `owner_uid` controls it; returns whether it
+    /// did.
     ///
     /// # Errors
     /// [`Error::Kube`] when the API server refuses (a child already gone is no error).
@@ -365,7 +399,8 @@ where
         name: &str,
         owner_uid: &str,
     ) -> Result<bool, Error> {
-        let key = ObjectRef::new(name).within(namespace);
+        let namespace = Some(namespace).filter(|n| !n.is_empty());
+        let key = key_of(Some(name), namespace.map(str::to_owned));
         lock(&self.written).remove(&key);
         // Only a child this owner controls: one of that name made by another owner stays.
         let Some(child) = self
@@ -375,7 +410,7 @@ where
         else {
             return Ok(false);
         };
-        let api = Api::<C>::namespaced(self.client.clone(), namespace);
+        let api = C::Scope::api::<C>(self.client.clone(), namespace);
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {
                 // Its watch event is our own write: the owner knows it is gone.
@@ -389,8 +424,9 @@ where
         }
     }
 
-    /// Whether the cache shows what we last wrote for this same desired object, or our create
-    /// is still on its way to the cache. Notes when the cache has shown a write.
+    /// [`Child::Current`] when the cache shows what we last wrote for this same desired object,
+    /// [`Child::Written`] when our write of it is still on its way to the cache, `None` when it
+    /// must be written. Notes when the cache has shown a write.
     ///
     /// A newer version than our write is current too when its generation is still the one our
     /// write left and it keeps the metadata we set: the API server's own controllers write to
@@ -398,18 +434,18 @@ where
     /// after it is created), and applying again for that would be a request per child for
     /// nothing. An edit of the spec (which bumps the generation) or of our labels is not. A kind
     /// without a generation (a Service) is applied again after any write but ours.
-    fn is_current(
+    fn state(
         &self,
         key: &ObjectRef<MetaView<C>>,
         cached: Option<&MetaView<C>>,
         desired: &C,
         desired_hash: u64,
-    ) -> bool {
+    ) -> Option<Child> {
         let mut written = lock(&self.written);
         let Some(LastWrite::Written(last)) = written.get_mut(key) else {
-            return false;
+            return None;
         };
-        match cached {
+        let current = match cached {
             Some(cached) if cached.metadata.resource_version == last.resource_version => {
                 last.seen = true;
                 last.desired_hash == desired_hash
@@ -426,8 +462,12 @@ where
                 true
             }
             Some(_) => false,
-            None => !last.seen && last.at.elapsed() < UNSEEN_FOR,
-        }
+            None => {
+                let on_its_way = !last.seen && last.at.elapsed() < UNSEEN_FOR;
+                return (on_its_way && last.desired_hash == desired_hash).then_some(Child::Written);
+            }
+        };
+        current.then_some(Child::Current)
     }
 
     /// Notes what a write of ours was answered with: `answer`, the metadata it left.
@@ -463,6 +503,59 @@ where
                 matches!(last, LastWrite::Written(w) if !w.seen) || self.cache.get(key).is_some()
             });
         }
+    }
+}
+
+/// The cache key of the child called `name` in `namespace`.
+fn key_of<C: Resource<DynamicType = ()>>(
+    name: Option<&str>,
+    namespace: Option<String>,
+) -> ObjectRef<MetaView<C>> {
+    let mut key = ObjectRef::new(name.unwrap_or_default());
+    key.namespace = namespace;
+    key
+}
+
+/// Whether an owner other than the one with `owner_uid` controls `child`. A child nobody
+/// controls may be adopted, as controller-runtime's `SetControllerReference` does.
+fn controlled_by_other<C: Resource>(child: &C, owner_uid: &str) -> bool {
+    child
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid != owner_uid)
+}
+
+/// The children of every kind one controller declared with
+/// [`Builder::owns_kind`](crate::builder::Builder::owns_kind), by kind.
+#[derive(Clone, Default)]
+pub struct Children {
+    kinds: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl Debug for Children {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Children")
+            .field("kinds", &self.kinds.len())
+            .finish()
+    }
+}
+
+impl Children {
+    pub(crate) fn insert<C: ChildObject + Send + Sync + 'static>(&mut self, of: OwnedChildren<C>) {
+        self.kinds.insert(TypeId::of::<C>(), Arc::new(of));
+    }
+
+    /// The children of kind `C`.
+    ///
+    /// # Errors
+    /// [`Error::UndeclaredChild`] when the controller did not declare that kind.
+    pub fn of<C: ChildObject + Send + Sync + 'static>(&self) -> Result<&OwnedChildren<C>, Error> {
+        self.kinds
+            .get(&TypeId::of::<C>())
+            .and_then(|of| of.downcast_ref())
+            .ok_or(Error::UndeclaredChild { kind: C::kind(&()) })
     }
 }
 
@@ -766,7 +859,7 @@ mod ensure_tests {
         let children = OwnedChildren {
             client: server.client(),
             cache: cache.as_reader(),
-            field_manager: "test",
+            field_manager: "test".into(),
             written: Arc::default(),
         };
         let (events, _publisher) = Events::start(server.client(), "test", "test");
@@ -780,35 +873,128 @@ mod ensure_tests {
                 .ensure(&desired(), &regarding, &events)
                 .await
                 .expect("the API server answers");
-            assert_eq!(child, Child::Current);
-            server.requests()[before..]
+            let methods = server.requests()[before..]
                 .iter()
                 .filter(|r| r.path.contains("/poddisruptionbudgets"))
                 .map(|r| r.method.clone())
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            (child, methods)
         };
-        assert_eq!(ensure(None).await, ["POST"], "created when missing");
-        assert!(ensure(None).await.is_empty(), "the create on its way");
-        assert!(
-            ensure(Some(cached("1", 1))).await.is_empty(),
+        let (written, none) = (Child::Written, Vec::<String>::new());
+        assert_eq!(
+            ensure(None).await,
+            (written, vec!["POST".to_owned()]),
+            "created when missing"
+        );
+        assert_eq!(ensure(None).await, (written, none.clone()), "on its way");
+        assert_eq!(
+            ensure(Some(cached("1", 1))).await,
+            (Child::Current, none.clone()),
             "our own write"
         );
-        assert!(
-            ensure(Some(cached("2", 1))).await.is_empty(),
+        assert_eq!(
+            ensure(Some(cached("2", 1))).await,
+            (Child::Current, none),
             "a status write by somebody else"
         );
         assert_eq!(
             ensure(Some(cached("3", 2))).await,
-            ["PATCH"],
+            (written, vec!["PATCH".to_owned()]),
             "a spec edit bumps the generation"
         );
         let mut relabelled = cached("4", 1);
         relabelled.labels = [("app", "x")].into_iter().collect();
         assert_eq!(
-            ensure(Some(relabelled)).await,
+            ensure(Some(relabelled)).await.1,
             ["PATCH"],
             "a label of ours edited"
         );
+    }
+
+    #[tokio::test]
+    async fn a_child_another_owner_controls_is_foreign_and_untouched() {
+        let server = ApiServer::answering(|_| (500, serde_json::json!({})));
+        let mut cache = Writer::<MetaView<PodDisruptionBudget>>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let mut theirs = cached("1", 1);
+        theirs.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                uid: "other-owner".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        cache.apply_watcher_event(&Event::Apply(theirs));
+        let children = OwnedChildren {
+            client: server.client(),
+            cache: cache.as_reader(),
+            field_manager: "test".into(),
+            written: Arc::default(),
+        };
+        let (events, _publisher) = Events::start(server.client(), "test", "test");
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            uid: Some("owner".into()),
+            ..Default::default()
+        };
+        let child = children
+            .ensure(&desired(), &regarding, &events)
+            .await
+            .expect("no request is made");
+        assert_eq!(child, Child::Foreign);
+        assert!(
+            !server
+                .requests()
+                .iter()
+                .any(|r| r.path.contains("/poddisruptionbudgets")),
+            "nothing written"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cluster_scoped_child_is_created_without_a_namespace() {
+        use k8s_openapi::api::core::v1::Namespace;
+        let server = ApiServer::answering(|_| {
+            let metadata = serde_json::json!({"name": "team-a", "resourceVersion": "1"});
+            (
+                201,
+                serde_json::json!({"kind": "PartialObjectMetadata", "metadata": metadata}),
+            )
+        });
+        let mut cache = Writer::<MetaView<Namespace>>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let children = OwnedChildren {
+            client: server.client(),
+            cache: cache.as_reader(),
+            field_manager: "test".into(),
+            written: Arc::default(),
+        };
+        let (events, _publisher) = Events::start(server.client(), "test", "test");
+        let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some("team-a".into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        let child = children
+            .ensure(&namespace, &regarding, &events)
+            .await
+            .expect("created");
+        assert_eq!(child, Child::Written);
+        let requests = server.requests();
+        let create = requests
+            .iter()
+            .find(|r| r.method == "POST" && !r.path.contains("/events"))
+            .expect("a create");
+        assert_eq!(create.path, "/api/v1/namespaces");
+        cache.apply_watcher_event(&Event::Apply(MetaView::new(ObjectMeta {
+            resource_version: Some("1".into()),
+            ..namespace.metadata.clone()
+        })));
+        assert!(children.get(None, "team-a").is_some());
+        let again = children.ensure(&namespace, &regarding, &events).await;
+        assert_eq!(again.expect("no write"), Child::Current);
     }
 
     #[tokio::test]
@@ -845,7 +1031,7 @@ mod ensure_tests {
         let children = OwnedChildren {
             client: server.client(),
             cache: cache.as_reader(),
-            field_manager: "test",
+            field_manager: "test".into(),
             written: Arc::default(),
         };
         let removed = children

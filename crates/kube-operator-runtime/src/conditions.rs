@@ -18,6 +18,9 @@ pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 /// Reconciliation is blocked on something a user must fix; the reason and message say what.
 pub const DEGRADED: &str = "Degraded";
+/// Everything the object asks for is in place: the one condition of a resource that is not a
+/// workload (`kubectl wait --for=condition=Ready`).
+pub const READY: &str = "Ready";
 
 /// A condition as a reconcile decides it, before it is merged with what the object reports.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -21,6 +21,14 @@ pub enum Error {
         field: &'static str,
     },
 
+    /// A reconcile wrote a kind of child its controller did not declare with
+    /// `Builder::owns_kind`: a mistake in the controller, not in the object.
+    #[error("{kind} is not a declared child kind of this controller (Builder::owns_kind)")]
+    UndeclaredChild {
+        /// The kind of the child.
+        kind: std::borrow::Cow<'static, str>,
+    },
+
     /// An object's spec holds a value the controller cannot act on (the validating webhook
     /// refuses it; this is seen only for objects written while the webhook was not called).
     #[error("{field} is invalid: {reason}")]
@@ -168,9 +176,10 @@ impl Error {
     /// `controller_runtime_terminal_reconcile_errors_total` and not retried.
     pub fn is_terminal(&self) -> bool {
         match self {
-            Error::MissingField { .. } | Error::Serialize { .. } | Error::InvalidSpec { .. } => {
-                true
-            }
+            Error::MissingField { .. }
+            | Error::Serialize { .. }
+            | Error::InvalidSpec { .. }
+            | Error::UndeclaredChild { .. } => true,
             Error::Controller { source, .. } => source.is_terminal(),
             _ => false,
         }
@@ -184,6 +193,7 @@ impl Error {
             Error::Kube(kube::Error::Api(status)) if status.code == 422 => "invalid",
             Error::Kube(_) => "kube",
             Error::MissingField { .. } => "missing_field",
+            Error::UndeclaredChild { .. } => "undeclared_child",
             Error::InvalidSpec { .. } => "invalid_spec",
             Error::Changed { .. } => "changed",
             Error::WatchStopped { .. } => "watch_stopped",

@@ -1,5 +1,28 @@
 //! A fake API server for unit tests: a `kube::Client` whose every request is recorded and
-//! answered by a function of the test's choosing, optionally after a delay.
+//! answered by a function of the test's choosing, optionally after a delay. A reconcile, a
+//! child writer or a status writer built on its client can be tested without a cluster: the
+//! test says what the API server answers and checks what was sent.
+//!
+//! ```
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::api::{Api, PostParams};
+//! use kube_operator_runtime::fake::{ApiServer, failure};
+//!
+//! # async fn example() -> Result<(), kube::Error> {
+//! let server = ApiServer::answering(|request| match request.method.as_str() {
+//!     "POST" => (201, request.body.clone()),
+//!     _ => failure(404, "NotFound", "configmaps \"settings\" not found"),
+//! });
+//! let configmaps = Api::<ConfigMap>::namespaced(server.client(), "team-a");
+//! assert!(configmaps.get_opt("settings").await?.is_none());
+//! let mut settings = ConfigMap::default();
+//! settings.metadata.name = Some("settings".into());
+//! configmaps.create(&PostParams::default(), &settings).await?;
+//! let sent = server.requests();
+//! assert_eq!(sent[1].path, "/api/v1/namespaces/team-a/configmaps");
+//! # Ok(())
+//! # }
+//! ```
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -10,9 +33,12 @@ use kube::client::Body;
 
 /// One request as the fake server saw it.
 #[derive(Clone, Debug)]
-pub(crate) struct Request {
+pub struct Request {
+    /// `GET`, `POST`, `PATCH`, ...
     pub method: String,
+    /// The URL path, such as `/api/v1/namespaces/team-a/configmaps`.
     pub path: String,
+    /// The query string, without the `?`.
     pub query: String,
     /// The `Accept` header (empty when there is none).
     pub accept: String,
@@ -21,17 +47,25 @@ pub(crate) struct Request {
 }
 
 /// The status code and JSON body of an answer.
-pub(crate) type Answer = (u16, serde_json::Value);
+pub type Answer = (u16, serde_json::Value);
 
 type AnswerFn = dyn Fn(&Request) -> Answer + Send + Sync;
 
-/// See the module documentation.
+/// A fake API server: see the module documentation.
 #[derive(Clone)]
-pub(crate) struct ApiServer {
+pub struct ApiServer {
     answer: Arc<AnswerFn>,
     /// How long each answer takes; `None` never answers.
     delay: Option<Duration>,
     requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("delay", &self.delay)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ApiServer {
@@ -75,7 +109,7 @@ impl ApiServer {
 }
 
 /// A failure Status of `code` with `reason` and `message`.
-pub(crate) fn failure(code: u16, reason: &str, message: &str) -> Answer {
+pub fn failure(code: u16, reason: &str, message: &str) -> Answer {
     let status = serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "status": "Failure",
         "reason": reason, "code": code, "message": message

@@ -150,18 +150,8 @@ async fn report<K: Resource<DynamicType = ()> + Serialize>(
     if !conditions::set(&mut current, failed, generation, &conditions::now()) {
         return;
     }
-    let patch = json!({"status": {"conditions": current}});
-    let namespace = obj.namespace().unwrap_or_default();
-    if let Err(e) = writes::patch::<K, _>(
-        client,
-        &namespace,
-        &obj.name_any(),
-        Some("status"),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    {
+    let status = json!({ "conditions": current });
+    if let Err(e) = crate::status_writer::patch_status(client, obj, &status).await {
         tracing::debug!(error = %e, "could not report the failed cleanup in the status");
     }
 }

@@ -25,6 +25,21 @@ pub fn managed(mut labels: BTreeMap<String, String>) -> BTreeMap<String, String>
     labels
 }
 
+/// The labels that tell the objects of the application `app` that belong to the custom
+/// resource `instance` (its name) from all others: [`NAME`] and [`INSTANCE`], the pod
+/// selector of a workload.
+pub fn instance(app: &str, instance: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME.to_owned(), app.to_owned()),
+        (INSTANCE.to_owned(), label_value(instance)),
+    ])
+}
+
+/// [`instance`] plus [`managed`]: every label of an object the controllers own.
+pub fn managed_instance(app: &str, name: &str) -> BTreeMap<String, String> {
+    managed(instance(app, name))
+}
+
 /// The label selector of the shared watches: only objects these controllers manage.
 pub fn managed_selector() -> String {
     format!("{MANAGED_BY}={MANAGER}")

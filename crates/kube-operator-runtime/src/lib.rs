@@ -21,8 +21,7 @@ pub mod deployment_view;
 pub mod driver;
 pub mod error;
 pub mod events;
-#[cfg(test)]
-mod fake;
+pub mod fake;
 pub mod finalizer;
 pub mod index;
 pub mod labels;
@@ -45,10 +44,16 @@ pub mod webhook;
 pub mod workqueue;
 pub mod writes;
 
+pub use builder::{Builder, Tools};
+pub use children::{Child, owned_metadata};
+pub use conditions::NewCondition;
+pub use driver::Outcome;
 pub use error::Error;
 pub use metrics::Metrics;
 pub use rbac::PolicyRule;
 pub use scope::Namespaces;
+pub use status::Progress;
+pub use status_writer::StatusWriter;
 pub use watches::SharedWatches;
 
 /// The key of `obj` in a cache, queue or map: its name and namespace. `ObjectRef::from_obj`
@@ -228,7 +233,26 @@ pub trait ManagedController: Send + Sync {
     fn reconcile_timeout(&self) -> Option<std::time::Duration> {
         None
     }
+
+    /// Whether this controller needs the whole cluster: it reconciles a cluster-scoped type, or
+    /// writes cluster-scoped children. Such a controller cannot run in an install limited to
+    /// some namespaces (`--namespace`), whose RBAC grants nothing cluster-wide.
+    fn cluster_wide(&self) -> bool {
+        false
+    }
+
+    /// Example objects of the type this controller reconciles, as a user would apply them:
+    /// what an application renders as its samples and its OLM bundle's `alm-examples`.
+    ///
+    /// # Errors
+    /// When an example cannot be serialized.
+    fn samples(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+        Ok(Vec::new())
+    }
 }
+
+/// Builds a controller's example objects: see [`ManagedController::samples`].
+pub type SamplesFn = fn() -> Result<Vec<serde_json::Value>, serde_json::Error>;
 
 /// A controller as its module declares it: a name, its RBAC rules and how to run it.
 #[derive(Clone, Copy, Debug)]
@@ -245,6 +269,10 @@ pub struct Registration {
     pub conversion: Option<fn() -> webhook::conversion::ConversionWebhook>,
     /// See [`ManagedController::reconcile_timeout`].
     pub reconcile_timeout: Option<std::time::Duration>,
+    /// See [`ManagedController::samples`].
+    pub samples: SamplesFn,
+    /// See [`ManagedController::cluster_wide`].
+    pub cluster_wide: bool,
 }
 
 impl Registration {
@@ -261,7 +289,22 @@ impl Registration {
             webhooks: Vec::new,
             conversion: None,
             reconcile_timeout: None,
+            samples: || Ok(Vec::new()),
+            cluster_wide: false,
         }
+    }
+
+    /// The same controller, needing the whole cluster: see [`ManagedController::cluster_wide`].
+    pub const fn cluster_wide(self) -> Self {
+        Self {
+            cluster_wide: true,
+            ..self
+        }
+    }
+
+    /// The same controller, declaring the example objects `samples` returns.
+    pub const fn with_samples(self, samples: SamplesFn) -> Self {
+        Self { samples, ..self }
     }
 
     /// The same controller, whose reconciles are cancelled and retried with backoff once they
@@ -313,6 +356,14 @@ impl ManagedController for Registration {
 
     fn reconcile_timeout(&self) -> Option<std::time::Duration> {
         self.reconcile_timeout
+    }
+
+    fn samples(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+        (self.samples)()
+    }
+
+    fn cluster_wide(&self) -> bool {
+        self.cluster_wide
     }
 }
 

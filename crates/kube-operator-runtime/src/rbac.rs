@@ -21,6 +21,8 @@ pub struct PolicyRule {
     pub resources: &'static [&'static str],
     /// Verbs: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`.
     pub verbs: &'static [&'static str],
+    /// The names of the objects the rule covers; empty for every object.
+    pub resource_names: &'static [&'static str],
 }
 
 /// Every verb a controller uses on a resource it fully manages.
@@ -49,6 +51,7 @@ pub const fn owns<K: k8s_openapi::Resource>() -> PolicyRule {
         api_groups: Kind::<K>::GROUPS,
         resources: Kind::<K>::RESOURCES,
         verbs: MANAGE,
+        resource_names: &[],
     }
 }
 
@@ -61,6 +64,7 @@ pub const fn uses<K: k8s_openapi::Resource>(verbs: &'static [&'static str]) -> P
         api_groups: Kind::<K>::GROUPS,
         resources: Kind::<K>::RESOURCES,
         verbs,
+        resource_names: &[],
     }
 }
 
@@ -70,6 +74,7 @@ pub const fn reads<K: k8s_openapi::Resource>() -> PolicyRule {
         api_groups: Kind::<K>::GROUPS,
         resources: Kind::<K>::RESOURCES,
         verbs: READ,
+        resource_names: &[],
     }
 }
 
@@ -83,11 +88,13 @@ pub const EVENTS: [PolicyRule; 2] = [
         api_groups: &["events.k8s.io"],
         resources: &["events"],
         verbs: &["create", "patch"],
+        resource_names: &[],
     },
     PolicyRule {
         api_groups: &[""],
         resources: &["events"],
         verbs: &["create", "patch"],
+        resource_names: &[],
     },
 ];
 
@@ -106,16 +113,19 @@ macro_rules! controller_rules {
                 api_groups: &[$group],
                 resources: &[$plural],
                 verbs: $crate::rbac::MANAGE,
+                resource_names: &[],
             },
             $crate::rbac::PolicyRule {
                 api_groups: &[$group],
                 resources: &[concat!($plural, "/status")],
                 verbs: $crate::rbac::STATUS,
+                resource_names: &[],
             },
             $crate::rbac::PolicyRule {
                 api_groups: &[$group],
                 resources: &[concat!($plural, "/finalizers")],
                 verbs: &["update"],
+                resource_names: &[],
             },
             $crate::rbac::EVENTS[0],
             $crate::rbac::EVENTS[1],
@@ -124,14 +134,29 @@ macro_rules! controller_rules {
     };
 }
 
+/// The rule that lets a controller bind the ClusterRoles `names` in RoleBindings it writes. The
+/// API server refuses a binding that grants more than its writer holds unless the writer may
+/// `bind` that role; this names the roles rather than granting their permissions.
+pub const fn binds_cluster_roles(names: &'static [&'static str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: &["rbac.authorization.k8s.io"],
+        resources: &["clusterroles"],
+        verbs: &["bind"],
+        resource_names: names,
+    }
+}
+
 /// Pods read through a shared cache.
 pub const PODS_READ: PolicyRule = reads::<k8s_openapi::api::core::v1::Pod>();
 
-/// Whether `rules` allow `verb` on `resource` (`memcacheds/status` for a subresource) in the API
-/// `group` (`""` for the core group).
+/// Whether `rules` allow `verb` on every object of `resource` (`memcacheds/status` for a
+/// subresource) in the API `group` (`""` for the core group).
 pub fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
     rules.iter().any(|r| {
-        r.api_groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb)
+        r.api_groups.contains(&group)
+            && r.resources.contains(&resource)
+            && r.verbs.contains(&verb)
+            && r.resource_names.is_empty()
     })
 }
 

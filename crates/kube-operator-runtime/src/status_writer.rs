@@ -18,10 +18,10 @@ use crate::Error;
 use crate::status::Progress;
 use crate::writes;
 
-/// A namespaced custom resource with a status subresource: every `#[derive(CustomResource)]`
-/// type with `#[kube(status = ...)]` (through kube's [`HasStatus`]).
+/// A custom resource with a status subresource, namespaced or cluster-scoped: every
+/// `#[derive(CustomResource)]` type with `#[kube(status = ...)]` (through kube's [`HasStatus`]).
 pub trait WithStatus:
-    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    Resource<DynamicType = ()>
     + HasStatus<Status: Clone + PartialEq + Serialize>
     + Clone
     + DeserializeOwned
@@ -30,7 +30,7 @@ pub trait WithStatus:
 }
 
 impl<K> WithStatus for K where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    K: Resource<DynamicType = ()>
         + HasStatus<Status: Clone + PartialEq + Serialize>
         + Clone
         + DeserializeOwned
@@ -200,7 +200,7 @@ impl<K: WithStatus> StatusWriter<K> {
     /// it, or it reports a rollout in motion that has not yet waited [`PROGRESS_HOLD`].
     ///
     /// # Errors
-    /// [`Error::MissingField`] without a namespace; [`Error::Kube`] when the API server refuses.
+    /// [`Error::Kube`] when the API server refuses.
     pub async fn write(
         &self,
         obj: &K,
@@ -352,18 +352,16 @@ impl Summary {
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses.
-async fn patch_status<K, S>(client: &kube::Client, obj: &K, status: &S) -> Result<(), Error>
+pub(crate) async fn patch_status<K, S>(
+    client: &kube::Client,
+    obj: &K,
+    status: &S,
+) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Resource<DynamicType = ()>,
     S: Serialize,
 {
-    let namespace = obj.namespace().ok_or(Error::MissingField {
-        kind: K::kind(&()),
-        field: "metadata.namespace",
-    })?;
+    let namespace = obj.namespace().unwrap_or_default();
     let patch = serde_json::json!({ "status": status });
     writes::patch::<K, _>(
         client,

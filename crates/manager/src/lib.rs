@@ -35,10 +35,13 @@ pub use error::Error;
 
 use kube_operator_runtime::ManagedController;
 
-/// The controllers of `all` that `config` enables, in registration order.
+/// The controllers of `all` that `config` enables, in registration order. With `namespace`
+/// set, those that need the whole cluster ([`ManagedController::cluster_wide`]) are left out
+/// unless named, which is an error: a namespace-scoped install grants nothing cluster-wide.
 ///
 /// # Errors
-/// When the configuration names an unknown controller ([`config::load`] already checks this).
+/// When the configuration names an unknown controller ([`config::load`] already checks this),
+/// or names a controller that needs the whole cluster while `namespace` is set.
 pub fn enabled_controllers(
     config: &Config,
     all: Vec<Box<dyn ManagedController>>,
@@ -50,8 +53,28 @@ pub fn enabled_controllers(
         .into_iter()
         .map(str::to_owned)
         .collect();
-    Ok(all
-        .into_iter()
-        .filter(|c| enabled.iter().any(|name| name == c.name()))
-        .collect())
+    let scoped = !config.namespace.0.is_empty();
+    let mut chosen = Vec::new();
+    for controller in all {
+        let name = controller.name();
+        if !enabled.iter().any(|enabled| enabled == name) {
+            continue;
+        }
+        if scoped && controller.cluster_wide() {
+            if config.controllers.0.iter().any(|entry| entry == name) {
+                return Err(format!(
+                    "{name} needs the whole cluster and cannot run with namespace set \
+                     (--namespace {}); leave it out",
+                    config.namespace.0.join(",")
+                ));
+            }
+            tracing::info!(
+                controller = name,
+                "not run: it needs the whole cluster and namespace is set"
+            );
+            continue;
+        }
+        chosen.push(controller);
+    }
+    Ok(chosen)
 }

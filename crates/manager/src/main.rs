@@ -36,6 +36,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(error) = manager::telemetry::init_logging(config.log_format) {
+        eprintln!("error: {error}");
+        return ExitCode::FAILURE;
+    }
     let enabled = match manager::enabled_controllers(&config, all) {
         Ok(enabled) => enabled,
         Err(error) => {
@@ -43,10 +47,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(error) = manager::telemetry::init_logging(config.log_format) {
-        eprintln!("error: {error}");
-        return ExitCode::FAILURE;
-    }
     // One thread runs every controller: a manager waits on the API server far more than it
     // computes (0.03 of a core on average at 10,000 objects), and one thread spares the wake-ups
     // between worker threads and their allocator caches: a tenth less CPU and 1.5 MiB less
