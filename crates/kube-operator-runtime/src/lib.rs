@@ -41,6 +41,7 @@ mod test_resource;
 pub mod testing;
 pub mod watches;
 pub mod webhook;
+pub mod workload;
 pub mod workqueue;
 pub mod writes;
 
@@ -55,6 +56,7 @@ pub use scope::Namespaces;
 pub use status::Progress;
 pub use status_writer::StatusWriter;
 pub use watches::SharedWatches;
+pub use workload::Workload;
 
 /// The key of `obj` in a cache, queue or map: its name and namespace. `ObjectRef::from_obj`
 /// also copies its uid and resourceVersion, which no lookup compares; a key kept for as long as

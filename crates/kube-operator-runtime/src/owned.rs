@@ -323,8 +323,11 @@ pub fn rollout_in_motion<K: DeploymentOwner>(
     let key = ObjectRef::new(&owner.name_any()).within(&namespace);
     deployments.get(&key).is_some_and(|deployment| {
         is_controlled_by(deployment.as_ref(), &uid)
-            && crate::status::progress(desired, Some(&deployment), owner.current_conditions())
-                == Progress::Moving
+            && crate::status::progress(
+                desired,
+                Some(deployment.as_ref()),
+                owner.current_conditions(),
+            ) == Progress::Moving
     })
 }
 
@@ -483,7 +486,7 @@ impl OwnedDeployments {
             if written.generation == current.metadata.generation
                 && written.desired_hash == desired_hash
             {
-                if !crate::status::observed(&current)
+                if !crate::workload::Workload::observed(current.as_ref())
                     && let Some(left) = OBSERVE_GRACE.checked_sub(written.at.elapsed())
                 {
                     return Ok(Ensured::Pending { recheck: left });

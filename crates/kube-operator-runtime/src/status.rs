@@ -1,29 +1,17 @@
-//! Status shared by the workload controllers: how far an owned Deployment has rolled out, and the
-//! `Available` / `Progressing` / `Degraded` conditions that describe it.
+//! Status shared by the workload controllers: how far an owned workload (a Deployment, a
+//! StatefulSet, a DaemonSet, a Job: any [`Workload`]) has rolled out, and the `Available` /
+//! `Progressing` / `Degraded` conditions that describe it.
 
 use crate::conditions::{AVAILABLE, DEGRADED, NewCondition, PROGRESSING, merge};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use crate::deployment_view::DeploymentView;
 use crate::owned::DeploymentOwner;
+use crate::workload::Workload;
 
 /// Condition reason when a Deployment of the custom resource's name exists and something else
 /// controls it.
 pub const REASON_NOT_OWNED: &str = "DeploymentNotOwned";
-
-/// Whether the Deployment controller has seen `deployment`'s latest spec.
-pub fn observed(deployment: &DeploymentView) -> bool {
-    let seen = deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.observed_generation);
-    match (seen, deployment.metadata.generation) {
-        (Some(seen), Some(generation)) => seen >= generation,
-        (_, None) => true,
-        (None, Some(_)) => false,
-    }
-}
 
 /// Whether a status reports a state that lasts, or one a rollout is passing through (which
 /// [`crate::status_writer::StatusWriter`] may hold back for a moment, to report the next instead).
@@ -36,31 +24,34 @@ pub enum Progress {
 }
 
 /// The [`Progress`] of a new status for a custom resource asking for `desired` replicas of
-/// `deployment` (`None` when it is blocked by a foreign Deployment), which now reports
+/// `workload` (`None` when it is blocked by a foreign one), which now reports
 /// `reported`. Moving when the new state is a passing one and the reported one is not a failure:
 /// a resource that reported a failure or a block and leaves it is news to report at once, while
 /// a complete one that starts a rollout reports it once a step of it has stood (or with its end,
 /// when that comes first), like any other step.
-pub fn progress(
+pub fn progress<W: Workload + kube::Resource<DynamicType = ()>>(
     desired: i32,
-    deployment: Option<&DeploymentView>,
+    workload: Option<&W>,
     reported: &[Condition],
 ) -> Progress {
     let reports_failure = reported
         .iter()
         .any(|c| c.type_ == DEGRADED && c.status == "True");
-    match deployment {
-        Some(d) if !reports_failure => Rollout::of(desired, d).progress(),
+    match workload {
+        Some(w) if !reports_failure => Rollout::of(desired, w).progress(),
         _ => Progress::Settled,
     }
 }
 
-/// What an owned Deployment reports, reduced to what the conditions need.
+/// What an owned workload reports, reduced to what the conditions need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rollout {
-    /// Replicas the custom resource asks for.
+    /// The workload's kind, for messages.
+    pub kind: String,
+    /// Replicas the custom resource asks for (or the workload, when it decides: see
+    /// [`Workload::desired`]).
     pub desired: i32,
-    /// Pods the Deployment has (old and new).
+    /// Pods the workload has (old and new).
     pub replicas: i32,
     /// Pods of the current template.
     pub updated: i32,
@@ -68,47 +59,29 @@ pub struct Rollout {
     pub ready: i32,
     /// Available pods (ready for `minReadySeconds`).
     pub available: i32,
-    /// Whether the Deployment controller has seen the Deployment's latest spec.
+    /// Whether the workload's controller has seen its latest spec.
     pub observed: bool,
-    /// A failure the Deployment reports (`ReplicaFailure`, or `Progressing=False` because the
-    /// progress deadline passed): reason and message.
+    /// Whether the workload reached a state that lasts ([`Workload::settled`]).
+    pub settled: bool,
+    /// A failure the workload reports (a Deployment's `ReplicaFailure`, or `Progressing=False`
+    /// because the progress deadline passed; a Job's `Failed`): reason and message.
     pub failure: Option<(String, String)>,
 }
 
 impl Rollout {
-    /// Reads `deployment`'s status against `desired` replicas.
-    pub fn of(desired: i32, deployment: &DeploymentView) -> Self {
-        let observed = observed(deployment);
-        let Some(status) = deployment.status.as_ref() else {
-            return Self {
-                desired,
-                observed,
-                ..Self::default()
-            };
-        };
-        let failure = status.conditions.iter().flatten().find_map(|c| {
-            let (type_, status) = (c.type_.as_deref(), c.status.as_deref());
-            let failed = (type_ == Some("ReplicaFailure") && status == Some("True"))
-                || (type_ == Some("Progressing")
-                    && status == Some("False")
-                    && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
-            failed.then(|| {
-                let reason = c
-                    .reason
-                    .clone()
-                    .or_else(|| c.type_.clone())
-                    .unwrap_or_else(|| "DeploymentFailed".to_owned());
-                (reason, c.message.clone().unwrap_or_default())
-            })
-        });
+    /// Reads `workload`'s status against `desired` replicas.
+    pub fn of<W: Workload + kube::Resource<DynamicType = ()>>(desired: i32, workload: &W) -> Self {
+        let desired = workload.desired().unwrap_or(desired);
         Self {
+            kind: W::kind(&()).into_owned(),
             desired,
-            replicas: status.replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            ready: status.ready_replicas.unwrap_or(0),
-            available: status.available_replicas.unwrap_or(0),
-            observed,
-            failure,
+            replicas: workload.current(),
+            updated: workload.updated(),
+            ready: workload.ready(),
+            available: workload.available(),
+            observed: workload.observed(),
+            settled: workload.settled(desired),
+            failure: workload.failed(),
         }
     }
 
@@ -127,9 +100,10 @@ impl Rollout {
         self.observed && self.available >= self.desired
     }
 
-    /// The Deployment has exactly the desired pods, all of the current template and available.
+    /// The workload has exactly the desired pods, all of the current template and available
+    /// (or, for a Job, it ran to its end).
     pub fn is_complete(&self) -> bool {
-        self.is_available() && self.updated == self.desired && self.replicas == self.desired
+        self.settled
     }
 
     /// Whether an owner reading this state instead of `earlier` (both against the same desired
@@ -165,12 +139,13 @@ impl Rollout {
                 format!("{ready} of {desired} replicas ready"),
             )
         };
+        let kind = &self.kind;
         let progressing = if !self.observed {
             NewCondition::new(
                 PROGRESSING,
                 true,
-                "DeploymentUpdating",
-                "the Deployment controller has not yet seen the latest spec",
+                format!("{kind}Updating"),
+                format!("the {kind} controller has not yet seen the latest spec"),
             )
         } else if self.updated < self.replicas {
             // Pods of an older template remain.
@@ -211,7 +186,7 @@ impl Rollout {
                 DEGRADED,
                 false,
                 "AsExpected",
-                "the Deployment reports no failure",
+                format!("the {kind} reports no failure"),
             ),
         };
         [available, progressing, degraded]
@@ -234,16 +209,16 @@ pub struct Reported {
 
 /// What `owner`, asking for `desired` replicas, reports given its Deployment (`None` when a
 /// foreign one blocks it), at `now`.
-pub fn report<K: DeploymentOwner>(
+pub fn report<K: DeploymentOwner, W: Workload + kube::Resource<DynamicType = ()>>(
     owner: &K,
     desired: i32,
-    deployment: Option<&DeploymentView>,
+    workload: Option<&W>,
     now: &Time,
 ) -> Reported {
     let generation = owner.meta().generation;
-    let (replicas, ready, conditions) = match deployment {
-        Some(d) => {
-            let rollout = Rollout::of(desired, d);
+    let (replicas, ready, conditions) = match workload {
+        Some(w) => {
+            let rollout = Rollout::of(desired, w);
             (rollout.replicas, rollout.ready, rollout.conditions())
         }
         None => {
@@ -290,6 +265,7 @@ pub fn reports(conditions: &[Condition], type_: &str, reason: &str) -> bool {
 mod tests {
     use super::*;
     use crate::conditions::now;
+    use crate::deployment_view::DeploymentView;
     use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
     use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
@@ -398,7 +374,7 @@ mod tests {
             progress(3, Some(&deployment(1, failed_status())), &[]),
             Progress::Settled
         );
-        assert_eq!(progress(3, None, &[]), Progress::Settled);
+        assert_eq!(progress::<DeploymentView>(3, None, &[]), Progress::Settled);
         let moving = deployment(2, settled(3));
         assert_eq!(progress(3, Some(&moving), &[]), Progress::Moving);
 
