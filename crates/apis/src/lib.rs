@@ -9,9 +9,11 @@
 
 pub mod memcached;
 pub mod myapp;
+pub mod tenant;
 
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
+pub use tenant::{Tenant, TenantSpec, TenantStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -22,5 +24,5 @@ use kube::CustomResourceExt;
 /// # Errors
 /// When a type's versions cannot be merged into one CRD.
 pub fn crds() -> Result<Vec<CustomResourceDefinition>, kube::core::crd::MergeError> {
-    Ok(vec![memcached::crd()?, MyApp::crd()])
+    Ok(vec![memcached::crd()?, MyApp::crd(), Tenant::crd()])
 }

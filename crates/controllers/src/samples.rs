@@ -1,7 +1,9 @@
 //! The example objects each controller's registration declares: the objects the tutorial
 //! applies, rendered under `deploy/samples/` and into the bundle's `alm-examples`.
 
-use apis::{Memcached, MemcachedSpec, MyApp, MyAppSpec};
+use std::collections::BTreeMap;
+
+use apis::{Memcached, MemcachedSpec, MyApp, MyAppSpec, Tenant, TenantSpec};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
@@ -10,6 +12,8 @@ use serde_json::Value;
 pub const MEMCACHED: &str = "memcached-sample";
 /// Name of the sample MyApp.
 pub const MYAPP: &str = "myapp-sample";
+/// Name of the sample Tenant, and of its namespace.
+pub const TENANT: &str = "tenant-sample";
 
 /// The sample Memcached in the version the tutorial wrote it for, and the same in the served
 /// version with what only that can say: the item memory, and a limit it fits in.
@@ -47,4 +51,20 @@ pub fn myapp() -> Result<Vec<Value>, serde_json::Error> {
         image: "nginx:1.29-alpine".to_owned(),
     };
     Ok(vec![serde_json::to_value(MyApp::new(MYAPP, spec))?])
+}
+
+/// The sample Tenant: a namespace of its own name for the group `tenant-sample-developers`,
+/// allowed 10 pods and 2 CPUs of requests.
+pub fn tenant() -> Result<Vec<Value>, serde_json::Error> {
+    let quota = [
+        ("pods", "10"),
+        ("requests.cpu", "2"),
+        ("requests.memory", "4Gi"),
+    ];
+    let spec = TenantSpec {
+        namespace: None,
+        group: format!("{TENANT}-developers"),
+        quota: BTreeMap::from(quota.map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))),
+    };
+    Ok(vec![serde_json::to_value(Tenant::new(TENANT, spec))?])
 }

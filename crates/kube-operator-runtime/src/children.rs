@@ -361,9 +361,12 @@ where
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
         events: &Events,
     ) -> Child {
-        let key = crate::object_key(desired);
+        let name = match desired.namespace() {
+            Some(namespace) => format!("{namespace}/{}", desired.name_any()),
+            None => desired.name_any(),
+        };
         let note = format!(
-            "{} {key} exists and is not controlled by this {}; it is left untouched",
+            "{} {name} exists and is not controlled by this {}; it is left untouched",
             C::kind(&()),
             regarding.kind.as_deref().unwrap_or("object")
         );

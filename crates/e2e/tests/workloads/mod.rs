@@ -195,7 +195,17 @@ impl Env {
 
     /// Waits for an Event about the object `name` with `reason`, and returns its note.
     pub async fn wait_for_event(&self, name: &str, reason: &str) -> Result<String> {
-        let events = self.api::<Event>();
+        Self::event_in(self.api::<Event>(), name, reason).await
+    }
+
+    /// Like [`Env::wait_for_event`], for a cluster-scoped object: its Events are recorded in
+    /// the `default` namespace.
+    pub async fn wait_for_cluster_event(&self, name: &str, reason: &str) -> Result<String> {
+        let events = Api::namespaced(self.cluster.client.clone(), "default");
+        Self::event_in(events, name, reason).await
+    }
+
+    async fn event_in(events: Api<Event>, name: &str, reason: &str) -> Result<String> {
         Ok(testkit::wait_for(
             &format!("an Event {reason} about {name}"),
             TIMEOUT,
