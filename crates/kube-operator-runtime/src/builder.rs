@@ -26,9 +26,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::children::{Child, ChildObject, Children, OwnedChildren};
+use crate::children::{Child, ChildObject, ChildView, Children, OwnedChildren};
 use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
+use crate::meta_view::MetaView;
 use crate::scope::ScopedApi;
 use crate::watches::Shared;
 use crate::{Error, RunContext, children, finalizer, rbac};
@@ -106,8 +107,30 @@ impl<K: Resource<DynamicType = ()> + 'static> Tools<K> {
         C: ChildObject + Send + Sync + 'static,
     {
         let regarding = owner.object_ref(&());
-        let children = self.children.of::<C>()?;
+        let children = self.children.writer::<C>()?;
         children.ensure(desired, &regarding, &self.events).await
+    }
+
+    /// `owner`'s child of kind `C` called `name` in `namespace` (`None` for a cluster-scoped
+    /// kind) as the cache shows it, in the view declared with [`Builder::owns_kind_as`] (or
+    /// [`MetaView`](crate::meta_view::MetaView), its metadata, for [`Builder::owns_kind`]).
+    /// `None` when the cache has no such child, or one that `owner` does not control.
+    ///
+    /// # Errors
+    /// [`Error::UndeclaredChild`] when `C` was not declared with that view.
+    pub fn get<C, V>(
+        &self,
+        owner: &K,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<V>>, Error>
+    where
+        C: ChildObject + Send + Sync + 'static,
+        V: ChildView<C>,
+    {
+        let uid = owner.meta().uid.as_deref().unwrap_or_default();
+        let child = self.children.of::<C, V>()?.get(namespace, name);
+        Ok(child.filter(|child| children::is_controlled_by(child.as_ref(), uid)))
     }
 
     /// Deletes `owner`'s child of kind `C` called `name` in `namespace` (empty for a
@@ -121,7 +144,10 @@ impl<K: Resource<DynamicType = ()> + 'static> Tools<K> {
         C: ChildObject + Send + Sync + 'static,
     {
         let uid = owner.meta().uid.as_deref().unwrap_or_default();
-        self.children.of::<C>()?.remove(namespace, name, uid).await
+        self.children
+            .writer::<C>()?
+            .remove(namespace, name, uid)
+            .await
     }
 }
 
@@ -274,13 +300,26 @@ where
     #[must_use]
     pub fn owns_kind<C>(self) -> Self
     where
-        K: DeserializeOwned,
         K::Scope: ScopedApi,
         C: ChildObject + Send + Sync + 'static,
     {
+        self.owns_kind_as::<C, MetaView<C>>(crate::watches::managed_metadata::<C>())
+    }
+
+    /// Like [`Builder::owns_kind`], with the children cached as `V` and watched as `spec`
+    /// says (it must select the managed objects: `WatchSpec::labelled(labels::managed_selector())`):
+    /// the whole object (`C` itself) when the owner reads more than metadata, such as a
+    /// StatefulSet's status, or a compact view (see [`ChildView`]). Read them back with
+    /// [`Tools::get`].
+    #[must_use]
+    pub fn owns_kind_as<C, V>(self, spec: crate::watches::WatchSpec<V>) -> Self
+    where
+        K::Scope: ScopedApi,
+        C: ChildObject + Send + Sync + 'static,
+        V: ChildView<C>,
+    {
         let field_manager = format!("{}/{}", crate::labels::MANAGER, self.name);
-        let spec = crate::watches::managed_metadata::<C>();
-        let (mut builder, children) = OwnedChildren::declare(self, spec, field_manager);
+        let (mut builder, children) = OwnedChildren::<C, V>::declare(self, spec, field_manager);
         builder.children.insert(children);
         builder
     }

@@ -11,9 +11,12 @@
 //! all (a deletion) makes it write again, which puts back every field the controller sets.
 
 use std::any::{Any, TypeId};
+
+use futures::future::BoxFuture;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hasher};
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -47,6 +50,68 @@ impl<C> ChildObject for C where
     C: Resource<DynamicType = (), Scope: ScopedApi> + Clone + DeserializeOwned + Serialize + Debug
 {
 }
+
+/// How a cache holds a child of kind `C`, and so how a controller reads it back: its metadata
+/// alone ([`MetaView`], the default and the cheapest), the whole object (`C` itself: a
+/// StatefulSet whose status the owner reports), or a compact view of the controller's own
+/// (as [`crate::deployment_view::DeploymentView`] is of a Deployment). The view must be the same
+/// API resource as `C`.
+pub trait ChildView<C>:
+    Resource<DynamicType = (), Scope: ScopedApi>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// Whether the object carries every label of `labels`, with the same values.
+    fn has_labels(&self, labels: &BTreeMap<String, String>) -> bool;
+}
+
+impl<C> ChildView<C> for MetaView<C>
+where
+    C: Resource<DynamicType = (), Scope: ScopedApi> + Send + Sync + 'static,
+{
+    fn has_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.labels.contains_all(labels)
+    }
+}
+
+/// Whether every label of `wanted` is among `labels`.
+fn labels_hold(
+    labels: Option<&BTreeMap<String, String>>,
+    wanted: &BTreeMap<String, String>,
+) -> bool {
+    wanted
+        .iter()
+        .all(|(key, value)| labels.and_then(|l| l.get(key)) == Some(value))
+}
+
+/// The Kubernetes kinds a controller may cache whole as their own view.
+macro_rules! whole_object_views {
+    ($($kind:ty),* $(,)?) => {
+        $(
+            impl ChildView<$kind> for $kind {
+                fn has_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+                    labels_hold(self.metadata.labels.as_ref(), labels)
+                }
+            }
+        )*
+    };
+}
+
+whole_object_views!(
+    k8s_openapi::api::apps::v1::Deployment,
+    k8s_openapi::api::apps::v1::StatefulSet,
+    k8s_openapi::api::apps::v1::DaemonSet,
+    k8s_openapi::api::batch::v1::Job,
+    k8s_openapi::api::core::v1::ConfigMap,
+    k8s_openapi::api::core::v1::Secret,
+    k8s_openapi::api::core::v1::Service,
+    k8s_openapi::api::core::v1::PersistentVolumeClaim,
+    k8s_openapi::api::core::v1::Namespace,
+);
 
 /// Whether `owner_uid` is `obj`'s controller.
 pub fn is_controlled_by(obj: &impl Resource, owner_uid: &str) -> bool {
@@ -179,12 +244,12 @@ where
 /// the same values: what of our writes a metadata-only cache can check. Labels and owners that
 /// others add do not count. The cache keeps no annotations, so one that `desired` sets is never
 /// seen to hold.
-fn metadata_holds<C>(desired: &ObjectMeta, found: &MetaView<C>) -> bool {
-    let found_owners = found.metadata.owner_references.iter().flatten();
+fn metadata_holds<C, V: ChildView<C>>(desired: &ObjectMeta, found: &V) -> bool {
+    let found_owners = found.meta().owner_references.iter().flatten();
     desired
         .labels
         .as_ref()
-        .is_none_or(|labels| found.labels.contains_all(labels))
+        .is_none_or(|labels| found.has_labels(labels))
         && desired.annotations.as_ref().is_none_or(BTreeMap::is_empty)
         && desired
             .owner_references
@@ -212,18 +277,26 @@ pub enum Child {
 ///
 /// Their cache holds metadata only: whether a child is as we wrote it is told by the version,
 /// generation and metadata our write was answered with, never by comparing specs.
-pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static> {
+pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static, V = MetaView<C>>
+where
+    V: Resource<DynamicType = ()> + 'static,
+{
     client: kube::Client,
-    cache: Store<MetaView<C>>,
+    cache: Store<V>,
     field_manager: String,
     /// Shared with the trigger of the children's watch, which skips our own writes.
-    written: Arc<Mutex<Writes<C>>>,
+    written: Arc<Mutex<Writes<V>>>,
+    kind: PhantomData<fn() -> C>,
 }
 
 /// What was last done to each child.
-type Writes<C> = HashMap<ObjectRef<MetaView<C>>, LastWrite>;
+type Writes<V> = HashMap<ObjectRef<V>, LastWrite>;
 
-impl<C: Resource<DynamicType = ()> + 'static> Debug for OwnedChildren<C> {
+impl<C, V> Debug for OwnedChildren<C, V>
+where
+    C: Resource<DynamicType = ()> + 'static,
+    V: Resource<DynamicType = ()> + 'static,
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnedChildren")
             .field("kind", &C::kind(&()))
@@ -256,9 +329,10 @@ struct Written {
     seen: bool,
 }
 
-impl<C> OwnedChildren<C>
+impl<C, V> OwnedChildren<C, V>
 where
     C: ChildObject + Send + Sync + 'static,
+    V: ChildView<C>,
 {
     /// Declares that the custom resources of `builder` own children of type `C`, whose
     /// metadata is watched as `spec` says (it must select only objects these controllers label
@@ -266,7 +340,7 @@ where
     /// builder and what writes those children as `field_manager`.
     pub fn declare<K>(
         builder: Builder<K>,
-        spec: WatchSpec<MetaView<C>>,
+        spec: WatchSpec<V>,
         field_manager: impl Into<String>,
     ) -> (Builder<K>, Self)
     where
@@ -280,14 +354,15 @@ where
     {
         let ctx = builder.context();
         let children = ctx.watches.watch(spec);
-        let written: Arc<Mutex<Writes<C>>> = Arc::default();
+        let written: Arc<Mutex<Writes<V>>> = Arc::default();
         let writer = Self {
             client: ctx.client.clone(),
             cache: children.store(),
             field_manager: field_manager.into(),
             written: written.clone(),
+            kind: PhantomData,
         };
-        let own_write = move |child: &MetaView<C>| shows_own_write(&written, child);
+        let own_write = move |child: &V| shows_own_write(&written, child);
         (builder.owns_except(&children, own_write), writer)
     }
 
@@ -376,8 +451,8 @@ where
     }
 
     /// The child called `name` in `namespace` (`None` for a cluster-scoped kind), as the
-    /// cache shows it: its metadata.
-    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<MetaView<C>>> {
+    /// cache shows it (its metadata, or the view the controller chose).
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<V>> {
         self.cache
             .get(&key_of(Some(name), namespace.map(str::to_owned)))
     }
@@ -417,7 +492,7 @@ where
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {
                 // Its watch event is our own write: the owner knows it is gone.
-                if let Some(uid) = child.metadata.uid.clone() {
+                if let Some(uid) = child.meta().uid.clone() {
                     self.remember_removal(key, uid);
                 }
                 Ok(true)
@@ -439,8 +514,8 @@ where
     /// without a generation (a Service) is applied again after any write but ours.
     fn state(
         &self,
-        key: &ObjectRef<MetaView<C>>,
-        cached: Option<&MetaView<C>>,
+        key: &ObjectRef<V>,
+        cached: Option<&V>,
         desired: &C,
         desired_hash: u64,
     ) -> Option<Child> {
@@ -449,19 +524,19 @@ where
             return None;
         };
         let current = match cached {
-            Some(cached) if cached.metadata.resource_version == last.resource_version => {
+            Some(cached) if cached.meta().resource_version == last.resource_version => {
                 last.seen = true;
                 last.desired_hash == desired_hash
             }
             Some(cached)
                 if last.desired_hash == desired_hash
                     && last.generation.is_some()
-                    && cached.metadata.generation == last.generation
+                    && cached.meta().generation == last.generation
                     && metadata_holds(desired.meta(), cached) =>
             {
                 last.seen = true;
                 last.resource_version
-                    .clone_from(&cached.metadata.resource_version);
+                    .clone_from(&cached.meta().resource_version);
                 true
             }
             Some(_) => false,
@@ -474,13 +549,7 @@ where
     }
 
     /// Notes what a write of ours was answered with: `answer`, the metadata it left.
-    fn remember(
-        &self,
-        key: ObjectRef<MetaView<C>>,
-        desired_hash: u64,
-        answer: &ObjectMeta,
-        seen: bool,
-    ) {
+    fn remember(&self, key: ObjectRef<V>, desired_hash: u64, answer: &ObjectMeta, seen: bool) {
         let write = Written {
             desired_hash,
             resource_version: answer.resource_version.clone(),
@@ -492,11 +561,11 @@ where
     }
 
     /// Notes that we deleted the child `key`, which had `uid`.
-    fn remember_removal(&self, key: ObjectRef<MetaView<C>>, uid: String) {
+    fn remember_removal(&self, key: ObjectRef<V>, uid: String) {
         self.note(key, LastWrite::Removed { uid });
     }
 
-    fn note(&self, key: ObjectRef<MetaView<C>>, write: LastWrite) {
+    fn note(&self, key: ObjectRef<V>, write: LastWrite) {
         let mut written = lock(&self.written);
         written.insert(key, write);
         // Owners deleted with their children leave entries nobody asks for again, and so do
@@ -510,10 +579,10 @@ where
 }
 
 /// The cache key of the child called `name` in `namespace`.
-fn key_of<C: Resource<DynamicType = ()>>(
+fn key_of<V: Resource<DynamicType = ()>>(
     name: Option<&str>,
     namespace: Option<String>,
-) -> ObjectRef<MetaView<C>> {
+) -> ObjectRef<V> {
     let mut key = ObjectRef::new(name.unwrap_or_default());
     key.namespace = namespace;
     key
@@ -534,6 +603,7 @@ fn controlled_by_other<C: Resource>(child: &C, owner_uid: &str) -> bool {
 /// [`Builder::owns_kind`](crate::builder::Builder::owns_kind), by kind.
 #[derive(Clone, Default)]
 pub struct Children {
+    /// By the kind's `TypeId`: an `Arc<dyn KindWriter<C>>`.
     kinds: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
 }
 
@@ -545,19 +615,87 @@ impl Debug for Children {
     }
 }
 
-impl Children {
-    pub(crate) fn insert<C: ChildObject + Send + Sync + 'static>(&mut self, of: OwnedChildren<C>) {
-        self.kinds.insert(TypeId::of::<C>(), Arc::new(of));
+/// What writing the children of one kind needs, whatever view their cache keeps.
+pub(crate) trait KindWriter<C>: Send + Sync {
+    fn ensure<'a>(
+        &'a self,
+        desired: &'a C,
+        regarding: &'a k8s_openapi::api::core::v1::ObjectReference,
+        events: &'a Events,
+    ) -> BoxFuture<'a, Result<Child, Error>>;
+
+    fn remove<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        owner_uid: &'a str,
+    ) -> BoxFuture<'a, Result<bool, Error>>;
+
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<C, V> KindWriter<C> for OwnedChildren<C, V>
+where
+    C: ChildObject + Send + Sync + 'static,
+    V: ChildView<C>,
+{
+    fn ensure<'a>(
+        &'a self,
+        desired: &'a C,
+        regarding: &'a k8s_openapi::api::core::v1::ObjectReference,
+        events: &'a Events,
+    ) -> BoxFuture<'a, Result<Child, Error>> {
+        Box::pin(OwnedChildren::ensure(self, desired, regarding, events))
     }
 
-    /// The children of kind `C`.
-    ///
-    /// # Errors
-    /// [`Error::UndeclaredChild`] when the controller did not declare that kind.
-    pub fn of<C: ChildObject + Send + Sync + 'static>(&self) -> Result<&OwnedChildren<C>, Error> {
+    fn remove<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        owner_uid: &'a str,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(OwnedChildren::remove(self, namespace, name, owner_uid))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Children {
+    pub(crate) fn insert<C, V>(&mut self, of: OwnedChildren<C, V>)
+    where
+        C: ChildObject + Send + Sync + 'static,
+        V: ChildView<C>,
+    {
+        let writer: Arc<dyn KindWriter<C>> = Arc::new(of);
+        self.kinds.insert(TypeId::of::<C>(), Arc::new(writer));
+    }
+
+    /// The writer of the children of kind `C`.
+    pub(crate) fn writer<C>(&self) -> Result<&dyn KindWriter<C>, Error>
+    where
+        C: Resource<DynamicType = ()> + 'static,
+    {
         self.kinds
             .get(&TypeId::of::<C>())
-            .and_then(|of| of.downcast_ref())
+            .and_then(|of| of.downcast_ref::<Arc<dyn KindWriter<C>>>())
+            .map(AsRef::as_ref)
+            .ok_or(Error::UndeclaredChild { kind: C::kind(&()) })
+    }
+
+    /// The children of kind `C`, cached as `V` (see [`ChildView`]).
+    ///
+    /// # Errors
+    /// [`Error::UndeclaredChild`] when the controller did not declare that kind with that view.
+    pub fn of<C, V>(&self) -> Result<&OwnedChildren<C, V>, Error>
+    where
+        C: ChildObject + Send + Sync + 'static,
+        V: ChildView<C>,
+    {
+        self.writer::<C>()?
+            .as_any()
+            .downcast_ref()
             .ok_or(Error::UndeclaredChild { kind: C::kind(&()) })
     }
 }
@@ -779,7 +917,7 @@ mod holds_tests {
                 ..ObjectMeta::default()
             })
         };
-        let written: Mutex<Writes<Service>> = Mutex::default();
+        let written: Mutex<Writes<MetaView<Service>>> = Mutex::default();
         lock(&written).insert(
             ObjectRef::new("s").within("ns"),
             LastWrite::Written(Written {
@@ -864,6 +1002,7 @@ mod ensure_tests {
             cache: cache.as_reader(),
             field_manager: "test".into(),
             written: Arc::default(),
+            kind: PhantomData,
         };
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
@@ -933,6 +1072,7 @@ mod ensure_tests {
             cache: cache.as_reader(),
             field_manager: "test".into(),
             written: Arc::default(),
+            kind: PhantomData,
         };
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
@@ -954,6 +1094,52 @@ mod ensure_tests {
     }
 
     #[tokio::test]
+    async fn a_child_cached_whole_is_read_back_whole_through_its_declared_view() {
+        use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+        let server = ApiServer::answering(|_| (500, serde_json::json!({})));
+        let mut cache = Writer::<StatefulSet>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let set = StatefulSet {
+            metadata: ObjectMeta {
+                name: Some("kv".into()),
+                namespace: Some("ns".into()),
+                labels: Some([("app".to_owned(), "kv".to_owned())].into()),
+                resource_version: Some("3".into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(StatefulSetStatus {
+                ready_replicas: Some(2),
+                ..StatefulSetStatus::default()
+            }),
+            ..StatefulSet::default()
+        };
+        cache.apply_watcher_event(&Event::Apply(set.clone()));
+        let mut children = Children::default();
+        children.insert(OwnedChildren::<StatefulSet, StatefulSet> {
+            client: server.client(),
+            cache: cache.as_reader(),
+            field_manager: "test".into(),
+            written: Arc::default(),
+            kind: PhantomData,
+        });
+        let whole = children
+            .of::<StatefulSet, StatefulSet>()
+            .expect("declared whole");
+        let read = whole.get(Some("ns"), "kv").expect("cached");
+        assert_eq!(read.status, set.status, "the status comes back");
+        assert!(read.has_labels(&[("app".to_owned(), "kv".to_owned())].into()));
+        let error = children
+            .of::<StatefulSet, MetaView<StatefulSet>>()
+            .expect_err("not declared as metadata");
+        assert!(matches!(error, Error::UndeclaredChild { .. }), "{error}");
+        assert!(
+            children.writer::<StatefulSet>().is_ok(),
+            "written whatever the view"
+        );
+        assert!(children.writer::<PodDisruptionBudget>().is_err());
+    }
+
+    #[tokio::test]
     async fn a_cluster_scoped_child_is_created_without_a_namespace() {
         use k8s_openapi::api::core::v1::Namespace;
         let server = ApiServer::answering(|_| {
@@ -970,6 +1156,7 @@ mod ensure_tests {
             cache: cache.as_reader(),
             field_manager: "test".into(),
             written: Arc::default(),
+            kind: PhantomData,
         };
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
@@ -1036,6 +1223,7 @@ mod ensure_tests {
             cache: cache.as_reader(),
             field_manager: "test".into(),
             written: Arc::default(),
+            kind: PhantomData,
         };
         let removed = children
             .remove("ns", "m", "owner")
