@@ -55,9 +55,9 @@ use kube_operator_runtime::children::{Child, OwnedChildren};
 use kube_operator_runtime::deployment_view::DeploymentView;
 use kube_operator_runtime::driver::Outcome;
 use kube_operator_runtime::index::Index;
-use kube_operator_runtime::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
+use kube_operator_runtime::owned::{self, OwnedDeployments, OwnerTools};
 use kube_operator_runtime::rbac;
-use kube_operator_runtime::status;
+use kube_operator_runtime::status::{self, WorkloadOwner};
 use kube_operator_runtime::status_writer::StatusWrite;
 use kube_operator_runtime::watches::{self, PodMeta};
 use kube_operator_runtime::{Error, PolicyRule, Registration, RunContext, labels};
@@ -149,16 +149,10 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
     let pods = ctx.watches.pods();
     let builder = Builder::<Memcached>::new(NAME, &ctx);
     let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
-    let (builder, services) = OwnedChildren::declare(
-        builder,
-        watches::managed_metadata::<Service>(),
-        FIELD_MANAGER,
-    );
-    let (builder, budgets) = OwnedChildren::declare(
-        builder,
-        watches::managed_by_generation::<PodDisruptionBudget>(),
-        FIELD_MANAGER,
-    );
+    let (builder, services) =
+        builder.owns_children(watches::managed_metadata::<Service>(), FIELD_MANAGER);
+    let budgets = watches::managed_by_generation::<PodDisruptionBudget>();
+    let (builder, budgets) = builder.owns_children(budgets, FIELD_MANAGER);
     let context = |tools| Context {
         owner: OwnerTools::new(tools, deployments),
         pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),

@@ -28,9 +28,9 @@ use kube::ResourceExt;
 use kube_operator_runtime::builder::Builder;
 use kube_operator_runtime::deployment_view::DeploymentView;
 use kube_operator_runtime::driver::Outcome;
-use kube_operator_runtime::owned::{self, DeploymentOwner, OwnedDeployments, OwnerTools};
+use kube_operator_runtime::owned::{self, OwnedDeployments, OwnerTools};
 use kube_operator_runtime::rbac;
-use kube_operator_runtime::status;
+use kube_operator_runtime::status::{self, WorkloadOwner};
 use kube_operator_runtime::{Error, Registration, RunContext, labels};
 
 /// The controller's name: metrics label, configuration key, log field.

@@ -31,7 +31,7 @@ use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::meta_view::MetaView;
 use crate::scope::ScopedApi;
-use crate::watches::Shared;
+use crate::watches::{Shared, WatchSpec};
 use crate::{Error, RunContext, children, finalizer, rbac};
 
 /// Maps an object of a watched cache to the custom resource it concerns, given the cache of
@@ -312,16 +312,41 @@ where
     /// StatefulSet's status, or a compact view (see [`ChildView`]). Read them back with
     /// [`Tools::get`].
     #[must_use]
-    pub fn owns_kind_as<C, V>(self, spec: crate::watches::WatchSpec<V>) -> Self
+    pub fn owns_kind_as<C, V>(self, spec: WatchSpec<V>) -> Self
     where
         K::Scope: ScopedApi,
         C: ChildObject + Send + Sync + 'static,
         V: ChildView<C>,
     {
         let field_manager = format!("{}/{}", crate::labels::MANAGER, self.name);
-        let (mut builder, children) = OwnedChildren::<C, V>::declare(self, spec, field_manager);
+        let (mut builder, children) = self.owns_children::<C, V>(spec, field_manager);
         builder.children.insert(children);
         builder
+    }
+
+    /// Declares that the custom resources own children of kind `C`, cached as `V` and watched
+    /// as `spec` says (it must select only objects these controllers label as managed): a
+    /// change to one by anybody else triggers the custom resource that controls it. Returns
+    /// the builder and what writes those children as `field_manager`, for a controller that
+    /// keeps its writers itself rather than in [`Tools`].
+    pub fn owns_children<C, V>(
+        self,
+        spec: WatchSpec<V>,
+        field_manager: impl Into<String>,
+    ) -> (Self, OwnedChildren<C, V>)
+    where
+        K::Scope: ScopedApi,
+        C: ChildObject + Send + Sync + 'static,
+        V: ChildView<C>,
+    {
+        let cached = self.ctx.watches.watch(spec);
+        let children = OwnedChildren::new(
+            self.ctx.client.clone(),
+            cached.store(),
+            field_manager.into(),
+        );
+        let own_writes = children.own_writes();
+        (self.owns_except(&cached, own_writes), children)
     }
 
     /// Runs the controller as [`Builder::run`] does, behind the finalizer `finalizer` (a

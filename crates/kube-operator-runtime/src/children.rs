@@ -28,11 +28,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::Error;
-use crate::builder::Builder;
 use crate::events::Events;
 use crate::meta_view::MetaView;
 use crate::scope::ScopedApi;
-use crate::watches::WatchSpec;
 use crate::writes;
 
 /// How long a create of ours may go unseen by the cache before it counts as lost and is made
@@ -334,36 +332,23 @@ where
     C: ChildObject + Send + Sync + 'static,
     V: ChildView<C>,
 {
-    /// Declares that the custom resources of `builder` own children of type `C`, whose
-    /// metadata is watched as `spec` says (it must select only objects these controllers label
-    /// as managed): a change to one triggers the custom resource that controls it. Returns the
-    /// builder and what writes those children as `field_manager`.
-    pub fn declare<K>(
-        builder: Builder<K>,
-        spec: WatchSpec<V>,
-        field_manager: impl Into<String>,
-    ) -> (Builder<K>, Self)
-    where
-        K: Resource<DynamicType = (), Scope: ScopedApi>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        let ctx = builder.context();
-        let children = ctx.watches.watch(spec);
-        let written: Arc<Mutex<Writes<V>>> = Arc::default();
-        let writer = Self {
-            client: ctx.client.clone(),
-            cache: children.store(),
-            field_manager: field_manager.into(),
-            written: written.clone(),
+    /// The children in `cache`, written as `field_manager`: see
+    /// [`Builder::owns_children`](crate::builder::Builder::owns_children).
+    pub(crate) fn new(client: kube::Client, cache: Store<V>, field_manager: String) -> Self {
+        Self {
+            client,
+            cache,
+            field_manager,
+            written: Arc::default(),
             kind: PhantomData,
-        };
-        let own_write = move |child: &V| shows_own_write(&written, child);
-        (builder.owns_except(&children, own_write), writer)
+        }
+    }
+
+    /// Whether a child, as its watch shows it, only shows a write of ours: what the trigger of
+    /// the children's watch skips.
+    pub(crate) fn own_writes(&self) -> impl Fn(&V) -> bool + Send + 'static {
+        let written = self.written.clone();
+        move |child: &V| shows_own_write(&written, child)
     }
 
     /// Makes the child `desired` names exist as desired: created when missing, applied again

@@ -120,8 +120,7 @@ pub use error::Error;
 pub use metrics::Metrics;
 pub use rbac::PolicyRule;
 pub use scope::Namespaces;
-pub use status::Progress;
-pub use status_writer::StatusWriter;
+pub use status_writer::{Progress, StatusWriter};
 pub use watches::SharedWatches;
 pub use workload::Workload;
 

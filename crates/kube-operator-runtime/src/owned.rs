@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -22,8 +22,8 @@ use crate::deployment_view::DeploymentView;
 use crate::driver::Outcome;
 use crate::events::Events;
 use crate::pod_security;
-use crate::status::{Progress, REASON_NOT_OWNED, reports};
-use crate::status_writer::{StatusWrite, StatusWriter, WithStatus};
+use crate::status::{REASON_NOT_OWNED, WorkloadOwner, reports};
+use crate::status_writer::{Progress, StatusWrite, StatusWriter, WithStatus};
 use crate::watches::DeploymentMeta;
 
 /// The Deployment a custom resource wants, as it stands.
@@ -92,17 +92,6 @@ fn classify(deployment: Arc<DeploymentView>, owner_uid: &str) -> Existing {
 /// it or to that Deployment.
 pub const FOREIGN_RECHECK: Duration = Duration::from_secs(120);
 
-/// A custom resource that owns one Deployment of its own name and namespace: any namespaced
-/// custom resource whose status reports conditions.
-pub trait DeploymentOwner: WithStatus<Status: AsRef<[Condition]>> {
-    /// The conditions its status reports now.
-    fn current_conditions(&self) -> &[Condition] {
-        self.status().map(AsRef::as_ref).unwrap_or_default()
-    }
-}
-
-impl<K: WithStatus<Status: AsRef<[Condition]>>> DeploymentOwner for K {}
-
 /// The Deployment `owner` asks for: its own name and namespace, a controller owner reference,
 /// `replicas` pods labelled `labels` and selected by `selector`, each
 /// running `container` as `run_as_user` under the `restricted` Pod Security Standard.
@@ -110,7 +99,7 @@ impl<K: WithStatus<Status: AsRef<[Condition]>>> DeploymentOwner for K {}
 /// # Errors
 /// [`Error::MissingField`] when `owner` lacks a namespace or uid (it was not read from the
 /// server).
-pub fn desired_deployment<K: DeploymentOwner>(
+pub fn desired_deployment<K: WorkloadOwner>(
     owner: &K,
     replicas: i32,
     labels: BTreeMap<String, String>,
@@ -293,7 +282,7 @@ impl Written {
 /// reports the clash, and takes the name once the Deployment is gone).
 pub fn owner_of<K, D>(owners: &Store<K>, deployment: &D) -> Option<ObjectRef<K>>
 where
-    K: DeploymentOwner + Clone,
+    K: WorkloadOwner + Clone,
     D: Resource,
 {
     let namespace = deployment.namespace()?;
@@ -312,7 +301,7 @@ where
 /// the [`StatusWriter`] keeps for the rollout's settled state, and every change of the
 /// Deployment that could end the rollout triggers the owner itself, which reads the pods then.
 /// A pod change of a settled Deployment (a pod deleted by hand) is news as always.
-pub fn rollout_in_motion<K: DeploymentOwner>(
+pub fn rollout_in_motion<K: WorkloadOwner>(
     deployments: &Store<DeploymentView>,
     owner: &K,
     desired: i32,
@@ -342,7 +331,7 @@ enum Created {
 
 /// Says, once until the owner stops reporting it, that a Deployment of its name is somebody
 /// else's and is left alone.
-fn report_foreign<K: DeploymentOwner>(owner: &K, events: &Events) {
+fn report_foreign<K: WorkloadOwner>(owner: &K, events: &Events) {
     let (namespace, name) = (owner.namespace().unwrap_or_default(), owner.name_any());
     let note = format!(
         "Deployment {namespace}/{name} exists and is not controlled by this {kind}; it is left \
@@ -373,7 +362,7 @@ impl OwnedDeployments {
     /// [`owner_of`]). Returns the builder and what writes those Deployments as `field_manager`.
     pub fn declare<K>(builder: Builder<K>, field_manager: &'static str) -> (Builder<K>, Self)
     where
-        K: DeploymentOwner + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+        K: WorkloadOwner + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
     {
         let ctx = builder.context();
         let (managed, unmanaged) = (
@@ -419,7 +408,7 @@ impl OwnedDeployments {
     /// [`Error::MissingField`] when `owner` was not read from the API server; [`Error::Kube`]
     /// when creating, reading or applying fails; [`Error::Changed`] when the Deployment vanished
     /// between two of those.
-    pub async fn ensure<K: DeploymentOwner>(
+    pub async fn ensure<K: WorkloadOwner>(
         &self,
         owner: &K,
         desired: &Deployment,

@@ -6,22 +6,23 @@ use crate::conditions::{AVAILABLE, DEGRADED, NewCondition, PROGRESSING, merge};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use crate::owned::DeploymentOwner;
+use crate::status_writer::{Progress, WithStatus};
 use crate::workload::Workload;
 
 /// Condition reason when a Deployment of the custom resource's name exists and something else
 /// controls it.
 pub const REASON_NOT_OWNED: &str = "DeploymentNotOwned";
 
-/// Whether a status reports a state that lasts, or one a rollout is passing through (which
-/// [`crate::status_writer::StatusWriter`] may hold back for a moment, to report the next instead).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Progress {
-    /// Complete, failed, or blocked: nothing changes until somebody acts.
-    Settled,
-    /// On its way somewhere else.
-    Moving,
+/// A custom resource that owns a workload and reports its progress: any custom resource whose
+/// status reports conditions.
+pub trait WorkloadOwner: WithStatus<Status: AsRef<[Condition]>> {
+    /// The conditions its status reports now.
+    fn current_conditions(&self) -> &[Condition] {
+        self.status().map(AsRef::as_ref).unwrap_or_default()
+    }
 }
+
+impl<K: WithStatus<Status: AsRef<[Condition]>>> WorkloadOwner for K {}
 
 /// The [`Progress`] of a new status for a custom resource asking for `desired` replicas of
 /// `workload` (`None` when it is blocked by a foreign one), which now reports
@@ -209,7 +210,7 @@ pub struct Reported {
 
 /// What `owner`, asking for `desired` replicas, reports given its Deployment (`None` when a
 /// foreign one blocks it), at `now`.
-pub fn report<K: DeploymentOwner, W: Workload + kube::Resource<DynamicType = ()>>(
+pub fn report<K: WorkloadOwner, W: Workload + kube::Resource<DynamicType = ()>>(
     owner: &K,
     desired: i32,
     workload: Option<&W>,

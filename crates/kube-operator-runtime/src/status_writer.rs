@@ -15,7 +15,6 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::status::Progress;
 use crate::writes;
 
 /// A custom resource with a status subresource, namespaced or cluster-scoped: every
@@ -36,6 +35,16 @@ impl<K> WithStatus for K where
         + DeserializeOwned
         + std::fmt::Debug
 {
+}
+
+/// Whether a status reports a state that lasts, or one a rollout is passing through (which
+/// [`StatusWriter`] may hold back for a moment, to report the next instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Complete, failed, or blocked: nothing changes until somebody acts.
+    Settled,
+    /// On its way somewhere else.
+    Moving,
 }
 
 /// Writes the status of one kind of custom resource, once per change.
