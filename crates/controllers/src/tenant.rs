@@ -274,6 +274,69 @@ mod tests {
         );
     }
 
+    /// A Tenant's first reconcile against an API server that has nothing yet: it creates the
+    /// namespace, then the quota, limits and binding inside it, and reports Ready.
+    #[tokio::test]
+    async fn a_first_reconcile_creates_everything_and_reports_ready() {
+        use kube_operator_runtime::fake::ApiServer;
+        let server = ApiServer::answering(|request| match request.method.as_str() {
+            // A create is answered with what was sent, as stored.
+            "POST" | "PATCH" => (201, request.body.clone()),
+            // Every list (the caches' first) is empty, and so is every watch.
+            _ => (
+                200,
+                serde_json::json!({"kind": "List", "metadata": {}, "items": []}),
+            ),
+        });
+        let ctx = RunContext::new(server.client(), CONTROLLER.rbac_rules).expect("metrics");
+        let tools = Builder::<Tenant>::new(NAME, &ctx)
+            .owns_kind::<Namespace>()
+            .owns_kind::<ResourceQuota>()
+            .owns_kind::<LimitRange>()
+            .owns_kind::<RoleBinding>()
+            .tools();
+        let mut tenant = tenant(Some("a-apps"));
+        tenant.metadata.generation = Some(1);
+        let context = Arc::new((tools.clone(), StatusWriter::new(tools.client.clone())));
+        let outcome = reconcile(Arc::new(tenant), context)
+            .await
+            .expect("reconciled");
+        assert_eq!(outcome, Outcome::Done);
+
+        let writes: Vec<(String, String)> = server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method != "GET" && !r.path.ends_with("/events"))
+            .map(|r| (r.method, r.path))
+            .collect();
+        let expected = [
+            ("POST", "/api/v1/namespaces"),
+            ("POST", "/api/v1/namespaces/a-apps/resourcequotas"),
+            ("POST", "/api/v1/namespaces/a-apps/limitranges"),
+            (
+                "POST",
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/a-apps/rolebindings",
+            ),
+            (
+                "PATCH",
+                "/apis/platform.example.com/v1alpha1/tenants/team-a/status",
+            ),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+            .collect();
+        assert_eq!(writes, expected);
+        let status = server
+            .requests()
+            .into_iter()
+            .find(|r| r.path.ends_with("/status"))
+            .map(|r| r.body)
+            .expect("a status write");
+        assert_eq!(status["status"]["namespace"], "a-apps");
+        assert_eq!(status["status"]["conditions"][0]["reason"], "Provisioned");
+    }
+
     #[test]
     fn rbac_rules_cover_what_the_controller_writes() {
         let rules = CONTROLLER.rbac_rules;

@@ -349,6 +349,20 @@ where
         (self.owns_except(&cached, own_writes), children)
     }
 
+    /// What a reconcile of this controller gets ([`Tools`]), without running it: for a unit
+    /// test that calls the reconcile against the [`fake`](crate::fake) API server and checks
+    /// what it sent. Its Events are sent by a task of their own, as when running.
+    pub fn tools(&self) -> Tools<K> {
+        let client = self.ctx.client.clone();
+        let (events, _publisher) = Events::start(client.clone(), self.name, "");
+        Tools {
+            client,
+            events,
+            store: self.store.clone(),
+            children: self.children.clone(),
+        }
+    }
+
     /// Runs the controller as [`Builder::run`] does, behind the finalizer `finalizer` (a
     /// qualified name, `<group>/<what it guards>`): `reconcile` runs while the object lives, with
     /// the finalizer added first, and `cleanup` while it is being deleted, until it returns

@@ -201,6 +201,30 @@ pub struct RunContext {
     pub rules: &'static [PolicyRule],
 }
 
+impl RunContext {
+    /// A context for one controller run on its own with `client`, allowed `rules`, with the
+    /// default options, metrics of its own and every namespace watched: for a small
+    /// application without a manager, and for unit tests of a reconcile against the
+    /// [`fake`] API server (with [`builder::Builder::tools`]).
+    ///
+    /// # Errors
+    /// When the metrics cannot be created (a name clash, which the runtime's own never have).
+    pub fn new(
+        client: kube::Client,
+        rules: &'static [PolicyRule],
+    ) -> Result<Self, prometheus::Error> {
+        let shutdown = CancellationToken::new();
+        Ok(Self {
+            watches: SharedWatches::new(client.clone(), Namespaces::all(), shutdown.child_token()),
+            client,
+            options: RunOptions::default(),
+            metrics: Arc::new(Metrics::new()?),
+            shutdown,
+            rules,
+        })
+    }
+}
+
 impl std::fmt::Debug for RunContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunContext")

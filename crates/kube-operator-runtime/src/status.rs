@@ -48,7 +48,7 @@ pub fn progress<W: Workload + kube::Resource<DynamicType = ()>>(
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rollout {
     /// The workload's kind, for messages.
-    pub kind: String,
+    pub kind: std::borrow::Cow<'static, str>,
     /// Replicas the custom resource asks for (or the workload, when it decides: see
     /// [`Workload::desired`]).
     pub desired: i32,
@@ -74,7 +74,7 @@ impl Rollout {
     pub fn of<W: Workload + kube::Resource<DynamicType = ()>>(desired: i32, workload: &W) -> Self {
         let desired = workload.desired().unwrap_or(desired);
         Self {
-            kind: W::kind(&()).into_owned(),
+            kind: W::kind(&()),
             desired,
             replicas: workload.current(),
             updated: workload.updated(),
