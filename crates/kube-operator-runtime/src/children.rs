@@ -982,13 +982,7 @@ mod ensure_tests {
         });
         let mut cache = Writer::<MetaView<PodDisruptionBudget>>::default();
         cache.apply_watcher_event(&Event::InitDone);
-        let children = OwnedChildren {
-            client: server.client(),
-            cache: cache.as_reader(),
-            field_manager: "test".into(),
-            written: Arc::default(),
-            kind: PhantomData,
-        };
+        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
         let mut ensure = async |cache_shows: Option<MetaView<PodDisruptionBudget>>| {
@@ -1052,13 +1046,7 @@ mod ensure_tests {
             },
         ]);
         cache.apply_watcher_event(&Event::Apply(theirs));
-        let children = OwnedChildren {
-            client: server.client(),
-            cache: cache.as_reader(),
-            field_manager: "test".into(),
-            written: Arc::default(),
-            kind: PhantomData,
-        };
+        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
             uid: Some("owner".into()),
@@ -1100,13 +1088,11 @@ mod ensure_tests {
         };
         cache.apply_watcher_event(&Event::Apply(set.clone()));
         let mut children = Children::default();
-        children.insert(OwnedChildren::<StatefulSet, StatefulSet> {
-            client: server.client(),
-            cache: cache.as_reader(),
-            field_manager: "test".into(),
-            written: Arc::default(),
-            kind: PhantomData,
-        });
+        children.insert(OwnedChildren::<StatefulSet, StatefulSet>::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+        ));
         let whole = children
             .of::<StatefulSet, StatefulSet>()
             .expect("declared whole");
@@ -1136,13 +1122,7 @@ mod ensure_tests {
         });
         let mut cache = Writer::<MetaView<Namespace>>::default();
         cache.apply_watcher_event(&Event::InitDone);
-        let children = OwnedChildren {
-            client: server.client(),
-            cache: cache.as_reader(),
-            field_manager: "test".into(),
-            written: Arc::default(),
-            kind: PhantomData,
-        };
+        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
         let namespace = Namespace {
@@ -1203,13 +1183,7 @@ mod ensure_tests {
             child
         };
         cache.apply_watcher_event(&Event::Apply(owned("u-old")));
-        let children = OwnedChildren {
-            client: server.client(),
-            cache: cache.as_reader(),
-            field_manager: "test".into(),
-            written: Arc::default(),
-            kind: PhantomData,
-        };
+        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
         let removed = children
             .remove("ns", "m", "owner")
             .await
