@@ -20,10 +20,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{ResourceExt, api::ObjectMeta};
 
 use kube_operator_runtime::conditions::{self, READY};
+use kube_operator_runtime::with_status_writer;
 use kube_operator_runtime::{Builder, Child, Error, NewCondition, Outcome, PolicyRule, Progress};
-use kube_operator_runtime::{
-    Registration, RunContext, StatusWriter, Tools, labels, owned_metadata, rbac,
-};
+use kube_operator_runtime::{Registration, RunContext, labels, owned_metadata, rbac};
 
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "tenant";
@@ -54,8 +53,7 @@ static RULES: [PolicyRule; 10] = kube_operator_runtime::controller_rules!(
     rbac::binds_cluster_roles(&[ROLE]),
 );
 
-/// What a reconcile works with: the children's writer, and the status writer.
-type Context = (Tools<Tenant>, StatusWriter<Tenant>);
+type Context = kube_operator_runtime::Context<Tenant>;
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
     Builder::<Tenant>::new(NAME, &ctx)
@@ -63,10 +61,7 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
         .owns_kind::<ResourceQuota>()
         .owns_kind::<LimitRange>()
         .owns_kind::<RoleBinding>()
-        .run(
-            |tools| (tools.clone(), StatusWriter::new(tools.client)),
-            reconcile,
-        )
+        .run(with_status_writer, reconcile)
         .await
 }
 
@@ -297,7 +292,7 @@ mod tests {
             .tools();
         let mut tenant = tenant(Some("a-apps"));
         tenant.metadata.generation = Some(1);
-        let context = Arc::new((tools.clone(), StatusWriter::new(tools.client.clone())));
+        let context = Arc::new(with_status_writer(tools));
         let outcome = reconcile(Arc::new(tenant), context)
             .await
             .expect("reconciled");

@@ -31,6 +31,7 @@ use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::meta_view::MetaView;
 use crate::scope::ScopedApi;
+use crate::status_writer::{StatusWriter, WithStatus};
 use crate::watches::{Shared, WatchSpec};
 use crate::{Error, RunContext, children, finalizer, rbac};
 
@@ -94,6 +95,16 @@ pub struct Tools<K: Resource<DynamicType = ()> + 'static> {
     pub children: Children,
 }
 
+/// What most reconciles work with: the [`Tools`], and a [`StatusWriter`] for the resource's
+/// status. Built by [`with_status_writer`].
+pub type Context<K> = (Tools<K>, StatusWriter<K>);
+
+/// The [`Context`] of `tools`: pass it to [`Builder::run`] as the context to build.
+pub fn with_status_writer<K: WithStatus>(tools: Tools<K>) -> Context<K> {
+    let statuses = StatusWriter::new(tools.client.clone());
+    (tools, statuses)
+}
+
 impl<K: Resource<DynamicType = ()> + 'static> Tools<K> {
     /// Makes the child `desired` exist as desired, `owner`'s: created when missing, applied
     /// again when changed since the last write, never taken from another owner. See
@@ -131,6 +142,48 @@ impl<K: Resource<DynamicType = ()> + 'static> Tools<K> {
         let uid = owner.meta().uid.as_deref().unwrap_or_default();
         let child = self.children.of::<C, V>()?.get(namespace, name);
         Ok(child.filter(|child| children::is_controlled_by(child.as_ref(), uid)))
+    }
+
+    /// Deletes every object of kind `C` in `namespace` (empty for a cluster-scoped kind) that
+    /// carries the labels `selector` and is not being deleted already; returns how many of
+    /// them exist still (those just deleted, and those finalizers hold). For what no owner
+    /// reference removes, such as the volume claims a StatefulSet leaves behind: a finalizer's
+    /// cleanup is done once this returns 0. Declare the `list` and `delete` it needs with
+    /// [`Builder::uses`].
+    ///
+    /// # Errors
+    /// [`Error::Kube`] when the API server refuses.
+    pub async fn delete_labelled<C>(
+        &self,
+        namespace: &str,
+        selector: &std::collections::BTreeMap<String, String>,
+    ) -> Result<usize, Error>
+    where
+        C: ChildObject,
+    {
+        let api = C::Scope::api::<C>(
+            self.client.clone(),
+            Some(namespace).filter(|n| !n.is_empty()),
+        );
+        let selector = crate::labels::selector(selector);
+        let found = api
+            .list_metadata(&kube::api::ListParams::default().labels(&selector))
+            .await?;
+        for object in &found.items {
+            if object.metadata.deletion_timestamp.is_none() {
+                let name = object.metadata.name.as_deref().unwrap_or_default();
+                match api
+                    .delete(name, &kube::api::DeleteParams::background())
+                    .await
+                {
+                    // Gone already: nothing left to do for it.
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                    Ok(_) => {}
+                }
+            }
+        }
+        Ok(found.items.len())
     }
 
     /// Deletes `owner`'s child of kind `C` called `name` in `namespace` (empty for a
@@ -304,6 +357,19 @@ where
         C: ChildObject + Send + Sync + 'static,
     {
         self.owns_kind_as::<C, MetaView<C>>(crate::watches::managed_metadata::<C>())
+    }
+
+    /// Like [`Builder::owns_kind`], with the children cached whole: for an owner that reads
+    /// more of them than their metadata, such as a StatefulSet's status. Read them back with
+    /// `tools.get::<C, C>(..)`.
+    #[must_use]
+    pub fn owns_whole<C>(self) -> Self
+    where
+        K::Scope: ScopedApi,
+        C: ChildObject + ChildView<C> + Send + Sync + 'static,
+    {
+        let managed = WatchSpec::labelled(crate::labels::managed_selector());
+        self.owns_kind_as::<C, C>(managed)
     }
 
     /// Like [`Builder::owns_kind`], with the children cached as `V` and watched as `spec`

@@ -172,6 +172,59 @@ pub fn owned_metadata<K: Resource<DynamicType = ()>>(
     })
 }
 
+/// The desired object of kind `C`: `metadata` (from [`owned_metadata`]) and the rest written
+/// as JSON (`serde_json::json!({"spec": ...})`), which reads shortest for the nested objects of
+/// a pod template. A field `C` does not have would be dropped without a word by the parse;
+/// it is an error that names it instead.
+///
+/// # Errors
+/// [`Error::InvalidObject`] when `fields` is not an object of kind `C`, or names a field `C`
+/// does not have.
+pub fn desired<C>(metadata: ObjectMeta, fields: serde_json::Value) -> Result<C, Error>
+where
+    C: Resource<DynamicType = ()> + DeserializeOwned + Serialize,
+{
+    let invalid = |reason: String| Error::InvalidObject {
+        kind: C::kind(&()).into_owned(),
+        reason,
+    };
+    let serde_json::Value::Object(mut fields) = fields else {
+        return Err(invalid(format!("{fields} is not a JSON object")));
+    };
+    fields.insert("apiVersion".into(), C::api_version(&()).into());
+    fields.insert("kind".into(), C::kind(&()).into());
+    let written = serde_json::Value::Object(fields);
+    let mut object: C =
+        serde_json::from_value(written.clone()).map_err(|e| invalid(e.to_string()))?;
+    let read = serde_json::to_value(&object).map_err(|e| invalid(e.to_string()))?;
+    if let Some(path) = dropped(&written, &read, String::new()) {
+        return Err(invalid(format!("it has no field {path}")));
+    }
+    *object.meta_mut() = metadata;
+    Ok(object)
+}
+
+/// The first field of `written` (as a JSON path) that `read` lacks; nulls count as absent.
+fn dropped(written: &serde_json::Value, read: &serde_json::Value, path: String) -> Option<String> {
+    use serde_json::Value;
+    match (written, read) {
+        (Value::Object(written), Value::Object(read)) => written.iter().find_map(|(key, value)| {
+            let path = format!("{path}.{key}");
+            match read.get(key) {
+                None if !value.is_null() => Some(path),
+                None => None,
+                Some(read) => dropped(value, read, path),
+            }
+        }),
+        (Value::Array(written), Value::Array(read)) => written
+            .iter()
+            .zip(read)
+            .enumerate()
+            .find_map(|(i, (w, r))| dropped(w, r, format!("{path}[{i}]"))),
+        _ => None,
+    }
+}
+
 /// A controller owner reference to `owner` that blocks its foreground deletion until the owned
 /// object is gone.
 ///
@@ -932,6 +985,48 @@ mod holds_tests {
             "our own write"
         );
         assert!(lock(&written).values().all(seen), "the cache has shown it");
+    }
+}
+
+#[cfg(test)]
+mod desired_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Service;
+    use serde_json::json;
+
+    fn metadata() -> ObjectMeta {
+        ObjectMeta {
+            name: Some("kv".into()),
+            namespace: Some("ns".into()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn an_object_written_as_json_gets_its_metadata() {
+        let service: Service = desired(
+            metadata(),
+            json!({"spec": {"clusterIP": "None", "ports": [{"name": "redis", "port": 6379}]}}),
+        )
+        .expect("a Service");
+        assert_eq!(service.metadata, metadata());
+        let spec = service.spec.expect("spec");
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.ports.expect("ports")[0].port, 6379);
+    }
+
+    #[test]
+    fn a_field_the_kind_does_not_have_is_named() {
+        let error = desired::<Service>(
+            metadata(),
+            json!({"spec": {"ports": [{"name": "redis", "prot": 6379}], "selector": null}}),
+        )
+        .expect_err("no field prot");
+        assert!(matches!(error, Error::InvalidObject { .. }), "{error}");
+        assert!(error.to_string().contains(".spec.ports[0].prot"), "{error}");
+        let error = desired::<Service>(metadata(), json!(["not", "an", "object"]))
+            .expect_err("not an object");
+        assert!(error.to_string().contains("not a JSON object"), "{error}");
     }
 }
 

@@ -62,6 +62,18 @@ pub enum Outcome {
     RequeueAfter(Duration),
 }
 
+impl Outcome {
+    /// [`Outcome::Done`] when `done`, else a look again after `recheck`: for a wait on
+    /// something no watch reports, such as a finalizer's cleanup.
+    pub fn done_or_recheck(done: bool, recheck: Duration) -> Self {
+        if done {
+            Self::Done
+        } else {
+            Self::RequeueAfter(recheck)
+        }
+    }
+}
+
 /// Runs one controller with the shared behaviour described in the module documentation.
 pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     name: &'static str,

@@ -21,6 +21,16 @@ pub enum Error {
         field: &'static str,
     },
 
+    /// A desired object written as JSON is not an object of its kind (see
+    /// `children::desired`): a mistake in the controller.
+    #[error("the desired {kind} is not one: {reason}")]
+    InvalidObject {
+        /// The kind of the object.
+        kind: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A reconcile wrote a kind of child its controller did not declare with
     /// `Builder::owns_kind`: a mistake in the controller, not in the object.
     #[error("{kind} is not a declared child kind of this controller (Builder::owns_kind)")]
@@ -179,7 +189,8 @@ impl Error {
             Error::MissingField { .. }
             | Error::Serialize { .. }
             | Error::InvalidSpec { .. }
-            | Error::UndeclaredChild { .. } => true,
+            | Error::UndeclaredChild { .. }
+            | Error::InvalidObject { .. } => true,
             Error::Controller { source, .. } => source.is_terminal(),
             _ => false,
         }
@@ -194,6 +205,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::MissingField { .. } => "missing_field",
             Error::UndeclaredChild { .. } => "undeclared_child",
+            Error::InvalidObject { .. } => "invalid_object",
             Error::InvalidSpec { .. } => "invalid_spec",
             Error::Changed { .. } => "changed",
             Error::WatchStopped { .. } => "watch_stopped",

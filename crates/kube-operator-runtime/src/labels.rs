@@ -40,6 +40,13 @@ pub fn managed_instance(app: &str, name: &str) -> BTreeMap<String, String> {
     managed(instance(app, name))
 }
 
+/// The label selector (`key=value,key=value`) of the objects carrying every label of
+/// `labels`.
+pub fn selector(labels: &BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(",")
+}
+
 /// The label selector of the shared watches: only objects these controllers manage.
 pub fn managed_selector() -> String {
     format!("{MANAGED_BY}={MANAGER}")
@@ -158,6 +165,12 @@ pub fn is_valid_label_value(value: &str) -> bool {
 }
 
 /// 64-bit FNV-1a.
+/// A hash of `text` that never changes between releases (FNV-1a, 16 hex digits): for a pod
+/// template annotation that rolls the pods when the configuration they read changes.
+pub fn content_hash(text: &str) -> String {
+    format!("{:016x}", fnv1a(text.as_bytes()))
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -169,6 +182,15 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_content_hash_is_fixed_and_tells_contents_apart() {
+        assert_eq!(content_hash(""), "cbf29ce484222325");
+        assert_ne!(
+            content_hash("maxmemory 64mb"),
+            content_hash("maxmemory 65mb")
+        );
+    }
 
     #[test]
     fn dns_labels_stand_for_any_object_name() {

@@ -112,14 +112,15 @@ pub mod workload;
 pub mod workqueue;
 pub mod writes;
 
-pub use builder::{Builder, Tools};
-pub use children::{Child, owned_metadata};
+pub use builder::{Builder, Context, Tools, with_status_writer};
+pub use children::{Child, desired, owned_metadata};
 pub use conditions::NewCondition;
 pub use driver::Outcome;
 pub use error::Error;
 pub use metrics::Metrics;
 pub use rbac::PolicyRule;
 pub use scope::Namespaces;
+pub use status::Rollout;
 pub use status_writer::{Progress, StatusWriter};
 pub use watches::SharedWatches;
 pub use workload::Workload;

@@ -2,7 +2,7 @@
 //! StatefulSet, a DaemonSet, a Job: any [`Workload`]) has rolled out, and the `Available` /
 //! `Progressing` / `Degraded` conditions that describe it.
 
-use crate::conditions::{AVAILABLE, DEGRADED, NewCondition, PROGRESSING, merge};
+use crate::conditions::{AVAILABLE, DEGRADED, NewCondition, PROGRESSING, READY, merge};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
@@ -120,6 +120,24 @@ impl Rollout {
                 && passing(earlier)
                 && self.ready == earlier.ready
                 && self.conditions() == earlier.conditions())
+    }
+
+    /// The `Ready` condition of an owner that reports one condition for its workload: `True`
+    /// once the rollout is complete (`AllReplicasReady`), `False` with the workload's failure,
+    /// or `RollingOut` on the way.
+    pub fn ready(&self) -> NewCondition {
+        let (ready, desired, updated) = (self.ready, self.desired, self.updated);
+        match &self.failure {
+            Some((reason, message)) => NewCondition::new(READY, false, reason, message),
+            None if self.is_complete() => {
+                let message = format!("{ready} of {desired} replicas ready");
+                NewCondition::new(READY, true, "AllReplicasReady", message)
+            }
+            None => {
+                let message = format!("{ready} of {desired} replicas ready, {updated} updated");
+                NewCondition::new(READY, false, "RollingOut", message)
+            }
+        }
     }
 
     /// The three conditions this rollout state implies.

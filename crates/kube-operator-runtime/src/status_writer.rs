@@ -47,6 +47,13 @@ pub enum Progress {
     Moving,
 }
 
+impl Progress {
+    /// [`Progress::Settled`] when `settled`, else [`Progress::Moving`].
+    pub fn settled_if(settled: bool) -> Self {
+        if settled { Self::Settled } else { Self::Moving }
+    }
+}
+
 /// Writes the status of one kind of custom resource, once per change.
 ///
 /// A reconcile compares the status it computes with the cached object's. Right after a write
