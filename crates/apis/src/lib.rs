@@ -7,10 +7,12 @@
 // `#[kube(printcolumn(...))]` repeats `type_ = ...` once per column by design.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod keyvaluestore;
 pub mod memcached;
 pub mod myapp;
 pub mod tenant;
 
+pub use keyvaluestore::{KeyValueStore, KeyValueStoreSpec, KeyValueStoreStatus};
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 pub use tenant::{Tenant, TenantSpec, TenantStatus};
@@ -24,5 +26,10 @@ use kube::CustomResourceExt;
 /// # Errors
 /// When a type's versions cannot be merged into one CRD.
 pub fn crds() -> Result<Vec<CustomResourceDefinition>, kube::core::crd::MergeError> {
-    Ok(vec![memcached::crd()?, MyApp::crd(), Tenant::crd()])
+    Ok(vec![
+        memcached::crd()?,
+        MyApp::crd(),
+        Tenant::crd(),
+        KeyValueStore::crd(),
+    ])
 }

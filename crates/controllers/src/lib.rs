@@ -1,6 +1,6 @@
 //! The platform's controllers and the one list of them.
 //!
-//! Each controller is a module of its own ([`memcached`], [`myapp`], [`tenant`]) written against the
+//! Each controller is a module of its own ([`memcached`], [`myapp`], [`tenant`], [`keyvaluestore`]) written against the
 //! controller runtime ([`kube_operator_runtime`]) and the API types ([`apis`]); its
 //! registration lists the admission webhooks of its type, whose rules live in [`admission`].
 //! [`all`] is the single registration list: the manager runs what it lists (minus what
@@ -8,6 +8,7 @@
 //! list, so the permissions in a user's cluster can never drift from what the code does.
 
 pub mod admission;
+pub mod keyvaluestore;
 pub mod memcached;
 pub mod myapp;
 pub mod samples;
@@ -23,6 +24,7 @@ pub fn all() -> Vec<Box<dyn ManagedController>> {
         Box::new(memcached::CONTROLLER),
         Box::new(myapp::CONTROLLER),
         Box::new(tenant::CONTROLLER),
+        Box::new(keyvaluestore::CONTROLLER),
     ]
 }
 
@@ -34,7 +36,7 @@ mod tests {
     #[test]
     fn all_lists_every_controller_once() {
         let names: Vec<&str> = all().iter().map(|c| c.name()).collect();
-        assert_eq!(names, ["memcached", "myapp", "tenant"]);
+        assert_eq!(names, ["memcached", "myapp", "tenant", "keyvaluestore"]);
     }
 
     /// Lines of code (not blank, not comments) before a module's tests.
@@ -49,7 +51,10 @@ mod tests {
 
     #[test]
     fn controllers_written_on_the_runtime_stay_small() {
-        let modules = [("tenant", include_str!("tenant.rs"))];
+        let modules = [
+            ("tenant", include_str!("tenant.rs")),
+            ("keyvaluestore", include_str!("keyvaluestore.rs")),
+        ];
         for (name, source) in modules {
             let lines = code_lines(source);
             assert!(lines < 150, "{name}: {lines} lines of code");

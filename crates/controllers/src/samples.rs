@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use apis::{Memcached, MemcachedSpec, MyApp, MyAppSpec, Tenant, TenantSpec};
+use apis::{KeyValueStore, KeyValueStoreSpec, Memcached, MemcachedSpec, MyApp, MyAppSpec};
+use apis::{Tenant, TenantSpec};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
@@ -12,6 +13,8 @@ use serde_json::Value;
 pub const MEMCACHED: &str = "memcached-sample";
 /// Name of the sample MyApp.
 pub const MYAPP: &str = "myapp-sample";
+/// Name of the sample KeyValueStore.
+pub const KEYVALUESTORE: &str = "keyvaluestore-sample";
 /// Name of the sample Tenant, and of its namespace.
 pub const TENANT: &str = "tenant-sample";
 
@@ -67,4 +70,21 @@ pub fn tenant() -> Result<Vec<Value>, serde_json::Error> {
         quota: BTreeMap::from(quota.map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))),
     };
     Ok(vec![serde_json::to_value(Tenant::new(TENANT, spec))?])
+}
+
+/// The sample KeyValueStore: three servers of 64 MiB, evicting the least recently used keys
+/// when full, each on a volume of 1 GiB.
+pub fn keyvaluestore() -> Result<Vec<Value>, serde_json::Error> {
+    let spec = KeyValueStoreSpec {
+        replicas: 3,
+        image: apis::keyvaluestore::DEFAULT_IMAGE.to_owned(),
+        max_memory: Quantity(apis::keyvaluestore::DEFAULT_MAX_MEMORY.to_owned()),
+        config: BTreeMap::from([("maxmemory-policy".to_owned(), "allkeys-lru".to_owned())]),
+        storage: Quantity(apis::keyvaluestore::DEFAULT_STORAGE.to_owned()),
+        storage_class_name: None,
+    };
+    Ok(vec![serde_json::to_value(KeyValueStore::new(
+        KEYVALUESTORE,
+        spec,
+    ))?])
 }
