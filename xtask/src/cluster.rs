@@ -9,7 +9,8 @@ use localcluster::{LocalCluster, Up, toolchain::human};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
 pub enum ClusterCommand {
     /// Build the control plane (once) and start it with kwok's fake nodes and a real node
-    /// (kubelet, containerd, CNI, kube-proxy); does nothing when it already runs.
+    /// (kubelet, containerd, CNI, kube-proxy) whose volumes come from the default StorageClass
+    /// `local-path`; does nothing when it already runs.
     Up {
         /// Only the control plane and the fake nodes: no root, containerd or bridge needed.
         #[arg(long)]
@@ -59,6 +60,12 @@ async fn run_async(cmd: ClusterCommand) -> anyhow::Result<()> {
                 println!("Start: {}", human(*start_time));
             }
             let state = up.state();
+            if state.node.is_some() {
+                let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
+                crate::storage::install(&client, state)
+                    .await
+                    .context("installing the local-path provisioner")?;
+            }
             println!();
             println!("Use it with:");
             println!(

@@ -1,10 +1,12 @@
-//! `cargo xtask image [manager|memcached]...`: container images as OCI archives, built without a
-//! container daemon or registry.
+//! `cargo xtask image [manager|memcached|redis]...`: container images as OCI archives, built
+//! without a container daemon or registry.
 //!
 //! - `manager`: the release `manager` binary and exactly the shared libraries it loads, run as a
 //!   numeric non-root user. No shell, no package manager.
 //! - `memcached`: the distribution's memcached (install it with `apt-get install memcached`) and
 //!   its libraries, for the `Memcached` resources on a local cluster that cannot pull images.
+//! - `redis`: the distribution's redis server (`apt-get install redis-server`) and its
+//!   libraries, for the `KeyValueStore` resources, likewise.
 //!
 //! Each archive loads with `ctr images import`, `docker load`, `podman load` or `skopeo copy
 //! oci-archive:…`; `--containerd ADDRESS` imports it straight into a containerd's `k8s.io`
@@ -25,6 +27,10 @@ const MEMCACHED_BINARY: &str = "/usr/bin/memcached";
 const MEMCACHED_REPOSITORY: &str = "operator-manager.local/memcached";
 /// The user name memcached runs as, as in the distribution's package.
 const MEMCACHED_USER: &str = "memcache";
+/// Where the distribution's package installs the redis server; the image keeps it there.
+const REDIS_BINARY: &str = "/usr/bin/redis-server";
+/// The redis image's repository, named like memcached's.
+const REDIS_REPOSITORY: &str = "operator-manager.local/redis";
 /// The manager's user, as the generated Deployment's `runAsUser` names it.
 const MANAGER_USER: u32 = codegen::MANAGER_USER;
 /// `PATH` in both images: the memcached Deployment names its program without a directory.
@@ -55,7 +61,7 @@ impl ImageArgs {
     /// Every image, loaded into the local cluster's real node: what the in-cluster tests run.
     pub fn all_loaded() -> Self {
         Self {
-            images: vec![Which::Manager, Which::Memcached],
+            images: vec![Which::Manager, Which::Memcached, Which::Redis],
             out: None,
             containerd: None,
             load: true,
@@ -70,6 +76,8 @@ pub enum Which {
     Manager,
     /// memcached from the distribution's package.
     Memcached,
+    /// The redis server from the distribution's package.
+    Redis,
 }
 
 pub fn run(args: ImageArgs) -> anyhow::Result<()> {
@@ -96,6 +104,10 @@ pub fn run(args: ImageArgs) -> anyhow::Result<()> {
             Which::Memcached => {
                 let version = memcached_version(Path::new(MEMCACHED_BINARY))?;
                 memcached_image(Path::new(MEMCACHED_BINARY), &version, created)?
+            }
+            Which::Redis => {
+                let version = redis_version(Path::new(REDIS_BINARY))?;
+                redis_image(Path::new(REDIS_BINARY), &version, created)?
             }
         };
         let archive = out.join(archive_name(image.reference()));
@@ -284,6 +296,76 @@ fn parse_memcached_version(output: &str) -> anyhow::Result<String> {
     }
 }
 
+/// The redis image: the server, run as the package's `redis` user, as the KeyValueStore
+/// controller's StatefulSet expects.
+fn redis_image(binary: &Path, version: &str, created: u64) -> anyhow::Result<Image> {
+    use controllers::keyvaluestore::{PORT, PROGRAM, RUN_AS_USER};
+    let uid = u32::try_from(RUN_AS_USER).context("redis's user id is out of range")?;
+    let port = u16::try_from(PORT).context("redis's port is out of range")?;
+    let config = ImageConfig {
+        platform: Platform::host(),
+        user: User {
+            name: "redis".into(),
+            uid,
+            gid: uid,
+        },
+        entrypoint: vec![PROGRAM.into()],
+        cmd: Vec::new(),
+        env: vec![("PATH".into(), PATH.into())],
+        exposed_ports: vec![Port::Tcp(port)],
+        working_dir: "/".into(),
+        metadata: Metadata {
+            title: "redis".into(),
+            description: "the redis server from the distribution's package, for KeyValueStore resources on a local cluster".into(),
+            version: version.into(),
+            revision: None,
+            source: None,
+            url: Some("https://redis.io/".into()),
+            licenses: Some("BSD-3-Clause".into()),
+            created,
+        },
+    };
+    let reference = Reference::parse(&format!("{REDIS_REPOSITORY}:{version}"))?;
+    let mut image = Image::new(reference, config);
+    // The package's `redis-server` is a link to the one binary that is also its checkers; it
+    // serves when started under this name.
+    image
+        .add_binary(binary, REDIS_BINARY)
+        .with_context(|| format!("adding {} to the redis image", binary.display()))?;
+    Ok(image)
+}
+
+/// The version `redis-server --version` reports, e.g. `7.0.15`.
+fn redis_version(binary: &Path) -> anyhow::Result<String> {
+    if !binary.exists() {
+        bail!(
+            "{} not found: the redis image packages the distribution's redis server; install \
+             it with `apt-get install redis-server`",
+            binary.display()
+        );
+    }
+    let output = Command::new(binary)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("running {} --version", binary.display()))?;
+    parse_redis_version(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// `Redis server v=7.0.15 sha=… malloc=…` gives `7.0.15`.
+fn parse_redis_version(output: &str) -> anyhow::Result<String> {
+    output
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .filter(|version| !version.is_empty())
+        .map(str::to_owned)
+        .with_context(|| {
+            format!(
+                "unexpected output from redis-server --version: {:?}",
+                output.trim()
+            )
+        })
+}
+
 /// Builds the release manager exactly as the Dockerfile does and returns the binary's path.
 fn build_manager(root: &Path, target_dir: &Path) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -377,6 +459,14 @@ mod tests {
             memcached.normalized(),
             "operator-manager.local/memcached:1.6.18"
         );
+    }
+
+    #[test]
+    fn redis_versions_are_read_from_its_banner() {
+        let banner = "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=ae4d7c971a948f0\n";
+        assert_eq!(parse_redis_version(banner).unwrap(), "7.0.15");
+        assert!(parse_redis_version("Usage: redis-server\n").is_err());
+        assert!(parse_redis_version("v=").is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod image;
 mod manifests;
 mod olm;
 mod setup;
+mod storage;
 mod test;
 
 use std::path::PathBuf;

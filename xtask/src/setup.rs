@@ -1,22 +1,24 @@
 //! `cargo xtask setup`: installs the distribution packages the local cluster's real node and the
-//! in-cluster tests need (containerd, runc, CNI plugins, iptables, memcached, a C compiler for
-//! the pod sandbox, make for the manager's allocator, skopeo, podman and Docker), so a fresh
-//! machine needs nothing done by hand.
+//! in-cluster tests need (containerd, runc, CNI plugins, iptables, memcached, redis, busybox, a C
+//! compiler for the pod sandbox, make for the manager's allocator, skopeo, podman and Docker),
+//! so a fresh machine needs nothing done by hand.
 
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
 /// Packages beyond the real node's own: the C toolchain that compiles `pause` and the manager's
-/// allocator (jemalloc, built with make), memcached (the
-/// image the tests run), and skopeo, podman and Docker, which the tests load the built images
+/// allocator (jemalloc, built with make), memcached and redis (the images the tests run), the
+/// static busybox (the local-path provisioner's helper pods), and skopeo, podman and Docker, which the tests load the built images
 /// with as users without containerd would. (Prometheus is built from source with the control plane: the
 /// distribution's lacks Kubernetes service discovery.)
-const EXTRA_PACKAGES: [&str; 7] = [
+const EXTRA_PACKAGES: [&str; 9] = [
     "gcc",
     "libc6-dev",
     "make",
     "memcached",
+    "redis-server",
+    "busybox-static",
     "skopeo",
     "podman",
     "docker.io",

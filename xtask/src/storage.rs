@@ -1,0 +1,451 @@
+//! The local cluster's storage: rancher's local-path provisioner on the real node, behind the
+//! default StorageClass `local-path`, as kind's clusters have it. A PersistentVolumeClaim without
+//! a class (a StatefulSet's, say) gets a real directory on the node once its pod is scheduled,
+//! and the directory goes with the claim.
+//!
+//! The provisioner is built from its Go module at the release `xtask/storage/go.mod` pins
+//! (through the module proxy, once, into the local cluster's cache). It creates and removes each
+//! volume's directory with a helper pod that runs a shell script; its image is the
+//! distribution's static busybox (`busybox-static`), which runs `mkdir` and `rm` without any
+//! other file. Both images are loaded into the real node, which cannot pull.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DynamicObject};
+use localcluster::ClusterState;
+use localcluster::node::NodeState;
+use ociimage::{Image, ImageConfig, Metadata, Platform, Reference, User};
+use serde_json::json;
+
+use crate::gomodule::GoModule;
+
+/// local-path-provisioner, built from its module at the version `go.mod` pins.
+const MODULE: GoModule = GoModule {
+    what: "the local-path provisioner",
+    cache_dir: "local-path-provisioner",
+    repo_dir: "xtask/storage",
+    binary: "local-path-provisioner",
+    main_package: PROVISIONER_MODULE,
+    // What its release build stamps, so its log names the release.
+    ldflags: "-X main.VERSION=v0.0.37",
+    cold_build: "about 2 minutes",
+    sources: &[
+        ("go.mod", include_str!("../storage/go.mod")),
+        ("go.sum", include_str!("../storage/go.sum")),
+    ],
+};
+const PROVISIONER_MODULE: &str = "github.com/rancher/local-path-provisioner";
+/// The name StorageClasses use for this provisioner, its default.
+const PROVISIONER_NAME: &str = "rancher.io/local-path";
+/// The default StorageClass, named as in the provisioner's own manifests.
+pub const STORAGE_CLASS: &str = "local-path";
+/// Where the provisioner runs, as in its own manifests (and its default `--namespace`).
+const NAMESPACE: &str = "local-path-storage";
+const NAME: &str = "local-path-provisioner";
+const SERVICE_ACCOUNT: &str = "local-path-provisioner-service-account";
+/// The ConfigMap the provisioner reads its paths, scripts and helper pod from (its default name).
+const CONFIG_MAP: &str = "local-path-config";
+/// The distribution's static busybox: the helper pods' shell, `mkdir` and `rm` in one file.
+const BUSYBOX_BINARY: &str = "/bin/busybox";
+/// Registry domains no one serves: nothing tries to pull these images, and they cannot be
+/// mistaken for the published ones.
+const PROVISIONER_REPOSITORY: &str = "operator-manager.local/local-path-provisioner";
+const HELPER_REPOSITORY: &str = "operator-manager.local/busybox";
+const PROVISIONER_BINARY: &str = "/usr/bin/local-path-provisioner";
+/// The provisioner only talks to the API server: a numeric non-root user.
+const PROVISIONER_USER: u32 = 65532;
+const HEALTH_PORT: u16 = 8080;
+/// How long the provisioner may take to become Available: a real container on a busy
+/// two-core machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The volumes' directory on the real node: under the node's own directory, so `cluster down`
+/// removes them with it.
+fn volumes_dir(node: &NodeState) -> PathBuf {
+    node.dir.join("local-path")
+}
+
+/// Builds the provisioner (once), loads it and its helper image into the real node, installs it
+/// and waits until it runs. Applying is idempotent: a cluster that has it already keeps it.
+///
+/// # Errors
+/// When the cluster has no real node, the build or an image fails, or the provisioner does not
+/// become Available in time.
+pub async fn install(client: &kube::Client, state: &ClusterState) -> anyhow::Result<()> {
+    let node = state.node.as_ref().context(
+        "the local-path provisioner runs on the local cluster's real node, and the cluster runs \
+         without one; restart it with `cargo xtask cluster down && cargo xtask cluster up`",
+    )?;
+    let binary = tokio::task::spawn_blocking(|| MODULE.build(|line| println!("{line}")))
+        .await
+        .context("building the local-path provisioner")??;
+    let version = pinned_version()?;
+    let provisioner = load(provisioner_image(&binary, version)?, &binary, node)?;
+    let busybox = Path::new(BUSYBOX_BINARY);
+    let helper = load(
+        helper_image(busybox, &busybox_version(busybox)?)?,
+        &binary,
+        node,
+    )?;
+
+    std::fs::create_dir_all(volumes_dir(node))
+        .with_context(|| format!("creating {}", volumes_dir(node).display()))?;
+    testkit::apply_objects(client, objects(node, &provisioner, &helper)?, None).await?;
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let started = Instant::now();
+    testkit::wait_for(
+        "the local-path provisioner to be Available",
+        READY_TIMEOUT,
+        || async {
+            let deployment = deployments.get(NAME).await.map_err(|e| e.to_string())?;
+            let status = deployment.status.unwrap_or_default();
+            if status.available_replicas.unwrap_or_default() > 0 {
+                Ok(())
+            } else {
+                Err(format!("status {status:?}"))
+            }
+        },
+    )
+    .await?;
+    println!(
+        "Storage: the local-path provisioner {version} serves the default StorageClass \
+         {STORAGE_CLASS} (ready in {:.0?}; volumes under {})",
+        started.elapsed(),
+        volumes_dir(node).display()
+    );
+    Ok(())
+}
+
+/// Writes `image` next to the provisioner's binary, imports it into the node's containerd and
+/// returns its full name.
+fn load(image: Image, binary: &Path, node: &NodeState) -> anyhow::Result<String> {
+    let reference = image.reference();
+    let archive = binary.with_file_name(format!(
+        "{}-{}.oci.tar",
+        reference.short_name(),
+        reference.tag()
+    ));
+    let built = image
+        .write(&archive)
+        .with_context(|| format!("writing the image {reference}"))?;
+    ociimage::import_into_containerd(&built.archive, &built.reference, &node.containerd_socket)?;
+    Ok(built.reference.normalized())
+}
+
+/// The release `go.mod` pins (`v0.0.37`).
+fn pinned_version() -> anyhow::Result<&'static str> {
+    MODULE
+        .go_mod()
+        .lines()
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some(PROVISIONER_MODULE))
+                .then(|| words.next())
+                .flatten()
+        })
+        .with_context(|| {
+            format!(
+                "{}/go.mod does not require {PROVISIONER_MODULE}",
+                MODULE.repo_dir
+            )
+        })
+}
+
+fn provisioner_image(binary: &Path, version: &str) -> anyhow::Result<Image> {
+    let config = ImageConfig {
+        platform: Platform::host(),
+        user: User {
+            name: "nonroot".into(),
+            uid: PROVISIONER_USER,
+            gid: PROVISIONER_USER,
+        },
+        entrypoint: vec![PROVISIONER_BINARY.into()],
+        cmd: Vec::new(),
+        env: Vec::new(),
+        exposed_ports: vec![ociimage::Port::Tcp(HEALTH_PORT)],
+        working_dir: "/".into(),
+        metadata: Metadata {
+            title: NAME.into(),
+            description: "rancher's local-path provisioner, built from its Go module".into(),
+            version: version.into(),
+            revision: None,
+            source: Some(format!("https://{PROVISIONER_MODULE}")),
+            url: Some(format!("https://{PROVISIONER_MODULE}")),
+            licenses: Some("Apache-2.0".into()),
+            // Reproducible: the image changes only with the binary.
+            created: 0,
+        },
+    };
+    let reference = Reference::parse(&format!("{PROVISIONER_REPOSITORY}:{version}"))?;
+    let mut image = Image::new(reference, config);
+    image
+        .add_binary(binary, PROVISIONER_BINARY)
+        .with_context(|| format!("adding {} to the provisioner's image", binary.display()))?;
+    Ok(image)
+}
+
+/// The helper pods' image: busybox as `/bin/sh`, which the provisioner runs its scripts with.
+fn helper_image(busybox: &Path, version: &str) -> anyhow::Result<Image> {
+    let config = ImageConfig {
+        platform: Platform::host(),
+        // The volumes' parent directory belongs to root.
+        user: User {
+            name: "root".into(),
+            uid: 0,
+            gid: 0,
+        },
+        entrypoint: vec!["/bin/sh".into()],
+        cmd: Vec::new(),
+        env: Vec::new(),
+        exposed_ports: Vec::new(),
+        working_dir: "/".into(),
+        metadata: Metadata {
+            title: "busybox".into(),
+            description: "the distribution's static busybox, for the local-path provisioner's \
+                          helper pods"
+                .into(),
+            version: version.into(),
+            revision: None,
+            source: None,
+            url: Some("https://busybox.net/".into()),
+            licenses: Some("GPL-2.0-only".into()),
+            created: 0,
+        },
+    };
+    let reference = Reference::parse(&format!("{HELPER_REPOSITORY}:{version}"))?;
+    let mut image = Image::new(reference, config);
+    image
+        .add_binary(busybox, "/bin/sh")
+        .with_context(|| format!("adding {} to the helper image", busybox.display()))?;
+    Ok(image)
+}
+
+/// The version busybox's banner names: `BusyBox v1.35.0 (Debian …)` gives `1.35.0`.
+fn busybox_version(binary: &Path) -> anyhow::Result<String> {
+    if !binary.is_file() {
+        bail!(
+            "{} not found: the local-path provisioner's helper pods run the distribution's \
+             static busybox; install it with `cargo xtask setup` (`apt-get install \
+             busybox-static`)",
+            binary.display()
+        );
+    }
+    let output = Command::new(binary)
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?;
+    parse_busybox_version(&String::from_utf8_lossy(&output.stdout))
+}
+
+fn parse_busybox_version(banner: &str) -> anyhow::Result<String> {
+    banner
+        .split_whitespace()
+        .skip_while(|word| *word != "BusyBox")
+        .nth(1)
+        .and_then(|version| version.strip_prefix('v'))
+        .map(str::to_owned)
+        .with_context(|| {
+            format!(
+                "busybox printed no version: {:?}",
+                banner.lines().next().unwrap_or_default()
+            )
+        })
+}
+
+/// The provisioner's objects, as its own manifests have them, with the images loaded into the
+/// node, the node's volume directory, and its StorageClass the cluster's default.
+fn objects(
+    node: &NodeState,
+    provisioner: &str,
+    helper: &str,
+) -> anyhow::Result<Vec<DynamicObject>> {
+    let config = json!({
+        "nodePathMap": [{
+            "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+            "paths": [volumes_dir(node)],
+        }],
+    });
+    // The helper pods land on the node of the volume; the provisioner sets `nodeName`, so the
+    // real node's taint is all they need to tolerate.
+    let helper_pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "helper-pod"},
+        "spec": {
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "helper-pod", "image": helper, "imagePullPolicy": "Never"}],
+        },
+    });
+    let on_real_node = localcluster::node::namespace_annotations();
+    let rbac = "rbac.authorization.k8s.io";
+    let objects = vec![
+        json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "annotations": on_real_node},
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE},
+        }),
+        json!({
+            "apiVersion": format!("{rbac}/v1"), "kind": "Role",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "rules": [{"apiGroups": [""], "resources": ["pods"],
+                       "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}],
+        }),
+        json!({
+            "apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+        }),
+        json!({
+            "apiVersion": format!("{rbac}/v1"), "kind": "ClusterRole",
+            "metadata": {"name": NAME},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes", "persistentvolumeclaims", "configmaps", "pods", "pods/log"],
+                 "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["persistentvolumes"],
+                 "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
+            ],
+        }),
+        json!({
+            "apiVersion": format!("{rbac}/v1"), "kind": "ClusterRoleBinding",
+            "metadata": {"name": NAME},
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CONFIG_MAP, "namespace": NAMESPACE},
+            "data": {
+                "config.json": config.to_string(),
+                "setup": "set -eu\nmkdir -m 0777 -p \"$VOL_DIR\"\n",
+                "teardown": "set -eu\nrm -rf \"$VOL_DIR\"\n",
+                "helperPod.yaml": helper_pod.to_string(),
+            },
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": NAME}},
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": {"app": NAME}},
+                "template": {
+                    "metadata": {"labels": {"app": NAME}},
+                    "spec": {
+                        "serviceAccountName": SERVICE_ACCOUNT,
+                        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{
+                            "name": NAME,
+                            "image": provisioner,
+                            "imagePullPolicy": "Never",
+                            "args": ["start", "--config", "/etc/config/config.json",
+                                     "--helper-image", helper, "--provisioner-name", PROVISIONER_NAME],
+                            "env": [
+                                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                                {"name": "CONFIG_MOUNT_PATH", "value": "/etc/config/"},
+                                {"name": "HEALTH_PORT", "value": HEALTH_PORT.to_string()},
+                            ],
+                            "ports": [{"name": "health", "containerPort": HEALTH_PORT}],
+                            "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"}, "periodSeconds": 2},
+                            "livenessProbe": {"httpGet": {"path": "/health", "port": "health"}, "initialDelaySeconds": 10},
+                            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": false,
+                                "readOnlyRootFilesystem": true,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [{"name": "config", "mountPath": "/etc/config/"}],
+                        }],
+                        "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}],
+                    },
+                },
+            },
+        }),
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": PROVISIONER_NAME,
+            // The volume is made on the node the pod is scheduled to, so the claim waits for it.
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Delete",
+        }),
+    ];
+    objects
+        .into_iter()
+        .map(|object| {
+            serde_json::from_value(object).context("building the local-path provisioner's objects")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_the_module_is_embedded() {
+        MODULE.assert_every_file_is_embedded();
+    }
+
+    #[test]
+    fn the_release_is_pinned_and_stamped_alike() {
+        let version = pinned_version().unwrap();
+        assert_eq!(MODULE.ldflags, format!("-X main.VERSION={version}"));
+        assert!(
+            MODULE
+                .go_mod()
+                .lines()
+                .any(|l| l.trim() == format!("tool {PROVISIONER_MODULE}")),
+        );
+    }
+
+    #[test]
+    fn busybox_versions_are_read_from_its_banner() {
+        let banner = "BusyBox v1.35.0 (Debian 1:1.35.0-4+deb12u1+b1) multi-call binary.\n";
+        assert_eq!(parse_busybox_version(banner).unwrap(), "1.35.0");
+        assert!(parse_busybox_version("sh: not found").is_err());
+    }
+
+    #[test]
+    fn the_storage_class_is_the_default_and_waits_for_the_pod() {
+        let node = NodeState {
+            dir: "/state/node".into(),
+            containerd_socket: "/state/node/containerd.sock".into(),
+            network: Default::default(),
+        };
+        let objects = objects(&node, "provisioner:v1", "busybox:1").unwrap();
+        let class = objects
+            .iter()
+            .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "StorageClass"))
+            .unwrap();
+        assert_eq!(
+            class.metadata.annotations.as_ref().unwrap()["storageclass.kubernetes.io/is-default-class"],
+            "true"
+        );
+        assert_eq!(class.data["volumeBindingMode"], "WaitForFirstConsumer");
+        let config = objects
+            .iter()
+            .find(|o| o.metadata.name.as_deref() == Some(CONFIG_MAP))
+            .unwrap();
+        let paths: serde_json::Value =
+            serde_json::from_str(config.data["data"]["config.json"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            paths["nodePathMap"][0]["paths"][0],
+            "/state/node/local-path"
+        );
+        let helper: serde_json::Value =
+            serde_json::from_str(config.data["data"]["helperPod.yaml"].as_str().unwrap()).unwrap();
+        assert_eq!(helper["spec"]["containers"][0]["image"], "busybox:1");
+    }
+}
