@@ -2,13 +2,17 @@
 //!
 //! 1. installs the distribution packages and brings the local cluster up with its real node
 //!    (`cargo xtask setup`, `cargo xtask cluster up`; built once);
-//! 2. builds the manager's image and a memcached image and loads them into the real node;
+//! 2. builds the manager's image and the memcached and redis images and loads them into the
+//!    real node;
 //! 3. installs everything with `kubectl apply -k deploy/`, as a user would, and waits for the
 //!    manager's two replicas to be Ready;
 //! 4. applies the Memcached sample (`deploy/samples`, size 3, its image pointed at the local
 //!    memcached) in namespace `memcached-demo`, waits until it converges, and stores and reads a
 //!    key on every memcached pod;
-//! 5. prints what the tutorial shows, then what to try next and how to stop everything.
+//! 5. on the real node, applies the KeyValueStore sample beside it: three redis servers, each
+//!    with a volume from the cluster's default StorageClass, and a key stored and read back on
+//!    each;
+//! 6. prints what the tutorial shows, then what to try next and how to stop everything.
 //!
 //! Where the real node cannot run (not root, packages missing), it says why and runs the
 //! manager as a local process against the fake nodes instead, as its ServiceAccount, its
@@ -31,6 +35,9 @@ const SAMPLE_FILE: &str = "samples/cache_v1alpha1_memcached.yaml";
 /// serves its webhooks on loopback, which the generated CRD does not point at.
 const SAMPLE_FILE_V1BETA1: &str = "samples/cache_v1beta1_memcached.yaml";
 const SAMPLE: &str = "memcached-sample";
+/// The KeyValueStore sample, applied beside it on the real node.
+const STORE_SAMPLE_FILE: &str = "samples/cache_v1alpha1_keyvaluestore.yaml";
+const STORE_SAMPLE: &str = "keyvaluestore-sample";
 const DEMO_NAMESPACE: &str = "memcached-demo";
 /// The manager's Deployment, as generated in `deploy/manager`.
 const MANAGER_DEPLOYMENT: &str = "operator-manager";
@@ -96,18 +103,11 @@ pub fn run() -> anyhow::Result<()> {
     step("kubectl get pods");
     print!(
         "{}",
-        kubectl.demo(&[
-            "get",
-            "pods",
-            "-l",
-            &format!("app=memcached,memcached_cr={SAMPLE}"),
-            "-o",
-            "wide"
-        ])?
+        kubectl.demo(&["get", "pods", "-l", &memcached_pods(), "-o", "wide"])?
     );
     if state.node.is_some() {
         step("memcached itself: a key stored and read back on every pod");
-        for (pod, ip) in pod_addresses(&kubectl)? {
+        for (pod, ip) in pod_addresses(&kubectl, &memcached_pods())? {
             round_trip(&ip, &format!("demo-{pod}"))
                 .with_context(|| format!("memcached on pod {pod} ({ip}:11211)"))?;
             println!("set demo-{pod} = hello, get demo-{pod} -> hello   on {pod} ({ip}:11211)");
@@ -131,6 +131,19 @@ pub fn run() -> anyhow::Result<()> {
                 .unwrap_or_default()
                 .trim()
         )
+    };
+    let store_hint = if state.node.is_some() {
+        format!(
+            "Change the store's config and see its servers roll; delete it and see its volume \
+             claims go:
+
+  kubectl patch keyvaluestore {STORE_SAMPLE} -p '{{\"spec\":{{\"config\":{{\"maxmemory-policy\":\"noeviction\"}}}}}}' --type=merge
+  kubectl delete keyvaluestore {STORE_SAMPLE}; kubectl get pvc
+
+"
+        )
+    } else {
+        String::new()
     };
     let kubeconfig = state.kubeconfig.display();
     let bin = state.bin_dir.display();
@@ -156,7 +169,7 @@ Scale the Deployment by hand, or delete it or a pod, and see it put back:
   kubectl scale deployment {SAMPLE} --replicas=1
   kubectl get events --field-selector involvedObject.name={SAMPLE}
 
-The manager:
+{store_hint}The manager:
 {manager_hint}
 
 Stop it:
@@ -225,9 +238,11 @@ pub fn stop() -> anyhow::Result<()> {
 /// The real thing: the images loaded into the real node, `kubectl apply -k deploy/`, and the
 /// sample with real memcached pods.
 fn in_cluster(kubectl: &Kubectl, deploy: &Path, files: &DemoFiles) -> anyhow::Result<()> {
-    step("Building the manager's image and a memcached image, and loading them into the real node");
+    step(
+        "Building the manager's image and the memcached and redis images, and loading them into the real node",
+    );
     crate::image::run(crate::image::ImageArgs::all_loaded())?;
-    let memcached_image = loaded_memcached_image()?;
+    let memcached_image = loaded_image("operator-manager.local/memcached:")?;
 
     step(&format!(
         "Installing with `kubectl apply -k deploy/` ({MANAGER_NAMESPACE} marked for the real node first)"
@@ -275,7 +290,7 @@ fn in_cluster(kubectl: &Kubectl, deploy: &Path, files: &DemoFiles) -> anyhow::Re
         "{}",
         apply_through_webhooks(kubectl, &files.sample, || Ok(()))?
     );
-    wait_for_sample(kubectl, || {
+    let manager_ready = || {
         let ready = kubectl.run(&[
             "get",
             "deployment",
@@ -300,7 +315,90 @@ fn in_cluster(kubectl: &Kubectl, deploy: &Path, files: &DemoFiles) -> anyhow::Re
             );
         }
         Ok(())
-    })
+    };
+    wait_for_sample(kubectl, manager_ready)?;
+    key_value_store(kubectl, deploy, files, manager_ready)
+}
+
+/// The KeyValueStore sample: redis servers on the real node, each with a volume from the
+/// cluster's default StorageClass, and a key stored and read back on each.
+fn key_value_store(
+    kubectl: &Kubectl,
+    deploy: &Path,
+    files: &DemoFiles,
+    manager_ready: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let image = loaded_image("operator-manager.local/redis:")?;
+    step(&format!(
+        "Applying the KeyValueStore sample (3 redis servers, a volume each) in namespace \
+         {DEMO_NAMESPACE}, with image {image}"
+    ));
+    write_sample(&deploy.join(STORE_SAMPLE_FILE), &image, &files.sample)?;
+    print!(
+        "{}",
+        apply_through_webhooks(kubectl, &files.sample, || Ok(()))?
+    );
+    let template =
+        "jsonpath={.status.readyReplicas}|{.status.conditions[?(@.type==\"Ready\")].status}";
+    wait_for_status(
+        kubectl,
+        "keyvaluestore",
+        STORE_SAMPLE,
+        template,
+        manager_ready,
+        |out| out == "3|True",
+    )?;
+    print!(
+        "{}",
+        kubectl.demo(&["get", "keyvaluestore,statefulset,pvc", "-o", "wide"])?
+    );
+    step("redis itself: a key stored and read back on every server");
+    for (pod, ip) in pod_addresses(kubectl, &store_pods())? {
+        let key = format!("demo-{pod}");
+        redis_round_trip(&ip, &key).with_context(|| format!("redis on pod {pod} ({ip}:6379)"))?;
+        println!("SET {key} hello, GET {key} -> hello   on {pod} ({ip}:6379)");
+    }
+    Ok(())
+}
+
+/// The label selector of the Memcached sample's pods.
+fn memcached_pods() -> String {
+    format!("app=memcached,memcached_cr={SAMPLE}")
+}
+
+/// The label selector of the KeyValueStore sample's pods.
+fn store_pods() -> String {
+    format!("app.kubernetes.io/name=keyvaluestore,app.kubernetes.io/instance={STORE_SAMPLE}")
+}
+
+/// Stores `key` = `hello` with the redis protocol and reads it back.
+fn redis_round_trip(ip: &str, key: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let address: std::net::SocketAddr = format!("{ip}:6379").parse()?;
+    let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let command = |args: &[&str]| {
+        let mut text = format!("*{}\r\n", args.len());
+        for arg in args {
+            text.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        text
+    };
+    writer.write_all((command(&["SET", key, "hello"]) + &command(&["GET", key])).as_bytes())?;
+    let mut answers = Vec::new();
+    let mut line = String::new();
+    for _ in 0..3 {
+        line.clear();
+        reader.read_line(&mut line)?;
+        answers.push(line.trim_end().to_owned());
+    }
+    let expected = ["+OK", "$5", "hello"];
+    if answers != expected {
+        bail!("redis answered {answers:?}, not {expected:?}");
+    }
+    Ok(())
 }
 
 /// Without the real node: the manager as a local process with its ServiceAccount's token, the
@@ -437,14 +535,14 @@ fn apply_through_webhooks(
     }
 }
 
-/// The full name of the memcached image loaded on the real node.
-fn loaded_memcached_image() -> anyhow::Result<String> {
+/// The full name of the image loaded on the real node whose name starts with `prefix`.
+fn loaded_image(prefix: &str) -> anyhow::Result<String> {
     let state = LocalCluster::from_env()?.running()?;
     let node = state.node.context("the local cluster has no real node")?;
     localcluster::node::loaded_images(&node.containerd_socket)?
         .into_iter()
-        .find(|image| image.starts_with("operator-manager.local/memcached:"))
-        .context("the memcached image is not loaded on the real node")
+        .find(|image| image.starts_with(prefix))
+        .with_context(|| format!("no image {prefix}* is loaded on the real node"))
 }
 
 /// A Namespace manifest with the given annotations, enforcing the restricted Pod Security
@@ -485,13 +583,13 @@ fn write_sample(sample: &Path, image: &str, out: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", out.display()))
 }
 
-/// The sample's pods and their addresses.
-fn pod_addresses(kubectl: &Kubectl) -> anyhow::Result<Vec<(String, String)>> {
+/// The pods `selector` selects, and their addresses.
+fn pod_addresses(kubectl: &Kubectl, selector: &str) -> anyhow::Result<Vec<(String, String)>> {
     let out = kubectl.demo(&[
         "get",
         "pods",
         "-l",
-        &format!("app=memcached,memcached_cr={SAMPLE}"),
+        selector,
         "-o",
         "jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{\"\\n\"}{end}",
     ])?;
@@ -588,7 +686,14 @@ fn cluster_up(real_node: bool) -> anyhow::Result<ClusterState> {
         let cluster = LocalCluster::from_env()?.with_progress(|line| println!("  {line}"));
         if real_node {
             match cluster.up().await {
-                Ok(up) => return Ok(up.state().clone()),
+                Ok(up) => {
+                    let state = up.state().clone();
+                    let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
+                    crate::storage::install(&client, &state)
+                        .await
+                        .context("installing the local-path provisioner")?;
+                    return Ok(state);
+                }
                 Err(error @ localcluster::Error::NodePrerequisite { .. }) => {
                     println!("{error}");
                 }
@@ -739,27 +844,47 @@ fn wait_for_sample(
     kubectl: &Kubectl,
     manager_alive: impl Fn() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let start = Instant::now();
     let template =
         "jsonpath={.status.nodes[*]}|{.status.conditions[?(@.type==\"Available\")].status}";
+    wait_for_status(
+        kubectl,
+        "memcached",
+        SAMPLE,
+        template,
+        manager_alive,
+        |out| {
+            let (nodes, available) = out.split_once('|').unwrap_or((out, ""));
+            nodes.split_whitespace().count() == 3 && available == "True"
+        },
+    )
+}
+
+/// Waits until `converged` holds for what `template` prints of the demo's `kind` `name`,
+/// checking `manager_alive` on the way.
+fn wait_for_status(
+    kubectl: &Kubectl,
+    kind: &str,
+    name: &str,
+    template: &str,
+    manager_alive: impl Fn() -> anyhow::Result<()>,
+    converged: impl Fn(&str) -> bool,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
     let mut last = String::new();
     while start.elapsed() < CONVERGE_TIMEOUT {
         manager_alive()?;
-        match kubectl.demo(&["get", "memcached", SAMPLE, "-o", template]) {
-            Ok(out) => {
-                let (nodes, available) = out.split_once('|').unwrap_or((out.as_str(), ""));
-                if nodes.split_whitespace().count() == 3 && available == "True" {
-                    println!("converged in {:.1}s", start.elapsed().as_secs_f64());
-                    return Ok(());
-                }
-                last = out;
+        match kubectl.demo(&["get", kind, name, "-o", template]) {
+            Ok(out) if converged(&out) => {
+                println!("converged in {:.1}s", start.elapsed().as_secs_f64());
+                return Ok(());
             }
+            Ok(out) => last = out,
             Err(e) => last = e.to_string(),
         }
         std::thread::sleep(Duration::from_millis(500));
     }
     bail!(
-        "{SAMPLE} did not converge within {}s (last seen: {last})",
+        "{name} did not converge within {}s (last seen: {last})",
         CONVERGE_TIMEOUT.as_secs(),
     )
 }

@@ -1,6 +1,6 @@
 //! `cargo xtask demo` as a newcomer runs it: it must end with the Memcached sample converged, its
-//! pods shown and (with the real node) a memcached round trip on each, and `--stop` must stop
-//! the manager it started.
+//! pods shown and (with the real node) a memcached round trip on each and a redis round trip on
+//! each server of the KeyValueStore sample, and `--stop` must stop the manager it started.
 
 use std::process::{Command, Output};
 
@@ -68,6 +68,16 @@ fn demo_converges_and_shows_the_pods() {
             assert!(
                 stdout.contains(&format!("get demo-{name} -> hello")),
                 "the demo reads a key back from memcached on {name}:\n{stdout}"
+            );
+        }
+    }
+    if state.node.is_some() {
+        // The KeyValueStore sample's three redis servers each keep a key.
+        for ordinal in 0..3 {
+            let pod = format!("keyvaluestore-sample-{ordinal}");
+            assert!(
+                stdout.contains(&format!("GET demo-{pod} -> hello   on {pod}")),
+                "the demo reads a key back from redis on {pod}:\n{stdout}"
             );
         }
     }

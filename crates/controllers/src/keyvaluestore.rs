@@ -28,6 +28,8 @@ pub const NAME: &str = "keyvaluestore";
 pub const FINALIZER: &str = "cache.example.com/volumes";
 /// The port the servers listen on.
 pub const PORT: i32 = 6379;
+/// The server program, found on the image's `PATH`.
+pub const PROGRAM: &str = "redis-server";
 /// The user the server runs as (the distribution package's `redis` user).
 pub const RUN_AS_USER: i64 = 999;
 /// The pod template annotation holding the configuration's hash.
@@ -68,7 +70,8 @@ fn metadata(kvs: &KeyValueStore, name: String) -> Result<ObjectMeta, Error> {
 }
 
 /// The server's configuration file: the port, the data directory, `maxmemory` from
-/// `spec.maxMemory`, then `spec.config`'s lines.
+/// `spec.maxMemory`, then `spec.config`'s lines. Protected mode is off: without a password it
+/// would refuse every client but loopback, and the clients are the store's Service's.
 ///
 /// # Errors
 /// [`Error::InvalidSpec`] for a memory that is not a quantity, or a line that would be two.
@@ -76,7 +79,8 @@ pub fn config_text(kvs: &KeyValueStore) -> Result<String, Error> {
     let invalid = |field, reason| Error::InvalidSpec { field, reason };
     let memory =
         quantity::mebibytes(&kvs.spec.max_memory.0).map_err(|r| invalid("spec.maxMemory", r))?;
-    let mut text = format!("port {PORT}\ndir /data\nappendonly yes\nmaxmemory {memory}mb\n");
+    let mut text = format!("port {PORT}\nprotected-mode no\ndir /data\nappendonly yes\n");
+    text.push_str(&format!("maxmemory {memory}mb\n"));
     for (directive, value) in &kvs.spec.config {
         let line = format!("{directive} {value}\n");
         if directive.contains(['\n', ' ']) || value.contains('\n') {
@@ -118,7 +122,7 @@ pub fn desired_stateful_set(kvs: &KeyValueStore, config: &str) -> Result<Statefu
     let server = json!({
         "name": "server",
         "image": kvs.spec.image,
-        "command": ["redis-server", "/etc/redis/redis.conf"],
+        "command": [PROGRAM, "/etc/redis/redis.conf"],
         "ports": [{"name": "redis", "containerPort": PORT}],
         "volumeMounts": [{"name": DATA, "mountPath": "/data"}, {"name": "config", "mountPath": "/etc/redis"}],
         "securityContext": pod_security::restricted_container_security(RUN_AS_USER),
@@ -233,6 +237,8 @@ mod tests {
     fn the_config_file_holds_the_memory_and_the_extra_lines() {
         let text = config_text(&store(&[("maxmemory-policy", "allkeys-lru")])).expect("valid");
         assert!(text.contains("maxmemory 64mb\n"), "{text}");
+        // Without a password, protected mode would refuse every client but loopback.
+        assert!(text.contains("protected-mode no\n"), "{text}");
         assert!(text.ends_with("maxmemory-policy allkeys-lru\n"), "{text}");
         let error = config_text(&store(&[("save", "60 1\nrequirepass x")])).expect_err("two lines");
         assert!(error.to_string().contains("spec.config"), "{error}");

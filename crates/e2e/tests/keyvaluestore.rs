@@ -1,19 +1,26 @@
-//! The KeyValueStore controller end to end on the fake nodes, with only the generated RBAC: the
-//! real StatefulSet controller, scheduler and garbage collector, and volume claims bound to
-//! volumes the test makes (the fake nodes mount nothing).
+//! The KeyValueStore controller end to end, with only the generated RBAC and the real
+//! StatefulSet controller, scheduler and garbage collector:
+//! - on the fake nodes, with volume claims bound to volumes the test makes (the fake nodes mount
+//!   nothing);
+//! - on the real node, with real redis servers (the image `cargo xtask image redis --load`
+//!   builds from the distribution's package) on real volumes that the local-path provisioner
+//!   makes for the cluster's default StorageClass.
 
 mod workloads;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use apis::{KeyValueStore, KeyValueStoreSpec};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_operator_runtime::conditions::READY;
 use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use workloads::{Env, TIMEOUT, has_condition};
 
 const CLAIMS: &str = "app.kubernetes.io/name=keyvaluestore,app.kubernetes.io/instance=store";
@@ -162,4 +169,246 @@ async fn a_store_converges_rolls_on_a_config_change_and_takes_its_volumes_along(
         let _ = volumes.delete(name, &DeleteParams::default()).await;
     }
     env.finish(result)
+}
+
+/// The repository of the redis image built from the distribution's package.
+const REDIS_IMAGE: &str = "operator-manager.local/redis";
+
+#[tokio::test]
+async fn a_store_on_the_real_node_serves_keys_from_real_volumes_that_go_with_it() -> Result<()> {
+    let env = Env::on_real_node("real-kvs", "keyvaluestore").await?;
+    let result = serves_keys_from_real_volumes(&env).await;
+    env.finish(result)
+}
+
+async fn serves_keys_from_real_volumes(env: &Env) -> Result<()> {
+    let image = env.cluster.loaded_image(REDIS_IMAGE, "redis")?;
+    let store = KeyValueStore::new(
+        "store",
+        KeyValueStoreSpec {
+            replicas: 2,
+            image,
+            max_memory: Quantity("32Mi".into()),
+            config: BTreeMap::new(),
+            storage: Quantity("64Mi".into()),
+            // The cluster's default class: the local-path provisioner on the real node.
+            storage_class_name: None,
+        },
+    );
+    env.api::<KeyValueStore>()
+        .create(&PostParams::default(), &store)
+        .await?;
+    ready(env, 2)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", pod_report(env)))?;
+
+    // Every server answers, with `maxmemory` from the spec, and keeps a key.
+    for pod in ["store-0", "store-1"] {
+        let ip = pod_ip(env, pod).await?;
+        let maxmemory = redis(ip, &["CONFIG", "GET", "maxmemory"]).await?;
+        ensure!(
+            maxmemory == ["maxmemory", "33554432"],
+            "{pod}: maxmemory {maxmemory:?}"
+        );
+        ensure!(
+            redis(ip, &["SET", "owner", pod]).await? == ["OK"],
+            "{pod}: SET"
+        );
+    }
+    let volumes = Api::<PersistentVolume>::all(env.cluster.client.clone());
+    let claims = env.api::<PersistentVolumeClaim>();
+    let bound = claims.list(&ListParams::default().labels(CLAIMS)).await?;
+    let volume_names: Vec<String> = bound
+        .items
+        .iter()
+        .filter_map(|claim| claim.spec.as_ref()?.volume_name.clone())
+        .collect();
+    ensure!(
+        volume_names.len() == 2,
+        "two claims bound by the provisioner: {volume_names:?}"
+    );
+
+    // A config change rolls the pods; each new server runs the new config and still has its key
+    // (appendonly, on its volume).
+    let sets = env.api::<StatefulSet>();
+    let before = config_hash(&sets.get("store").await?);
+    let patch = json!({"spec": {"config": {"maxmemory-policy": "allkeys-lru"}}});
+    env.api::<KeyValueStore>()
+        .patch("store", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    testkit::wait_for("the servers to run the new config", TIMEOUT, || async {
+        let set = sets.get("store").await.map_err(|e| e.to_string())?;
+        if config_hash(&set) == before {
+            return Err("the pod template has the old hash".to_owned());
+        }
+        for pod in ["store-0", "store-1"] {
+            let ip = pod_ip(env, pod).await.map_err(|e| format!("{e:#}"))?;
+            let policy = redis(ip, &["CONFIG", "GET", "maxmemory-policy"])
+                .await
+                .map_err(|e| format!("{pod}: {e:#}"))?;
+            if policy != ["maxmemory-policy", "allkeys-lru"] {
+                return Err(format!("{pod}: {policy:?}"));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", pod_report(env)))?;
+    ready(env, 2).await?;
+    for pod in ["store-0", "store-1"] {
+        let value = redis(pod_ip(env, pod).await?, &["GET", "owner"]).await?;
+        ensure!(
+            value == [pod],
+            "{pod} kept its key on its volume: {value:?}"
+        );
+    }
+
+    // Deleting the store deletes its claims, and the provisioner their volumes and the
+    // volumes' directories on the node (`pvc-<uid>_<namespace>_<claim>`).
+    let directories = env.cluster.real_node()?.dir.join("local-path");
+    let of_this_test = format!("_{}_", env.namespace());
+    let directories_left = || -> Result<Vec<String>, String> {
+        let entries = std::fs::read_dir(&directories)
+            .map_err(|e| format!("reading {}: {e}", directories.display()))?;
+        Ok(entries
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.contains(&of_this_test))
+            .collect())
+    };
+    let made = directories_left().map_err(anyhow::Error::msg)?;
+    ensure!(made.len() == 2, "a directory per volume: {made:?}");
+    env.api::<KeyValueStore>()
+        .delete("store", &DeleteParams::default())
+        .await?;
+    testkit::wait_for(
+        "the store, its claims, their volumes and directories to be gone",
+        TIMEOUT,
+        || async {
+            let left = claims
+                .list(&ListParams::default().labels(CLAIMS))
+                .await
+                .map_err(|e| e.to_string())?;
+            let store = env
+                .api::<KeyValueStore>()
+                .get_opt("store")
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut volumes_left = Vec::new();
+            for name in &volume_names {
+                if volumes
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    volumes_left.push(name.clone());
+                }
+            }
+            let directories = directories_left()?;
+            if left.items.is_empty()
+                && store.is_none()
+                && volumes_left.is_empty()
+                && directories.is_empty()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} claims, store {}, volumes {volumes_left:?}, directories {directories:?}",
+                    left.items.len(),
+                    store.is_some()
+                ))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The IP of pod `name`, once it is Ready.
+async fn pod_ip(env: &Env, name: &str) -> Result<IpAddr> {
+    let pod = env.api::<Pod>().get(name).await?;
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    ensure!(ready, "pod {name} is not Ready");
+    let spec = pod.spec.clone().unwrap_or_default();
+    ensure!(
+        spec.node_name.as_deref() == Some(localcluster::node::NODE_NAME),
+        "pod {name} runs on {:?}, not on the real node",
+        spec.node_name
+    );
+    Ok(pod
+        .status
+        .and_then(|s| s.pod_ip)
+        .with_context(|| format!("pod {name} has no IP"))?
+        .parse()?)
+}
+
+/// Sends one command to the redis server at `ip` and returns its answer: a status, a bulk
+/// string or an array of bulk strings, as strings.
+async fn redis(ip: IpAddr, args: &[&str]) -> Result<Vec<String>> {
+    let connect = tokio::net::TcpStream::connect((ip, 6379));
+    let stream = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .context("connecting timed out")??;
+    let (read, mut write) = stream.into_split();
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    write.write_all(request.as_bytes()).await?;
+    let mut reader = BufReader::new(read);
+    let answer = tokio::time::timeout(Duration::from_secs(5), async {
+        let header = read_line(&mut reader).await?;
+        match header.split_at(1) {
+            ("+", status) => Ok(vec![status.to_owned()]),
+            ("$", _) => Ok(vec![read_bulk(&mut reader, &header).await?]),
+            ("*", count) => {
+                let mut items = Vec::new();
+                for _ in 0..count.parse::<usize>()? {
+                    let header = read_line(&mut reader).await?;
+                    items.push(read_bulk(&mut reader, &header).await?);
+                }
+                Ok(items)
+            }
+            _ => bail!("{args:?} answered {header:?}"),
+        }
+    });
+    answer.await.context("no answer within 5s")?
+}
+
+async fn read_line(reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Result<String> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).await? == 0 {
+        bail!("the server closed the connection");
+    }
+    Ok(line.trim_end_matches("\r\n").to_owned())
+}
+
+/// The bulk string whose `$<length>` header was just read.
+async fn read_bulk(
+    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    header: &str,
+) -> Result<String> {
+    let length: usize = header
+        .strip_prefix('$')
+        .with_context(|| format!("a bulk string, not {header:?}"))?
+        .parse()
+        .with_context(|| format!("a bulk string's length, not {header:?}"))?;
+    let mut data = vec![0; length + 2];
+    reader.read_exact(&mut data).await?;
+    data.truncate(length);
+    Ok(String::from_utf8(data)?)
+}
+
+/// The test namespace's pods, claims and events, for a failure message.
+fn pod_report(env: &Env) -> String {
+    env.kubectl(&["get", "pods,pvc", "-o", "wide"])
+        .and_then(|pods| {
+            let events = env.kubectl(&["get", "events", "--sort-by=.lastTimestamp"])?;
+            Ok(format!("pods and claims:\n{pods}\nevents:\n{events}"))
+        })
+        .unwrap_or_else(|e| format!("(could not list pods: {e})"))
 }
