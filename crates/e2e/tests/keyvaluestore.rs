@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use apis::{KeyValueStore, KeyValueStoreSpec};
+use apis::{KeyValueStore, KeyValueStoreSpec, Memcached, MemcachedSpec};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -169,6 +169,131 @@ async fn a_store_converges_rolls_on_a_config_change_and_takes_its_volumes_along(
         let _ = volumes.delete(name, &DeleteParams::default()).await;
     }
     env.finish(result)
+}
+
+/// A store's rollout costs no more status writes than a Memcached's, counted by the API server
+/// (its audit log): both converge on the real node, then both roll their pods at once (a config
+/// line, the item memory), and the writes to each one's status until both have settled are
+/// compared. A StatefulSet's rollout (one pod at a time, each Ready before the next) passes
+/// through more states than a Deployment's; the status writer holds them back alike.
+#[tokio::test]
+async fn a_store_rollout_writes_no_more_statuses_than_a_memcached_rollout() -> Result<()> {
+    let env = Env::on_real_node("kvs-writes", "memcached,keyvaluestore").await?;
+    let result = async {
+        let mut store = store_spec(3);
+        store.image = env.cluster.loaded_image(REDIS_IMAGE, "redis")?;
+        env.api::<KeyValueStore>()
+            .create(&PostParams::default(), &KeyValueStore::new("store", store))
+            .await?;
+        let memcached_image = env
+            .cluster
+            .loaded_image("operator-manager.local/memcached", "memcached")?;
+        let mc = Memcached::new("cache", MemcachedSpec::new(3, memcached_image));
+        env.api::<Memcached>()
+            .create(&PostParams::default(), &mc)
+            .await?;
+        settled(&env).await?;
+
+        let rollout_started = k8s_openapi::jiff::Timestamp::now();
+        let store_patch = json!({"spec": {"config": {"maxmemory-policy": "allkeys-lru"}}});
+        env.api::<KeyValueStore>()
+            .patch(
+                "store",
+                &PatchParams::default(),
+                &Patch::Merge(&store_patch),
+            )
+            .await?;
+        let cache_patch = json!({"spec": {"memory": "32Mi"}});
+        env.api::<Memcached>()
+            .patch(
+                "cache",
+                &PatchParams::default(),
+                &Patch::Merge(&cache_patch),
+            )
+            .await?;
+        settled(&env).await?;
+        // A write still on its way would land within the hold that ends a rollout.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        let namespace = env.namespace().to_owned();
+        let files = env.cluster.state.audit_log_files()?;
+        let events = testkit::read_audit_files_where(&files, |line| line.contains(&namespace))?;
+        let writes = |resource: &str| {
+            events
+                .iter()
+                .filter(|e| {
+                    e.namespace == namespace
+                        && e.resource == resource
+                        && e.subresource == "status"
+                        && e.received >= rollout_started
+                        && e.succeeded()
+                })
+                .count()
+        };
+        let (store_writes, cache_writes) = (writes("keyvaluestores"), writes("memcacheds"));
+        println!(
+            "status writes during a rollout of 3 pods: KeyValueStore {store_writes}, Memcached \
+             {cache_writes}"
+        );
+        ensure!(store_writes > 0, "the store reported its rollout");
+        ensure!(
+            store_writes <= cache_writes,
+            "the store's rollout wrote its status {store_writes} times, Memcached's \
+             {cache_writes}"
+        );
+        Ok(())
+    }
+    .await;
+    env.finish(result)
+}
+
+/// A store of `replicas` servers of the default image, memory and size.
+fn store_spec(replicas: i32) -> KeyValueStoreSpec {
+    KeyValueStoreSpec {
+        replicas,
+        image: apis::keyvaluestore::DEFAULT_IMAGE.to_owned(),
+        max_memory: Quantity("64Mi".into()),
+        config: BTreeMap::new(),
+        storage: Quantity("1Gi".into()),
+        storage_class_name: None,
+    }
+}
+
+/// Waits until the store `store` and the Memcached `cache` report their current generation's
+/// rollout done: 3 ready replicas each, the store `Ready`, the cache `Available` and no longer
+/// `Progressing`.
+async fn settled(env: &Env) -> Result<()> {
+    testkit::wait_for("the store and the cache to settle", TIMEOUT, || async {
+        let store = env
+            .api::<KeyValueStore>()
+            .get("store")
+            .await
+            .map_err(|e| e.to_string())?;
+        let cache = env
+            .api::<Memcached>()
+            .get("cache")
+            .await
+            .map_err(|e| e.to_string())?;
+        let (store_status, cache_status) = (
+            store.status.clone().unwrap_or_default(),
+            cache.status.clone().unwrap_or_default(),
+        );
+        let store_done = store_status.observed_generation == store.metadata.generation
+            && store_status.ready_replicas == 3
+            && has_condition(&store_status.conditions, READY, "True");
+        let cache_done = cache_status.observed_generation == cache.metadata.generation
+            && cache_status.ready_replicas == 3
+            && cache_status.nodes.len() == 3
+            && has_condition(&cache_status.conditions, "Available", "True")
+            && has_condition(&cache_status.conditions, "Progressing", "False");
+        if store_done && cache_done {
+            Ok(())
+        } else {
+            Err(format!("store {store_status:?}; cache {cache_status:?}"))
+        }
+    })
+    .await?;
+    Ok(())
 }
 
 /// The repository of the redis image built from the distribution's package.
