@@ -25,6 +25,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics_auth;
 pub mod server;
+pub mod serving;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook_certs;

@@ -3,7 +3,8 @@
 //!
 //! With `--metrics-secure`, `/metrics` is served over TLS ([`crate::tls`]) to scrapers whose
 //! token the API server authenticates and authorizes ([`crate::metrics_auth`]); the probes stay
-//! plain HTTP on their own port, as the kubelet probes them.
+//! plain HTTP on their own port, as the kubelet probes them. Every endpoint is served within the
+//! bounds of [`crate::serving`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,12 +19,14 @@ use axum::routing::get;
 use prometheus::{Encoder as _, Registry, TextEncoder};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::leader::LeaderStatus;
 use crate::metrics_auth::{MetricsAuth, require_metrics_reader};
-use crate::tls::{self, ServingCert, TlsListener};
+use crate::serving::{self, Limits};
+use crate::tls::{self, ServingCert};
 
 /// What the probes report.
 #[derive(Debug, Default)]
@@ -188,30 +191,25 @@ impl Servers {
             .map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
         let stop = self.stop.clone();
-        let Some(cert) = cert else {
-            tracing::info!(%endpoint, address = %local, "serving over HTTP");
-            self.tasks.push(tokio::spawn(async move {
-                if let Err(error) = axum::serve(listener, router)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await
-                {
-                    tracing::error!(%endpoint, %error, "HTTP server failed");
-                }
-            }));
-            return Ok(local);
-        };
-        let config = tls::server_config(cert.clone())?;
-        let listener = TlsListener::new(listener, config).map_err(bind_error)?;
-        tracing::info!(%endpoint, address = %local, "serving over HTTPS");
-        self.tasks.extend(cert.watch(stop.clone()));
-        self.tasks.push(tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-            {
-                tracing::error!(%endpoint, %error, "HTTPS server failed");
+        let tls = match cert {
+            Some(cert) => {
+                tracing::info!(%endpoint, address = %local, "serving over HTTPS");
+                self.tasks.extend(cert.watch(stop.clone()));
+                Some(TlsAcceptor::from(tls::server_config(cert)?))
             }
-        }));
+            None => {
+                tracing::info!(%endpoint, address = %local, "serving over HTTP");
+                None
+            }
+        };
+        self.tasks.push(tokio::spawn(serving::serve(
+            endpoint,
+            listener,
+            tls,
+            router,
+            Limits::DEFAULT,
+            stop,
+        )));
         Ok(local)
     }
 

@@ -1,5 +1,5 @@
-//! TLS for the metrics and webhook endpoints: the serving certificate and a listener that does
-//! the handshakes.
+//! TLS for the metrics and webhook endpoints: the serving certificate and the server
+//! configuration ([`crate::serving`] does the handshakes).
 //!
 //! The certificate is self-signed at start, given as PEM (the webhook certificate the manager
 //! keeps in a Secret, see [`crate::webhook_certs`]), or read from `tls.crt` and `tls.key` in a directory
@@ -7,7 +7,6 @@
 //! those files change, as controller-runtime's certificate watcher does: rotation needs no
 //! restart, and a half-written or broken pair keeps the previous certificate in service.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -17,11 +16,7 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
@@ -33,9 +28,6 @@ pub const KEY_FILE: &str = "tls.key";
 
 /// How often the certificate files are checked for changes.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
-
-/// How long a client may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The serving certificate, swapped in place when its files change.
 #[derive(Debug)]
@@ -273,79 +265,6 @@ pub fn server_config(cert: Arc<ServingCert>) -> Result<Arc<rustls::ServerConfig>
         .with_cert_resolver(cert);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// Accepts TCP connections and hands on those that finish a TLS handshake; each handshake runs
-/// on its own task, so a slow client holds up nobody else.
-#[derive(Debug)]
-pub struct TlsListener {
-    local: SocketAddr,
-    handshaken: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    accepting: JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Serves TLS with `config` on `tcp`.
-    ///
-    /// # Errors
-    /// When the listener's address cannot be read.
-    pub fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
-        let local = tcp.local_addr()?;
-        let (tx, handshaken) = mpsc::channel(64);
-        let acceptor = TlsAcceptor::from(config);
-        let accepting = tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match tcp.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::debug!(%error, "accepting a metrics connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(error)) => {
-                            tracing::debug!(%peer, %error, "TLS handshake failed");
-                        }
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self {
-            local,
-            handshaken,
-            accepting,
-        })
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accepting.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.handshaken.recv().await {
-            Some(connection) => connection,
-            // The accepting task only ends when this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local)
-    }
 }
 
 #[cfg(test)]

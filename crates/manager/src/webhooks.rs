@@ -2,24 +2,33 @@
 //! ([`kube_operator_runtime::webhooks`]) answers `POST` on its own path, and every declared CRD
 //! conversion ([`kube_operator_runtime::conversions`]) on [`CONVERSION_PATH`].
 //!
-//! A review is decided on a blocking thread within [`HANDLER_BUDGET`], well below the
-//! `timeoutSeconds` the configurations give the API server: a review that takes longer is
-//! refused with a message that says so, instead of leaving the API server to time out. A body
-//! that is no AdmissionReview (or ConversionReview) gets 400 and the reason; nothing a client
-//! sends can panic the server (a panicking rule is answered with 500).
+//! The port is open to every pod, so what a review may cost is bounded. At most
+//! [`MAX_CONCURRENT_REVIEWS`] are read and decided at once; the others wait for a slot. A body
+//! is read only once it has a slot, up to a limit sized for one object and its old version
+//! (413 beyond). Everything happens within [`HANDLER_BUDGET`] of the request's arrival, well
+//! below the `timeoutSeconds` the configurations give the API server: the slot, the body
+//! (408 when it trickles in too slowly) and the decision, made on a blocking thread that keeps
+//! its slot until it returns and is skipped if its time is up before it starts. A review out of
+//! time is refused with a message that says so, instead of leaving the API server to time out.
+//! A body that is no AdmissionReview (or ConversionReview) gets 400 and the reason; nothing a
+//! client sends can panic the server (a panicking rule is answered with 500). The connections
+//! themselves are bounded by [`crate::serving`].
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use http_body_util::LengthLimitError;
 use kube::core::Status;
 use kube::core::conversion::ConversionResponse;
 use kube_operator_runtime::webhook::conversion::{self, CONVERSION_PATH, ConversionWebhook};
 use kube_operator_runtime::webhook::{AdmissionWebhook, HANDLER_BUDGET};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Every webhook the manager serves: admission, and CRD conversion.
 #[derive(Clone, Debug, Default)]
@@ -50,32 +59,146 @@ impl DeclaredWebhooks {
     }
 }
 
-/// The largest review accepted: an object and its old version, each up to the API server's
-/// own 3 MiB request limit, with room to spare.
-const BODY_LIMIT: usize = 8 << 20;
+/// The largest admission review read: an object and its old version, each up to etcd's
+/// 1.5 MiB object limit, and the review around them.
+const ADMISSION_BODY_LIMIT: usize = (3 << 20) + (64 << 10);
+/// The largest conversion review read: the API server converts a list in one review.
+const CONVERSION_BODY_LIMIT: usize = 8 << 20;
+/// Reviews read and decided at once, whatever their kind. Deciding is CPU work and the pod has
+/// half a core: more at once finish no sooner, and each holds its body and what is parsed
+/// from it. Further reviews wait for a slot within their budget.
+const MAX_CONCURRENT_REVIEWS: usize = 2;
+
+/// What a webhook's handler has: the webhook, and the slots it shares with every other.
+#[derive(Debug)]
+struct Served<W> {
+    webhook: W,
+    slots: Arc<Semaphore>,
+}
 
 /// The router answering every webhook on its path.
 pub fn router(webhooks: DeclaredWebhooks) -> Router {
+    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_REVIEWS));
     let mut router = Router::new();
     for webhook in webhooks.admission {
         let path = webhook.path.clone();
-        router = router.route(&path, post(review).with_state(Arc::new(webhook)));
+        let served = Served {
+            webhook,
+            slots: slots.clone(),
+        };
+        router = router.route(&path, post(review).with_state(Arc::new(served)));
     }
     if !webhooks.conversions.is_empty() {
-        router = router.route(
-            CONVERSION_PATH,
-            post(convert).with_state(Arc::new(webhooks.conversions)),
-        );
+        let served = Served {
+            webhook: webhooks.conversions,
+            slots,
+        };
+        router = router.route(CONVERSION_PATH, post(convert).with_state(Arc::new(served)));
     }
-    router.layer(DefaultBodyLimit::max(BODY_LIMIT))
+    router
 }
 
-async fn convert(State(conversions): State<Arc<Vec<ConversionWebhook>>>, body: Bytes) -> Response {
-    let uid = request_uid(&body);
-    let converting = tokio::task::spawn_blocking(move || conversion::review(&conversions, &body));
-    match tokio::time::timeout(HANDLER_BUDGET, converting).await {
-        Ok(Ok(Ok(review))) => axum::Json(review).into_response(),
-        Ok(Ok(Err(malformed))) => {
+/// A review taken in: its slot (held until its decision is made, even past the deadline) and
+/// its body.
+struct TakenIn {
+    slot: OwnedSemaphorePermit,
+    body: Bytes,
+}
+
+/// Why a review was not taken in, answered as its status and message.
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, format!("{}\n", self.message)).into_response()
+    }
+}
+
+/// Waits for a slot, then reads the body, both by `deadline`.
+async fn take_in(
+    slots: &Arc<Semaphore>,
+    body: Body,
+    limit: usize,
+    deadline: Instant,
+) -> Result<TakenIn, Refusal> {
+    let refuse = |status: StatusCode, message: String| {
+        tracing::warn!(%status, "{message}");
+        Err(Refusal { status, message })
+    };
+    let Ok(Ok(slot)) = tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await
+    else {
+        let budget = HANDLER_BUDGET.as_secs();
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("too many reviews in progress: none could start within {budget}s"),
+        );
+    };
+    match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(body)) => Ok(TakenIn { slot, body }),
+        Ok(Err(error)) if is_too_large(&error) => refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the review is larger than {limit} bytes"),
+        ),
+        Ok(Err(error)) => refuse(
+            StatusCode::BAD_REQUEST,
+            format!("the review could not be read: {error}"),
+        ),
+        Err(_) => refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the review did not arrive within {}s",
+                HANDLER_BUDGET.as_secs()
+            ),
+        ),
+    }
+}
+
+fn is_too_large(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if error.is::<LengthLimitError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// Runs `decide` on a blocking thread, which holds the review's slot until it returns; work
+/// whose deadline has passed before it starts is skipped (`None`).
+async fn decide_by<T: Send + 'static>(
+    deadline: Instant,
+    TakenIn { slot, body }: TakenIn,
+    decide: impl FnOnce(&[u8]) -> T + Send + 'static,
+) -> Result<Result<Option<T>, tokio::task::JoinError>, tokio::time::error::Elapsed> {
+    let deciding = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        (Instant::now() < deadline).then(|| decide(&body))
+    });
+    tokio::time::timeout_at(deadline, deciding).await
+}
+
+async fn convert(
+    State(served): State<Arc<Served<Vec<ConversionWebhook>>>>,
+    body: Body,
+) -> Response {
+    let deadline = Instant::now() + HANDLER_BUDGET;
+    let taken = match take_in(&served.slots, body, CONVERSION_BODY_LIMIT, deadline).await {
+        Ok(taken) => taken,
+        Err(refused) => return refused.into_response(),
+    };
+    let uid = request_uid(&taken.body);
+    let conversions = served.clone();
+    let decided = decide_by(deadline, taken, move |body| {
+        conversion::review(&conversions.webhook, body)
+    });
+    match decided.await {
+        Ok(Ok(Some(Ok(review)))) => axum::Json(review).into_response(),
+        Ok(Ok(Some(Err(malformed)))) => {
             tracing::warn!(error = %malformed, "refused a malformed conversion review");
             (StatusCode::BAD_REQUEST, format!("{malformed}\n")).into_response()
         }
@@ -87,7 +210,7 @@ async fn convert(State(conversions): State<Arc<Vec<ConversionWebhook>>>, body: B
             )
                 .into_response()
         }
-        Err(_) => {
+        Ok(Ok(None)) | Err(_) => {
             tracing::warn!(%uid, "no conversion within the budget");
             let mut response = ConversionResponse::invalid(Status::failure(
                 &format!(
@@ -102,13 +225,19 @@ async fn convert(State(conversions): State<Arc<Vec<ConversionWebhook>>>, body: B
     }
 }
 
-async fn review(State(webhook): State<Arc<AdmissionWebhook>>, body: Bytes) -> Response {
-    let uid = request_uid(&body);
-    let name = webhook.name.clone();
-    let deciding = tokio::task::spawn_blocking(move || webhook.review(&body));
-    match tokio::time::timeout(HANDLER_BUDGET, deciding).await {
-        Ok(Ok(Ok(review))) => axum::Json(review).into_response(),
-        Ok(Ok(Err(malformed))) => {
+async fn review(State(served): State<Arc<Served<AdmissionWebhook>>>, body: Body) -> Response {
+    let deadline = Instant::now() + HANDLER_BUDGET;
+    let taken = match take_in(&served.slots, body, ADMISSION_BODY_LIMIT, deadline).await {
+        Ok(taken) => taken,
+        Err(refused) => return refused.into_response(),
+    };
+    let uid = request_uid(&taken.body);
+    let name = served.webhook.name.clone();
+    let webhook = served.clone();
+    let decided = decide_by(deadline, taken, move |body| webhook.webhook.review(body));
+    match decided.await {
+        Ok(Ok(Some(Ok(review)))) => axum::Json(review).into_response(),
+        Ok(Ok(Some(Err(malformed)))) => {
             tracing::warn!(webhook = %name, error = %malformed, "refused a malformed review");
             (StatusCode::BAD_REQUEST, format!("{malformed}\n")).into_response()
         }
@@ -120,7 +249,7 @@ async fn review(State(webhook): State<Arc<AdmissionWebhook>>, body: Bytes) -> Re
             )
                 .into_response()
         }
-        Err(_) => {
+        Ok(Ok(None)) | Err(_) => {
             tracing::warn!(webhook = %name, %uid, "no decision within the budget");
             axum::Json(AdmissionWebhook::out_of_time(&uid)).into_response()
         }
@@ -146,8 +275,11 @@ fn request_uid(body: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use axum::body::Body;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
     use axum::http::Request;
+    use futures::StreamExt as _;
     use serde_json::{Value, json};
     use tower::ServiceExt as _;
 
@@ -242,6 +374,109 @@ mod tests {
             .expect("request");
         let response = router().oneshot(request).await.expect("answered");
         assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    /// Posts `body` to Memcached's validating webhook through `router`.
+    async fn validate(router: Router, body: Body) -> StatusCode {
+        let request = Request::post("/validate-cache-example-com-v1beta1-memcached")
+            .header("content-type", "application/json")
+            .body(body)
+            .expect("request");
+        router.oneshot(request).await.expect("answered").status()
+    }
+
+    /// A body that sends `first`, then nothing more for `pause` (forever when `None`), then
+    /// the rest.
+    fn trickling(review: Vec<u8>, pause: Option<Duration>) -> Body {
+        let (first, rest) = review.split_at(10);
+        let (first, rest) = (Bytes::copy_from_slice(first), Bytes::copy_from_slice(rest));
+        let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(
+            futures::stream::once(async move {
+                match pause {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => std::future::pending().await,
+                }
+                Ok(rest)
+            }),
+        );
+        Body::from_stream(stream)
+    }
+
+    #[tokio::test]
+    async fn a_review_past_the_body_limit_gets_413() {
+        let mut review = memcached_review("m:1");
+        review.resize(ADMISSION_BODY_LIMIT + 1, b' ');
+        assert_eq!(
+            validate(router(), Body::from(review)).await,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+    }
+
+    #[tokio::test]
+    async fn reviews_past_the_slots_wait_for_one() {
+        let router = router();
+        let slow = Some(Duration::from_millis(300));
+        let answers = futures::future::join_all([
+            validate(router.clone(), trickling(memcached_review("m:1"), slow)),
+            validate(router.clone(), trickling(memcached_review("m:1"), slow)),
+            validate(router.clone(), Body::from(memcached_review("m:1"))),
+        ])
+        .await;
+        assert_eq!(answers, [StatusCode::OK; 3]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_slot_or_a_whole_body_by_the_deadline_a_review_is_refused() {
+        let taken_in = |slots: Arc<Semaphore>, body: Body| async move {
+            let deadline = Instant::now() + HANDLER_BUDGET;
+            let refused = take_in(&slots, body, ADMISSION_BODY_LIMIT, deadline)
+                .await
+                .err()
+                .expect("refused");
+            assert_eq!(Instant::now(), deadline, "refused at the deadline");
+            refused.status
+        };
+        let busy = Arc::new(Semaphore::new(0));
+        let review = || memcached_review("m:1");
+        assert_eq!(
+            taken_in(busy, Body::from(review())).await,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let free = Arc::new(Semaphore::new(1));
+        assert_eq!(
+            taken_in(free.clone(), trickling(review(), None)).await,
+            StatusCode::REQUEST_TIMEOUT
+        );
+        assert_eq!(free.available_permits(), 1, "the slot is given back");
+    }
+
+    #[tokio::test]
+    async fn a_decision_holds_its_slot_past_the_deadline_and_late_work_is_skipped() {
+        let slots = Arc::new(Semaphore::new(1));
+        let taken = || TakenIn {
+            slot: slots.clone().try_acquire_owned().expect("a free slot"),
+            body: Bytes::new(),
+        };
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let slow = decide_by(deadline, taken(), |_| {
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        assert!(slow.await.is_err(), "out of time");
+        assert_eq!(
+            slots.available_permits(),
+            0,
+            "still deciding, still counted"
+        );
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(slots.available_permits(), 1);
+
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let late = decide_by(Instant::now(), taken(), move |_| {
+            flag.store(true, Ordering::SeqCst)
+        });
+        assert!(matches!(late.await, Ok(Ok(None))), "skipped");
+        assert!(!ran.load(Ordering::SeqCst));
     }
 
     #[test]

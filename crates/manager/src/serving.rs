@@ -1,0 +1,286 @@
+//! Serving HTTP within bounds. The webhook port is open to every pod in the cluster, so what a
+//! client can make the process hold is limited here, for every endpoint:
+//!
+//! - at most [`Limits::max_connections`] connections at once, counted from accept through the
+//!   TLS handshake to close; more wait in the listen backlog until one closes;
+//! - a TLS handshake gets [`Limits::handshake_timeout`];
+//! - a request's headers get [`Limits::header_timeout`], counted from when the connection starts
+//!   waiting for them: a client that trickles them, or leaves a keep-alive connection idle, is
+//!   disconnected after as long;
+//! - headers and the read buffer are capped at [`Limits::max_header_bytes`] (431 beyond).
+//!
+//! Bodies, and the work a request starts, are bounded by the handlers that read them (see
+//! [`crate::webhooks`]). On stop, every connection finishes the request it is serving and
+//! closes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+/// What one endpoint lets its clients hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// How long a client may take to finish its TLS handshake.
+    pub handshake_timeout: Duration,
+    /// How long a client may take to send a request's headers, idle time before them included.
+    pub header_timeout: Duration,
+    /// The largest request head, and the read buffer of a connection.
+    pub max_header_bytes: usize,
+}
+
+impl Limits {
+    /// Room for the API servers' connection pools and a few scrapers and probes, at about
+    /// 100 KiB each (TLS records and the read buffer): 256 connections hold some 25 MiB. The
+    /// header timeout is hyper's own default, which idle keep-alive connections from the API
+    /// server outlive rarely enough not to race its next request often.
+    pub const DEFAULT: Self = Self {
+        max_connections: 256,
+        handshake_timeout: Duration::from_secs(10),
+        header_timeout: Duration::from_secs(30),
+        max_header_bytes: 64 << 10,
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Serves `router` on `listener` (over TLS when `tls` is given) within `limits` until `stop`,
+/// then waits for the open connections to finish their requests.
+pub async fn serve(
+    endpoint: &'static str,
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    limits: Limits,
+    stop: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut connections = JoinSet::new();
+    loop {
+        // A slot first: past the limit, connections wait in the kernel's backlog, unread.
+        let slot = tokio::select! {
+            () = stop.cancelled() => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: try again shortly rather than spin.
+                    tracing::debug!(%endpoint, %error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let connection = Connection {
+            endpoint,
+            peer,
+            limits,
+            stop: stop.clone(),
+            _slot: slot,
+        };
+        connections.spawn(connection.serve(stream, tls.clone(), router.clone()));
+        // Reap the finished ones, so the set holds only open connections.
+        while connections.try_join_next().is_some() {}
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// One accepted connection, holding its slot until it closes.
+struct Connection {
+    endpoint: &'static str,
+    peer: SocketAddr,
+    limits: Limits,
+    stop: CancellationToken,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connection {
+    async fn serve(self, stream: TcpStream, tls: Option<TlsAcceptor>, router: Router) {
+        let Some(acceptor) = tls else {
+            return self.serve_http(TokioIo::new(stream), router).await;
+        };
+        let handshake = acceptor.accept(stream);
+        match tokio::time::timeout(self.limits.handshake_timeout, handshake).await {
+            Ok(Ok(tls)) => self.serve_http(TokioIo::new(tls), router).await,
+            Ok(Err(error)) => {
+                tracing::debug!(endpoint = %self.endpoint, peer = %self.peer, %error, "TLS handshake failed");
+            }
+            Err(_) => {
+                tracing::debug!(endpoint = %self.endpoint, peer = %self.peer, "TLS handshake timed out");
+            }
+        }
+    }
+
+    async fn serve_http<I>(self, io: I, router: Router)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_timeout)
+            .max_buf_size(self.limits.max_header_bytes)
+            .max_header_size(self.limits.max_header_bytes);
+        let connection = builder.serve_connection(io, TowerToHyperService::new(router));
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            () = self.stop.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = result {
+            // Timeouts, resets and malformed requests: the client's doing, not ours.
+            tracing::debug!(endpoint = %self.endpoint, peer = %self.peer, %error, "connection ended");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    /// Serves a route answering `ok` on loopback within `limits`.
+    async fn start(limits: Limits) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(serve("test", listener, None, router, limits, stop.clone()));
+        (address, stop, task)
+    }
+
+    /// Sends a GET on `stream` and reads the answer's first line within `within`.
+    async fn get_on(stream: &mut TcpStream, within: Duration) -> Option<String> {
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .ok()?;
+        let mut buffer = [0; 256];
+        let read = tokio::time::timeout(within, stream.read(&mut buffer))
+            .await
+            .ok()?
+            .ok()?;
+        let text = String::from_utf8_lossy(&buffer[..read]).into_owned();
+        text.lines().next().map(str::to_owned)
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_limit_wait_until_one_closes() {
+        let limits = Limits {
+            max_connections: 2,
+            ..Limits::DEFAULT
+        };
+        let (address, stop, task) = start(limits).await;
+        let mut first = TcpStream::connect(address).await.unwrap();
+        let mut second = TcpStream::connect(address).await.unwrap();
+        let ok = Some("HTTP/1.1 200 OK".to_owned());
+        assert_eq!(get_on(&mut first, Duration::from_secs(5)).await, ok);
+        assert_eq!(get_on(&mut second, Duration::from_secs(5)).await, ok);
+
+        // The third connects (the backlog takes it) but is not served while two are open.
+        let mut third = TcpStream::connect(address).await.unwrap();
+        assert_eq!(get_on(&mut third, Duration::from_millis(500)).await, None);
+        drop(first);
+        let mut answer = [0; 64];
+        let read = tokio::time::timeout(Duration::from_secs(5), third.read(&mut answer))
+            .await
+            .expect("served once a slot is free")
+            .unwrap();
+        assert!(answer[..read].starts_with(b"HTTP/1.1 200 OK"));
+
+        stop.cancel();
+        drop((second, third));
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn idle_and_trickling_clients_are_disconnected() {
+        let limits = Limits {
+            header_timeout: Duration::from_millis(300),
+            ..Limits::DEFAULT
+        };
+        let (address, stop, task) = start(limits).await;
+
+        // Idle after a request: closed once the header timeout has passed.
+        let mut idle = TcpStream::connect(address).await.unwrap();
+        assert!(get_on(&mut idle, Duration::from_secs(5)).await.is_some());
+        let started = Instant::now();
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), idle.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "the idle connection was closed");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+
+        // Headers a byte at a time, never finished: closed as well.
+        let mut slow = TcpStream::connect(address).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let trickle = async {
+            loop {
+                if slow.write_all(b"X").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), trickle)
+            .await
+            .expect("a trickling client is cut off");
+
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn oversized_headers_are_refused() {
+        let limits = Limits {
+            max_header_bytes: 8 << 10,
+            ..Limits::DEFAULT
+        };
+        let (address, stop, task) = start(limits).await;
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: test\r\nX-Padding: {}\r\n\r\n",
+            "a".repeat(16 << 10)
+        );
+        // The server may stop reading and answer before the whole head is sent.
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+            "{answer}"
+        );
+        assert!(!answer.contains("200 OK"), "{answer}");
+        stop.cancel();
+        task.await.unwrap();
+    }
+}
