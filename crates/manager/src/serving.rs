@@ -2,7 +2,10 @@
 //! client can make the process hold is limited here, for every endpoint:
 //!
 //! - at most [`Limits::max_connections`] connections at once, counted from accept through the
-//!   TLS handshake to close; more wait in the listen backlog until one closes;
+//!   TLS handshake to close. A connection past the limit is not turned away: the oldest open
+//!   one is asked to close (at once when idle or still in its handshake, after the request it
+//!   is serving otherwise), and the new one is served as soon as it has. Idle connections
+//!   cannot lock the API server out, and no request in progress is cut off;
 //! - a TLS handshake gets [`Limits::handshake_timeout`];
 //! - a request's headers get [`Limits::header_timeout`], counted from when the connection starts
 //!   waiting for them: a client that trickles them, or leaves a keep-alive connection idle, is
@@ -13,8 +16,9 @@
 //! [`crate::webhooks`]). On stop, every connection finishes the request it is serving and
 //! closes.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -70,16 +74,10 @@ pub async fn serve(
     stop: CancellationToken,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let open = OpenConnections::default();
     let mut connections = JoinSet::new();
+    let mut next_id = 0_u64;
     loop {
-        // A slot first: past the limit, connections wait in the kernel's backlog, unread.
-        let slot = tokio::select! {
-            () = stop.cancelled() => break,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-        };
         let (stream, peer) = tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -92,11 +90,30 @@ pub async fn serve(
                 }
             },
         };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                // Full: the oldest connection makes room, and this one waits for it.
+                open.close_oldest();
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        next_id += 1;
         let connection = Connection {
             endpoint,
             peer,
             limits,
-            stop: stop.clone(),
+            close: open.register(next_id, &stop),
+            _registration: Registration {
+                open: open.clone(),
+                id: next_id,
+            },
             _slot: slot,
         };
         connections.spawn(connection.serve(stream, tls.clone(), router.clone()));
@@ -106,12 +123,54 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
+/// The open connections of one endpoint, oldest first, each with the token that asks it to
+/// close.
+#[derive(Clone, Debug, Default)]
+struct OpenConnections(Arc<Mutex<BTreeMap<u64, CancellationToken>>>);
+
+impl OpenConnections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
+        // A poisoned lock only means a connection task panicked mid-insert; the map is valid.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers connection `id`; it is asked to close by the returned token, which `stop`
+    /// cancels too.
+    fn register(&self, id: u64, stop: &CancellationToken) -> CancellationToken {
+        let close = stop.child_token();
+        self.lock().insert(id, close.clone());
+        close
+    }
+
+    fn close_oldest(&self) {
+        if let Some((_, close)) = self.lock().pop_first() {
+            close.cancel();
+        }
+    }
+}
+
+/// Removes a connection from [`OpenConnections`] when it ends.
+struct Registration {
+    open: OpenConnections,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.open.lock().remove(&self.id);
+    }
+}
+
 /// One accepted connection, holding its slot until it closes.
 struct Connection {
     endpoint: &'static str,
     peer: SocketAddr,
     limits: Limits,
-    stop: CancellationToken,
+    /// Asks the connection to close: the endpoint stops, or it is the oldest when full.
+    close: CancellationToken,
+    _registration: Registration,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -121,7 +180,11 @@ impl Connection {
             return self.serve_http(TokioIo::new(stream), router).await;
         };
         let handshake = acceptor.accept(stream);
-        match tokio::time::timeout(self.limits.handshake_timeout, handshake).await {
+        let handshaken = tokio::select! {
+            handshaken = tokio::time::timeout(self.limits.handshake_timeout, handshake) => handshaken,
+            () = self.close.cancelled() => return,
+        };
+        match handshaken {
             Ok(Ok(tls)) => self.serve_http(TokioIo::new(tls), router).await,
             Ok(Err(error)) => {
                 tracing::debug!(endpoint = %self.endpoint, peer = %self.peer, %error, "TLS handshake failed");
@@ -146,9 +209,14 @@ impl Connection {
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,
-            () = self.stop.cancelled() => {
+            () = self.close.cancelled() => {
+                // Closes an idle connection at once, a busy one after its request; a client
+                // that will not take its answer gets as long as it had for its headers.
                 connection.as_mut().graceful_shutdown();
-                connection.await
+                match tokio::time::timeout(self.limits.header_timeout, connection).await {
+                    Ok(result) => result,
+                    Err(_) => Ok(()),
+                }
             }
         };
         if let Err(error) = result {
@@ -167,57 +235,90 @@ mod tests {
 
     use super::*;
 
-    /// Serves a route answering `ok` on loopback within `limits`.
+    /// Serves `/`, answering `ok`, and `/slow`, answering after 300 ms, on loopback within
+    /// `limits`.
     async fn start(limits: Limits) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let address = listener.local_addr().unwrap();
-        let router = Router::new().route("/", get(|| async { "ok" }));
+        let slow = || async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            "slow"
+        };
+        let router = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .route("/slow", get(slow));
         let stop = CancellationToken::new();
         let task = tokio::spawn(serve("test", listener, None, router, limits, stop.clone()));
         (address, stop, task)
     }
 
-    /// Sends a GET on `stream` and reads the answer's first line within `within`.
-    async fn get_on(stream: &mut TcpStream, within: Duration) -> Option<String> {
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
-            .await
-            .ok()?;
+    /// Sends a GET of `path` on `stream` and reads the answer within `within`.
+    async fn get_path(stream: &mut TcpStream, path: &str, within: Duration) -> Option<String> {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
         let mut buffer = [0; 256];
         let read = tokio::time::timeout(within, stream.read(&mut buffer))
             .await
             .ok()?
             .ok()?;
-        let text = String::from_utf8_lossy(&buffer[..read]).into_owned();
-        text.lines().next().map(str::to_owned)
+        (read > 0).then(|| String::from_utf8_lossy(&buffer[..read]).into_owned())
+    }
+
+    /// The first line of the answer to a GET of `/`.
+    async fn get_on(stream: &mut TcpStream, within: Duration) -> Option<String> {
+        let answer = get_path(stream, "/", within).await?;
+        answer.lines().next().map(str::to_owned)
+    }
+
+    /// Whether the server has closed `stream` (within 5 s).
+    async fn closed(stream: &mut TcpStream) -> bool {
+        let mut rest = Vec::new();
+        let read = stream.read_to_end(&mut rest);
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), read).await,
+            Ok(Ok(_))
+        )
     }
 
     #[tokio::test]
-    async fn connections_past_the_limit_wait_until_one_closes() {
+    async fn a_connection_past_the_limit_closes_the_oldest_after_its_request() {
         let limits = Limits {
             max_connections: 2,
             ..Limits::DEFAULT
         };
         let (address, stop, task) = start(limits).await;
-        let mut first = TcpStream::connect(address).await.unwrap();
-        let mut second = TcpStream::connect(address).await.unwrap();
         let ok = Some("HTTP/1.1 200 OK".to_owned());
-        assert_eq!(get_on(&mut first, Duration::from_secs(5)).await, ok);
-        assert_eq!(get_on(&mut second, Duration::from_secs(5)).await, ok);
 
-        // The third connects (the backlog takes it) but is not served while two are open.
+        // Two idle keep-alive connections fill the endpoint; a third is served at once, and
+        // the oldest is closed for it.
+        let mut first = TcpStream::connect(address).await.unwrap();
+        assert_eq!(get_on(&mut first, Duration::from_secs(5)).await, ok);
+        let mut second = TcpStream::connect(address).await.unwrap();
+        assert_eq!(get_on(&mut second, Duration::from_secs(5)).await, ok);
         let mut third = TcpStream::connect(address).await.unwrap();
-        assert_eq!(get_on(&mut third, Duration::from_millis(500)).await, None);
-        drop(first);
-        let mut answer = [0; 64];
-        let read = tokio::time::timeout(Duration::from_secs(5), third.read(&mut answer))
+        assert_eq!(get_on(&mut third, Duration::from_secs(5)).await, ok);
+        assert!(closed(&mut first).await, "the oldest connection was closed");
+
+        // The oldest is now busy: it gets its whole answer before it is closed.
+        let slow = "GET /slow HTTP/1.1\r\nHost: test\r\n\r\n";
+        second.write_all(slow.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut fourth = TcpStream::connect(address).await.unwrap();
+        assert_eq!(get_on(&mut fourth, Duration::from_secs(5)).await, ok);
+        let mut answer = Vec::new();
+        let read = second.read_to_end(&mut answer);
+        tokio::time::timeout(Duration::from_secs(5), read)
             .await
-            .expect("served once a slot is free")
+            .expect("closed after its answer")
             .unwrap();
-        assert!(answer[..read].starts_with(b"HTTP/1.1 200 OK"));
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("slow"),
+            "{answer}"
+        );
 
         stop.cancel();
-        drop((second, third));
+        drop((third, fourth));
         task.await.unwrap();
     }
 
