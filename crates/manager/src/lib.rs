@@ -22,6 +22,7 @@ pub mod error;
 pub mod fence;
 pub mod json_log;
 pub mod leader;
+pub mod leader_thread;
 pub mod manager;
 pub mod metrics_auth;
 pub mod server;

@@ -25,6 +25,7 @@ use crate::client_metrics::RequestMetrics;
 use crate::config::Config;
 use crate::fence::WriteFence;
 use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
+use crate::leader_thread::ElectorThread;
 use crate::metrics_auth::MetricsAuth;
 use crate::server::{Health, MetricsEndpoint, Secure, Servers};
 use crate::tls::ServingCert;
@@ -237,6 +238,7 @@ async fn run_connected(
         .map_err(Error::Client)?
         .with_layer(&requests)
         .build();
+    let elector_config = client_config.clone();
     runner.client = kube::client::ClientBuilder::try_from(client_config)
         .map_err(Error::Client)?
         .with_layer(&requests)
@@ -255,7 +257,16 @@ async fn run_connected(
         "leader-election",
         &settings.identity,
     );
-    let elector = LeaderElector::new(client, settings, fence.status().clone()).with_events(events);
+    // The Lease is renewed on a thread of its own, with a client of its own (the same
+    // configuration and user agent as `client`), so no load on this runtime can delay it.
+    let status = fence.status().clone();
+    let elector = ElectorThread::start(move || {
+        let client = kube::client::ClientBuilder::try_from(elector_config)
+            .map_err(Error::Client)?
+            .with_layer(&requests)
+            .build();
+        Ok(LeaderElector::new(client, settings, status).with_events(events))
+    })?;
     let result = runner.run_elected(elector, shutdown).await;
     publisher
         .finish(kube_operator_runtime::events::EVENTS_FLUSH)
@@ -451,7 +462,7 @@ impl Runner {
     /// held, keep renewing it while they drain at shutdown, and release it once they are gone.
     async fn run_elected(
         self,
-        mut elector: LeaderElector,
+        mut elector: ElectorThread,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
         if !elector.acquire(shutdown).await || shutdown.is_cancelled() {
