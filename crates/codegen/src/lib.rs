@@ -39,6 +39,8 @@ pub const MANAGER_IMAGE: &str = "operator-manager";
 /// The user (and group) the manager runs as: the `nonroot` user of distroless images, named by
 /// number so the kubelet can verify `runAsNonRoot`; the image built by `cargo xtask image` has it.
 pub const MANAGER_USER: u32 = 65532;
+/// The manager container's memory limit: what it must stay within, whatever reaches it.
+pub const MANAGER_MEMORY_LIMIT: &str = "256Mi";
 /// Port of `/metrics`, served over HTTPS to authorized scrapers (Kubebuilder's 8443).
 pub const METRICS_PORT: i32 = 8443;
 /// Name of the metrics port on the container and the Service.

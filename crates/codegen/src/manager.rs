@@ -200,7 +200,10 @@ pub(crate) fn deployment() -> Deployment {
         readiness_probe: Some(http_probe("/readyz", 5, 10)),
         resources: Some(ResourceRequirements {
             requests: Some(quantities(&[("cpu", "10m"), ("memory", "64Mi")])),
-            limits: Some(quantities(&[("cpu", "500m"), ("memory", "256Mi")])),
+            limits: Some(quantities(&[
+                ("cpu", "500m"),
+                ("memory", crate::MANAGER_MEMORY_LIMIT),
+            ])),
             ..ResourceRequirements::default()
         }),
         security_context: Some(SecurityContext {

@@ -13,6 +13,8 @@
 //! and the CA, several times, under a steady stream of writes none of which fails; with the
 //! manager down, writes are refused (failure policy `Fail`).
 
+mod webhook_configurations;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -25,11 +27,11 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_operator_runtime::webhook;
 use serde_json::{Value, json};
 use testkit::{ManagerProcess, TestCluster, TestNamespace};
+use webhook_configurations::{gone, install_configurations, remove_configurations};
 
 /// The namespace of the manager's certificate Secret (its lease namespace), as in-cluster.
 const MANAGER_NAMESPACE: &str = "operator-system";
@@ -385,64 +387,6 @@ impl Started {
     }
 }
 
-/// The generated configurations, calling `https://127.0.0.1:port`, for this test's
-/// namespace only.
-async fn install_configurations(
-    cluster: &TestCluster,
-    ns: &TestNamespace,
-    port: u16,
-) -> Result<()> {
-    let (mut mutating, mut validating) =
-        codegen::webhook_configurations(&codegen::WebhookTarget::Url {
-            base: format!("https://127.0.0.1:{port}"),
-        })?;
-    let only_here = LabelSelector {
-        match_labels: Some(
-            [(
-                "kubernetes.io/metadata.name".to_owned(),
-                ns.name().to_owned(),
-            )]
-            .into(),
-        ),
-        ..LabelSelector::default()
-    };
-    for hook in mutating.webhooks.iter_mut().flatten() {
-        hook.namespace_selector = Some(only_here.clone());
-    }
-    for hook in validating.webhooks.iter_mut().flatten() {
-        hook.namespace_selector = Some(only_here.clone());
-    }
-    let apply = PatchParams::apply("e2e-webhooks").force();
-    Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
-        .patch(
-            webhook::MUTATING_CONFIGURATION,
-            &apply,
-            &Patch::Apply(&mutating),
-        )
-        .await?;
-    Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
-        .patch(
-            webhook::VALIDATING_CONFIGURATION,
-            &apply,
-            &Patch::Apply(&validating),
-        )
-        .await?;
-    Ok(())
-}
-
-async fn remove_configurations(cluster: &TestCluster) -> Result<()> {
-    gone(
-        Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
-            .delete(webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
-            .await,
-    )?;
-    gone(
-        Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
-            .delete(webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
-            .await,
-    )
-}
-
 /// The installed Memcached CRD with the generated conversion, calling `target` (a replace:
 /// an apply would keep the other client config beside the new one).
 async fn convert_at(cluster: &TestCluster, target: &codegen::WebhookTarget) -> Result<()> {
@@ -588,14 +532,6 @@ async fn injected_bundles(cluster: &TestCluster) -> Result<Vec<Vec<u8>>> {
         .collect();
     ensure!(bundles.len() == 4, "four webhooks, got {}", bundles.len());
     Ok(bundles)
-}
-
-fn gone<T>(result: Result<T, kube::Error>) -> Result<()> {
-    match result {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn memcached_yaml(name: &str, image: &str) -> String {

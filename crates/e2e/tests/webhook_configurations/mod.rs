@@ -1,0 +1,81 @@
+//! The generated admission webhook configurations, pointed at a manager on loopback: what the
+//! webhook tests share. The configurations are cluster-wide objects with fixed names, so the
+//! tests that install them run one at a time (one scenario per test binary).
+
+#![allow(dead_code)] // Each test binary uses a different part of this module.
+
+use anyhow::Result;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube_operator_runtime::webhook;
+use testkit::{TestCluster, TestNamespace};
+
+/// The generated configurations, calling `https://127.0.0.1:port`, for this test's
+/// namespace only.
+pub async fn install_configurations(
+    cluster: &TestCluster,
+    ns: &TestNamespace,
+    port: u16,
+) -> Result<()> {
+    let (mut mutating, mut validating) =
+        codegen::webhook_configurations(&codegen::WebhookTarget::Url {
+            base: format!("https://127.0.0.1:{port}"),
+        })?;
+    let only_here = LabelSelector {
+        match_labels: Some(
+            [(
+                "kubernetes.io/metadata.name".to_owned(),
+                ns.name().to_owned(),
+            )]
+            .into(),
+        ),
+        ..LabelSelector::default()
+    };
+    for hook in mutating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_here.clone());
+    }
+    for hook in validating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_here.clone());
+    }
+    let apply = PatchParams::apply("e2e-webhooks").force();
+    Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
+        .patch(
+            webhook::MUTATING_CONFIGURATION,
+            &apply,
+            &Patch::Apply(&mutating),
+        )
+        .await?;
+    Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
+        .patch(
+            webhook::VALIDATING_CONFIGURATION,
+            &apply,
+            &Patch::Apply(&validating),
+        )
+        .await?;
+    Ok(())
+}
+
+pub async fn remove_configurations(cluster: &TestCluster) -> Result<()> {
+    gone(
+        Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
+            .delete(webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
+            .await,
+    )?;
+    gone(
+        Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
+            .delete(webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
+            .await,
+    )
+}
+
+/// Success, or an API error that says the object was not there.
+pub fn gone<T>(result: Result<T, kube::Error>) -> Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
