@@ -85,10 +85,11 @@ pub fn review(
             review.types.kind, review.types.api_version
         )));
     }
-    let request = ConversionRequest::from_review(review)
+    let mut request = ConversionRequest::from_review(review)
         .map_err(|_| MalformedReview("the ConversionReview has no request".into()))?;
     let desired = request.desired_api_version.clone();
-    let objects = request.objects.clone();
+    // Taken, not copied: a list's conversion carries every object of the list.
+    let objects = std::mem::take(&mut request.objects);
     let response = ConversionResponse::for_request(request);
     let mut converted = Vec::with_capacity(objects.len());
     for object in objects {

@@ -15,6 +15,11 @@
 //! defaulting answer is the JSON patch from the object as sent to the object as defaulted, a
 //! refusal is a 422 `Invalid` status whose causes name each field, as the API server's own
 //! validation reports them.
+//!
+//! A review's body is read once: the review around the objects is parsed with the objects
+//! left as slices of the body, and each object is then parsed once, straight into the type
+//! that judges it (a defaulting webhook also keeps it as JSON, to patch what it changed). No
+//! copy of the objects is made on the way, which matters when the body is several MiB.
 
 pub mod conversion;
 pub mod image;
@@ -22,12 +27,13 @@ pub mod image;
 use std::borrow::Cow;
 use std::time::Duration;
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
-use serde::Serialize;
+use kube::core::{DynamicObject, GroupVersionKind, Status, TypeMeta};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The port the manager serves webhooks on (`--webhook-bind-address`, Kubebuilder's 9443).
 pub const PORT: u16 = 9443;
@@ -86,7 +92,49 @@ pub struct AdmissionWebhook {
     pub kind_name: String,
     /// The operations it is called for (`CREATE`, `UPDATE`).
     pub operations: &'static [&'static str],
-    admit: fn(&AdmissionRequest<DynamicObject>) -> AdmissionResponse,
+    admit: fn(&Request<'_>) -> AdmissionResponse,
+}
+
+/// The parts of an `AdmissionReview` the webhooks read. The objects stay the JSON text they
+/// arrived as, a slice of the body, until the webhook parses each, once, into what it needs.
+#[derive(Deserialize)]
+struct Review<'a> {
+    #[serde(default, rename = "apiVersion")]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
+}
+
+/// The request of an `AdmissionReview`, its objects unparsed.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request<'a> {
+    uid: String,
+    kind: GroupVersionKind,
+    #[serde(default)]
+    name: String,
+    operation: Operation,
+    #[serde(borrow, default)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    old_object: Option<&'a RawValue>,
+}
+
+impl Request<'_> {
+    /// The answer that admits this request as it is.
+    fn allowed(&self) -> AdmissionResponse {
+        let mut response = AdmissionResponse::invalid("");
+        response.types = TypeMeta {
+            api_version: REVIEW_VERSION.to_owned(),
+            kind: "AdmissionReview".to_owned(),
+        };
+        response.uid.clone_from(&self.uid);
+        response.allowed = true;
+        response.result = Status::default();
+        response
+    }
 }
 
 impl AdmissionWebhook {
@@ -102,7 +150,7 @@ impl AdmissionWebhook {
 
     fn new<K: kube::Resource<DynamicType = ()>>(
         kind: AdmissionKind,
-        admit: fn(&AdmissionRequest<DynamicObject>) -> AdmissionResponse,
+        admit: fn(&Request<'_>) -> AdmissionResponse,
     ) -> Self {
         let (group, version, kind_name) = (K::group(&()), K::version(&()), K::kind(&()));
         let lower = kind_name.to_lowercase();
@@ -129,19 +177,19 @@ impl AdmissionWebhook {
     /// [`MalformedReview`] when the body is no `admission.k8s.io/v1` review with a request: the
     /// server answers it with 400 and the reason.
     pub fn review(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, MalformedReview> {
-        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)
+        let review: Review<'_> = serde_json::from_slice(body)
             .map_err(|e| MalformedReview(format!("the body is not an AdmissionReview: {e}")))?;
-        if review.types.api_version != REVIEW_VERSION || review.types.kind != "AdmissionReview" {
+        if review.api_version != REVIEW_VERSION || review.kind != "AdmissionReview" {
             return Err(MalformedReview(format!(
                 "expected an AdmissionReview of {REVIEW_VERSION}, got kind {:?} of {:?}",
-                review.types.kind, review.types.api_version
+                review.kind, review.api_version
             )));
         }
-        let request: AdmissionRequest<DynamicObject> = review
-            .try_into()
-            .map_err(|_| MalformedReview("the AdmissionReview has no request".into()))?;
+        let request = review
+            .request
+            .ok_or_else(|| MalformedReview("the AdmissionReview has no request".into()))?;
         let response = if request.kind.group != self.group || request.kind.kind != self.kind_name {
-            AdmissionResponse::from(&request).deny(format!(
+            request.allowed().deny(format!(
                 "webhook {} admits {}.{}, not {}.{}: its configuration sends it the wrong kind",
                 self.name, self.kind_name, self.group, request.kind.kind, request.kind.group
             ))
@@ -250,18 +298,18 @@ impl std::fmt::Display for FieldError {
     }
 }
 
-fn admit_defaulting<D: Defaulter>(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-    let allowed = AdmissionResponse::from(request);
-    let Some(object) = &request.object else {
+fn admit_defaulting<D: Defaulter>(request: &Request<'_>) -> AdmissionResponse {
+    let allowed = request.allowed();
+    let Some(object) = request.object else {
         return allowed;
     };
-    let raw = match serde_json::to_value(object) {
+    let raw: Value = match serde_json::from_str(object.get()) {
         Ok(raw) => raw,
         Err(e) => return allowed.deny(format!("cannot read the object: {e}")),
     };
     // Defaulting runs before the schema is checked: an object that does not read as `K` is
     // left alone for the schema to refuse with its own, better message.
-    let Ok(mut typed) = serde_json::from_value::<D::Object>(raw.clone()) else {
+    let Ok(mut typed) = D::Object::deserialize(&raw) else {
         return allowed;
     };
     let before = serde_json::to_value(&typed);
@@ -278,7 +326,9 @@ fn admit_defaulting<D: Defaulter>(request: &AdmissionRequest<DynamicObject>) -> 
         return response;
     }
     response.with_patch(patch).unwrap_or_else(|e| {
-        AdmissionResponse::from(request).deny(format!("cannot write the patch: {e}"))
+        request
+            .allowed()
+            .deny(format!("cannot write the patch: {e}"))
     })
 }
 
@@ -314,38 +364,33 @@ fn apply_changes(raw: &mut Value, before: &Value, after: &Value) {
     }
 }
 
-fn admit_validating<V: Validator>(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-    let allowed = AdmissionResponse::from(request);
-    let read = |object: &Option<DynamicObject>| -> Option<Result<V::Object, String>> {
-        object.as_ref().map(|object| {
-            serde_json::to_value(object)
-                .and_then(serde_json::from_value::<V::Object>)
-                .map_err(|e| {
-                    format!(
-                        "cannot read the object as {}: {e}",
-                        <V::Object as kube::Resource>::kind(&())
-                    )
-                })
+fn admit_validating<V: Validator>(request: &Request<'_>) -> AdmissionResponse {
+    let allowed = request.allowed();
+    let read = |object: Option<&RawValue>| -> Option<Result<V::Object, String>> {
+        object.map(|object| {
+            serde_json::from_str::<V::Object>(object.get()).map_err(|e| {
+                format!(
+                    "cannot read the object as {}: {e}",
+                    <V::Object as kube::Resource>::kind(&())
+                )
+            })
         })
     };
-    let verdict = match (
-        &request.operation,
-        read(&request.object),
-        read(&request.old_object),
-    ) {
+    let (new, old) = (read(request.object), read(request.old_object));
+    let verdict = match (&request.operation, &new, &old) {
         (_, Some(Err(e)), _) | (Operation::Update, _, Some(Err(e))) => return allowed.deny(e),
-        (Operation::Create, Some(Ok(new)), _) => V::validate_create(&new),
-        (Operation::Update, Some(Ok(new)), Some(Ok(old))) => V::validate_update(&new, &old),
+        (Operation::Create, Some(Ok(new)), _) => V::validate_create(new),
+        (Operation::Update, Some(Ok(new)), Some(Ok(old))) => V::validate_update(new, old),
         _ => return allowed,
     };
     if verdict.refusals.is_empty() {
         return with_warnings(allowed, verdict.warnings);
     }
-    let name = request
-        .object
-        .as_ref()
-        .and_then(|o| o.metadata.name.clone())
-        .unwrap_or_else(|| request.name.clone());
+    let name = match &new {
+        Some(Ok(new)) => kube::Resource::meta(new).name.clone(),
+        _ => None,
+    }
+    .unwrap_or_else(|| request.name.clone());
     let mut response = with_warnings(allowed, verdict.warnings)
         .deny(invalid_message::<V::Object>(&name, &verdict.refusals));
     response.result.code = 422;
