@@ -32,7 +32,12 @@
 //!   interfaces (in-cluster), `127.0.0.1:8080` on loopback only, `[::]:8080` on all IPv6 (and,
 //!   on a dual-stack host, IPv4) interfaces, `0` serves nothing.
 //! - Durations are Go-style: `15s`, `500ms`, `1m30s`. The Lease stores whole seconds, so the
-//!   lease duration is rounded up to a second.
+//!   lease duration is rounded up to a second. Leader election follows client-go's rules
+//!   (`renew_deadline` < `lease_duration`, `retry_period` × 1.2 < `renew_deadline`), each of its
+//!   durations at most an hour; `webhook_cert_validity` is at most ten years, the other
+//!   durations at most a day.
+//! - `leader_election_id` names the Lease, so it must be a DNS subdomain, and
+//!   `leader_election_namespace` a namespace name.
 //! - `metrics_secure` serves `/metrics` over HTTPS to scrapers whose bearer token the API
 //!   server authenticates and allows `get` on `/metrics` (the generated `metrics-reader`
 //!   ClusterRole); off by default for a local run, on in the generated Deployment (port 8443,
@@ -95,6 +100,16 @@ pub const CONFIG_ENV: &str = "MANAGER_CONFIG";
 /// The shortest webhook certificate validity: renewal starts with a third left and is
 /// checked every tenth, at least every second.
 pub const MIN_WEBHOOK_CERT_VALIDITY: Duration = Duration::from_secs(30);
+/// The longest webhook certificate validity accepted: ten years.
+pub const MAX_WEBHOOK_CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+/// The longest lease duration, renew deadline or retry period accepted. A longer Lease leaves
+/// the platform without a leader for as long after a crash; and every duration is added to the
+/// clock, which a value near the largest Go duration (`2562047788015215h`) overflows.
+pub const MAX_LEADER_ELECTION_DURATION: Duration = Duration::from_secs(60 * 60);
+/// The longest value of any other duration key: a day.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// client-go's jitter factor: a retry comes up to 20% late, and must still meet the deadline.
+const RETRY_JITTER: f64 = 1.2;
 
 /// Every key of [`Config`], in the order of its fields.
 pub const KEYS: &[&str] = &[
@@ -522,6 +537,27 @@ impl<'de> Deserialize<'de> for NamespaceList {
     }
 }
 
+/// Why `name` cannot name an object such as a Lease (an RFC 1123 DNS subdomain), if it cannot.
+fn dns_subdomain(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("it is empty");
+    }
+    if name.len() > 253 {
+        return Err("it is longer than 253 characters");
+    }
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let parts_ok = name
+        .split('.')
+        .all(|part| !part.is_empty() && part.starts_with(alnum) && part.ends_with(alnum));
+    if !name.chars().all(|c| alnum(c) || c == '-' || c == '.') || !parts_ok {
+        return Err(
+            "use lower-case letters, digits, '-' and '.', each part between dots starting and \
+             ending with a letter or digit",
+        );
+    }
+    Ok(())
+}
+
 /// Whether `name` is a valid namespace name (an RFC 1123 DNS label).
 fn is_dns_label(name: &str) -> bool {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
@@ -881,14 +917,78 @@ fn check(
     }
     if config.retry_period.is_zero() {
         problem("retry_period", "must be longer than 0s".to_owned());
-    } else if config.retry_period >= config.renew_deadline {
+    } else if config.renew_deadline.as_secs_f64()
+        <= RETRY_JITTER * config.retry_period.as_secs_f64()
+    {
+        // client-go's rule: a retry, jittered by up to 20%, must still fit in the deadline.
         problem(
             "retry_period",
             format!(
-                "{} must be shorter than renew_deadline ({} from {})",
+                "{} × {RETRY_JITTER} must be shorter than renew_deadline ({} from {}): a retry \
+                 comes up to 20% late",
                 show(config.retry_period),
                 show(config.renew_deadline),
                 from("renew_deadline")
+            ),
+        );
+    }
+    for (key, value, most) in [
+        (
+            "lease_duration",
+            config.lease_duration,
+            MAX_LEADER_ELECTION_DURATION,
+        ),
+        (
+            "renew_deadline",
+            config.renew_deadline,
+            MAX_LEADER_ELECTION_DURATION,
+        ),
+        (
+            "retry_period",
+            config.retry_period,
+            MAX_LEADER_ELECTION_DURATION,
+        ),
+        ("shutdown_timeout", config.shutdown_timeout, MAX_DURATION),
+        (
+            "reconcile_debounce",
+            config.reconcile_debounce,
+            MAX_DURATION,
+        ),
+        ("reconcile_timeout", config.reconcile_timeout, MAX_DURATION),
+        (
+            "webhook_cert_validity",
+            config.webhook_cert_validity,
+            MAX_WEBHOOK_CERT_VALIDITY,
+        ),
+    ] {
+        if value > most {
+            problem(
+                key,
+                format!(
+                    "{} is longer than the maximum of {}",
+                    show(value),
+                    show(most)
+                ),
+            );
+        }
+    }
+    if let Err(reason) = dns_subdomain(&config.leader_election_id) {
+        problem(
+            "leader_election_id",
+            format!(
+                "{:?} cannot name a Lease: {reason}",
+                config.leader_election_id
+            ),
+        );
+    }
+    if let Some(namespace) = &config.leader_election_namespace
+        && !is_dns_label(namespace)
+    {
+        problem(
+            "leader_election_namespace",
+            format!(
+                "{namespace:?} is not a namespace name: lower-case letters, digits and '-', \
+                 starting and ending with a letter or digit, at most 63 characters"
             ),
         );
     }
@@ -922,9 +1022,6 @@ fn check(
     }
     if config.max_concurrent_reconciles == 0 {
         problem("max_concurrent_reconciles", "must be at least 1".to_owned());
-    }
-    if config.leader_election_id.trim().is_empty() {
-        problem("leader_election_id", "must not be empty".to_owned());
     }
     if let Err(message) = config.controllers.resolve(known_controllers) {
         problem("controllers", message);
@@ -1370,13 +1467,79 @@ mod tests {
     }
 
     #[test]
-    fn retry_period_must_be_shorter_than_renew_deadline() {
-        let p = one_problem(load(&flags(&["--retry-period", "10s"]), env(&[]), KNOWN));
+    fn a_jittered_retry_must_fit_in_the_renew_deadline() {
+        // 9s is shorter than the 10s deadline, but a retry 20% late would miss it.
+        let p = one_problem(load(&flags(&["--retry-period", "9s"]), env(&[]), KNOWN));
         assert_eq!(
             (p.key.as_str(), p.origin.as_str()),
             ("retry_period", "flag --retry-period")
         );
-        assert!(p.message.contains("shorter than renew_deadline"), "{p}");
+        assert!(
+            p.message.contains(
+                "9s × 1.2 must be shorter than renew_deadline (10s from built-in default)"
+            ),
+            "{p}"
+        );
+        assert!(load(&flags(&["--retry-period", "8s"]), env(&[]), KNOWN).is_ok());
+    }
+
+    #[test]
+    fn durations_have_upper_bounds() {
+        // The largest Go duration: once added to the clock, it overflowed.
+        let error = load(
+            &flags(&[
+                "--lease-duration",
+                "2562047788015215h",
+                "--renew-deadline",
+                "2562047788015214h",
+            ]),
+            env(&[]),
+            KNOWN,
+        )
+        .unwrap_err();
+        let keys: Vec<&str> = error.problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["lease_duration", "renew_deadline"], "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("is longer than the maximum of 3600s"),
+            "{text}"
+        );
+
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_SHUTDOWN_TIMEOUT", "25h")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("shutdown_timeout", "env var MANAGER_SHUTDOWN_TIMEOUT")
+        );
+        assert!(p.message.contains("maximum of 86400s"), "{p}");
+    }
+
+    #[test]
+    fn the_lease_must_be_nameable() {
+        for (id, says) in [
+            ("", "it is empty"),
+            ("Leader", "lower-case"),
+            ("a..b", "lower-case"),
+            ("-a", "lower-case"),
+        ] {
+            let p = one_problem(load(
+                &Flags::default(),
+                env(&[("MANAGER_LEADER_ELECTION_ID", id)]),
+                KNOWN,
+            ));
+            assert_eq!(p.key, "leader_election_id");
+            assert!(p.message.contains(says), "{id:?}: {p}");
+        }
+        assert!(load(&flags(&["--leader-election-id", "a.b-c"]), env(&[]), KNOWN).is_ok());
+        let p = one_problem(load(
+            &flags(&["--leader-election-namespace", "Operator_System"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(p.key, "leader_election_namespace");
     }
 
     #[test]
