@@ -81,6 +81,12 @@ pub async fn run(
     };
     let identity = leader::default_identity();
     let connection = Connection::new(&identity, &registry).await?;
+    // Scrapers' tokens are reviewed on a client of their own: a flood of them queues there,
+    // not in front of the controllers' requests.
+    let reviews_client = kube::client::ClientBuilder::try_from(connection.config.clone())
+        .map_err(Error::Client)?
+        .with_layer(&connection.requests)
+        .build();
     let metrics_endpoint =
         config
             .metrics_bind_address
@@ -89,7 +95,7 @@ pub async fn run(
                 address,
                 secure: cert.map(|cert| Secure {
                     cert,
-                    auth: Arc::new(MetricsAuth::new(connection.client.clone())),
+                    auth: Arc::new(MetricsAuth::new(reviews_client)),
                 }),
             });
     let mut servers = Servers::start(

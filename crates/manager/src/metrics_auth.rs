@@ -8,8 +8,20 @@
 //! Answers are cached with controller-runtime's lifetimes (an authentication for a minute, an
 //! allowed request for five, a denied one for thirty seconds), so a scrape every few seconds
 //! is not two API calls each. Tokens are kept as their SHA-256 only.
+//!
+//! Anyone who reaches the port can send tokens, so what they cost the API server is bounded:
+//! - requests that carry the same unknown token at once share one TokenReview;
+//! - at most [`REVIEWS_PER_SECOND`] TokenReviews are sent (in bursts of up to
+//!   [`REVIEW_BURST`]); a request with an unknown token beyond that gets 429 and is asked to
+//!   come back, while tokens already known are answered from the cache as before;
+//! - each cache holds at most [`MAX_CACHED`] answers and drops the least recently used first,
+//!   so a flood of new tokens does not push out the scrapers'.
+//!
+//! The manager gives this its own API client, apart from the controllers' and the Lease's.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,6 +34,7 @@ use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 /// How long an authenticated token is trusted without asking again.
@@ -35,23 +48,150 @@ pub const DENIED_FOR: Duration = Duration::from_secs(30);
 const PATH: &str = "/metrics";
 const VERB: &str = "get";
 
-/// At most this many answers are cached; beyond it the expired ones are dropped, then all.
-const MAX_CACHED: usize = 4096;
+/// At most this many answers are kept in each cache; the least recently used go first.
+pub const MAX_CACHED: usize = 4096;
+/// TokenReviews sent per second at most, on average.
+pub const REVIEWS_PER_SECOND: f64 = 10.0;
+/// TokenReviews sent at once at most, after a quiet while.
+pub const REVIEW_BURST: f64 = 20.0;
+
+/// A token's SHA-256.
+type TokenHash = [u8; 32];
+/// Answers on their way by key: requests that ask the same at once share one API call.
+struct InFlight<K, V>(Mutex<HashMap<K, Arc<Answer<V>>>>);
+
+/// One answer, given once to every request waiting for it.
+type Answer<V> = OnceCell<Result<V, Refusal>>;
+
+impl<K: Hash + Eq + Clone, V: Clone> InFlight<K, V> {
+    async fn share<F>(&self, key: K, ask: impl FnOnce() -> F) -> Result<V, Refusal>
+    where
+        F: Future<Output = Result<V, Refusal>>,
+    {
+        let answer = lock(&self.0).entry(key.clone()).or_default().clone();
+        let result = answer.get_or_init(ask).await.clone();
+        let mut in_flight = lock(&self.0);
+        // Only this answer: a newer one for the same key may be on its way already.
+        if in_flight.get(&key).is_some_and(|a| Arc::ptr_eq(a, &answer)) {
+            in_flight.remove(&key);
+        }
+        result
+    }
+}
+
+impl<K, V> Default for InFlight<K, V> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
 
 /// The TokenReview and SubjectAccessReview client, with its caches.
 pub struct MetricsAuth {
     client: kube::Client,
-    /// Who each token (by its SHA-256) is, if anyone, and since when that is known.
-    users: Mutex<Cache<[u8; 32], Option<UserInfo>>>,
+    /// Who each token is, if anyone, and since when that is known.
+    users: Mutex<Cache<TokenHash, Option<UserInfo>>>,
     /// Whether each user may read, and since when that is known.
     decisions: Mutex<Cache<String, bool>>,
+    /// The TokenReviews in flight, shared by the requests that carry the same token.
+    reviewing: InFlight<TokenHash, Option<UserInfo>>,
+    /// The SubjectAccessReviews in flight, shared likewise by user.
+    deciding: InFlight<String, bool>,
+    /// What may still be sent now.
+    budget: Mutex<Budget>,
 }
 
-/// Answers by key, with when each was given.
-type Cache<K, V> = HashMap<K, (V, Instant)>;
+/// Answers by key, with when each was given; the least recently used goes first when full.
+struct Cache<K, V> {
+    entries: HashMap<K, Cached<V>>,
+    /// Keys by when they were last used (a counter), oldest first.
+    by_use: BTreeMap<u64, K>,
+    uses: u64,
+}
+
+struct Cached<V> {
+    value: V,
+    at: Instant,
+    used: u64,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Cache<K, V> {
+    /// The answer for `key` if it is younger than what `lifetime` gives it.
+    fn get(&mut self, key: &K, now: Instant, lifetime: impl Fn(&V) -> Duration) -> Option<V> {
+        let entry = self.entries.get_mut(key)?;
+        if now.duration_since(entry.at) >= lifetime(&entry.value) {
+            return None;
+        }
+        self.uses += 1;
+        self.by_use.remove(&entry.used);
+        entry.used = self.uses;
+        self.by_use.insert(self.uses, key.clone());
+        Some(entry.value.clone())
+    }
+
+    fn insert(&mut self, key: K, value: V, now: Instant) {
+        self.uses += 1;
+        let used = self.uses;
+        if let Some(old) = self.entries.insert(
+            key.clone(),
+            Cached {
+                value,
+                at: now,
+                used,
+            },
+        ) {
+            self.by_use.remove(&old.used);
+        }
+        self.by_use.insert(used, key);
+        while self.entries.len() > MAX_CACHED {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+    }
+}
+
+impl<K, V> Default for Cache<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            by_use: BTreeMap::new(),
+            uses: 0,
+        }
+    }
+}
+
+/// A token bucket of TokenReviews: [`REVIEWS_PER_SECOND`], up to [`REVIEW_BURST`] at once.
+#[derive(Debug)]
+struct Budget {
+    left: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn new(now: Instant) -> Self {
+        Self {
+            left: REVIEW_BURST,
+            at: now,
+        }
+    }
+
+    /// Takes one review if there is one left at `now`.
+    fn take(&mut self, now: Instant) -> bool {
+        let refill = now.duration_since(self.at).as_secs_f64() * REVIEWS_PER_SECOND;
+        self.left = (self.left + refill).min(REVIEW_BURST);
+        self.at = now;
+        if self.left >= 1.0 {
+            self.left -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
 
 /// Why a request is turned away.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// No bearer token, or one the API server does not authenticate: 401.
     Unauthenticated,
@@ -59,6 +199,8 @@ pub enum Refusal {
     Forbidden(String),
     /// The API server could not be asked: 500.
     Unavailable(String),
+    /// An unknown token while the TokenReviews of this second are spent: 429, come back later.
+    TooManyReviews,
 }
 
 impl std::fmt::Debug for MetricsAuth {
@@ -81,6 +223,12 @@ impl IntoResponse for Refusal {
                 format!("Authorization failed: {why}\n"),
             )
                 .into_response(),
+            Self::TooManyReviews => (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                "Too many new tokens to review; try again\n",
+            )
+                .into_response(),
         }
     }
 }
@@ -92,6 +240,9 @@ impl MetricsAuth {
             client,
             users: Mutex::default(),
             decisions: Mutex::default(),
+            reviewing: InFlight::default(),
+            deciding: InFlight::default(),
+            budget: Mutex::new(Budget::new(Instant::now())),
         }
     }
 
@@ -117,15 +268,27 @@ impl MetricsAuth {
     }
 
     async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, Refusal> {
-        let key: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+        let key: TokenHash = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
             .as_ref()
             .try_into()
             .unwrap_or([0; 32]);
-        let now = Instant::now();
-        if let Some((user, at)) = lock(&self.users).get(&key)
-            && now.duration_since(*at) < AUTHENTICATED_FOR
-        {
-            return Ok(user.clone());
+        if let Some(user) = lock(&self.users).get(&key, Instant::now(), |_| AUTHENTICATED_FOR) {
+            return Ok(user);
+        }
+        // One review per token at a time: the requests that carry it meanwhile wait for it.
+        self.reviewing
+            .share(key, || async {
+                let user = self.review_token(token).await?;
+                lock(&self.users).insert(key, user.clone(), Instant::now());
+                Ok(user)
+            })
+            .await
+    }
+
+    /// Asks the API server who `token` is, if the budget allows.
+    async fn review_token(&self, token: &str) -> Result<Option<UserInfo>, Refusal> {
+        if !lock(&self.budget).take(Instant::now()) {
+            return Err(Refusal::TooManyReviews);
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -138,18 +301,10 @@ impl MetricsAuth {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| Refusal::Unavailable(format!("TokenReview: {e}")))?;
-        let user = answer
+        Ok(answer
             .status
             .filter(|s| s.authenticated == Some(true))
-            .and_then(|s| s.user);
-        insert(
-            &mut lock(&self.users),
-            key,
-            user.clone(),
-            now,
-            AUTHENTICATED_FOR,
-        );
-        Ok(user)
+            .and_then(|s| s.user))
     }
 
     async fn authorize(&self, user: &UserInfo) -> Result<bool, Refusal> {
@@ -160,12 +315,21 @@ impl MetricsAuth {
             user.groups,
             user.extra
         );
-        let now = Instant::now();
-        if let Some((allowed, at)) = lock(&self.decisions).get(&key)
-            && now.duration_since(*at) < if *allowed { ALLOWED_FOR } else { DENIED_FOR }
-        {
-            return Ok(*allowed);
+        let lifetime = |allowed: &bool| if *allowed { ALLOWED_FOR } else { DENIED_FOR };
+        if let Some(allowed) = lock(&self.decisions).get(&key, Instant::now(), lifetime) {
+            return Ok(allowed);
         }
+        self.deciding
+            .share(key.clone(), || async {
+                let allowed = self.review_access(user).await?;
+                lock(&self.decisions).insert(key, allowed, Instant::now());
+                Ok(allowed)
+            })
+            .await
+    }
+
+    /// Asks the API server whether `user` may get `/metrics`.
+    async fn review_access(&self, user: &UserInfo) -> Result<bool, Refusal> {
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: user.username.clone(),
@@ -189,29 +353,8 @@ impl MetricsAuth {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| Refusal::Unavailable(format!("SubjectAccessReview: {e}")))?;
-        let allowed = answer.status.is_some_and(|s| s.allowed);
-        let ttl = if allowed { ALLOWED_FOR } else { DENIED_FOR };
-        insert(&mut lock(&self.decisions), key, allowed, now, ttl);
-        Ok(allowed)
+        Ok(answer.status.is_some_and(|s| s.allowed))
     }
-}
-
-/// Caches `value` under `key`, dropping expired answers (or, if none are, every answer) when
-/// the cache is full.
-fn insert<K: std::hash::Hash + Eq, V>(
-    cache: &mut HashMap<K, (V, Instant)>,
-    key: K,
-    value: V,
-    now: Instant,
-    ttl: Duration,
-) {
-    if cache.len() >= MAX_CACHED {
-        cache.retain(|_, (_, at)| now.duration_since(*at) < ttl);
-        if cache.len() >= MAX_CACHED {
-            cache.clear();
-        }
-    }
-    cache.insert(key, (value, now));
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -378,6 +521,71 @@ mod tests {
             2,
             "answered from the cache"
         );
+    }
+
+    #[tokio::test]
+    async fn requests_with_the_same_new_token_at_once_share_its_reviews() {
+        let (auth, requests) = auth();
+        let checks = (0..50).map(|_| auth.check(Some("Bearer alice-token")));
+        let answers = futures::future::join_all(checks).await;
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        assert_eq!(
+            requests.load(Ordering::SeqCst),
+            2,
+            "one TokenReview and one SubjectAccessReview for all fifty"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_new_tokens_makes_a_bounded_number_of_reviews() {
+        let (auth, requests) = auth();
+        assert_eq!(auth.check(Some("Bearer alice-token")).await, Ok(()));
+        let (mut refused, seconds) = (0, 10);
+        for second in 0..seconds {
+            for i in 0..10_000 {
+                let token = format!("Bearer flood-{second}-{i}");
+                match auth.check(Some(&token)).await {
+                    Err(Refusal::TooManyReviews) => refused += 1,
+                    answer => assert_eq!(answer, Err(Refusal::Unauthenticated)),
+                }
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let reviews = requests.load(Ordering::SeqCst) - 2;
+        let most = REVIEW_BURST + REVIEWS_PER_SECOND * f64::from(seconds);
+        assert!(
+            reviews as f64 <= most,
+            "{reviews} TokenReviews, at most {most}"
+        );
+        assert_eq!(
+            refused,
+            100_000 - reviews,
+            "the others were asked to come back"
+        );
+        // The scraper's token is still known: no review for it.
+        assert_eq!(auth.check(Some("Bearer alice-token")).await, Ok(()));
+        assert_eq!(requests.load(Ordering::SeqCst), reviews + 2);
+        let response = Refusal::TooManyReviews.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+
+    #[test]
+    fn a_full_cache_drops_the_least_recently_used() {
+        let mut cache: Cache<usize, usize> = Cache::default();
+        let now = Instant::now();
+        for key in 0..MAX_CACHED {
+            cache.insert(key, key, now);
+        }
+        // The first is used again; the second is now the least recently used.
+        let forever = |_: &usize| Duration::MAX;
+        assert_eq!(cache.get(&0, now, forever), Some(0));
+        cache.insert(MAX_CACHED, MAX_CACHED, now);
+        assert_eq!(cache.entries.len(), MAX_CACHED);
+        assert_eq!(cache.get(&0, now, forever), Some(0));
+        assert_eq!(cache.get(&1, now, forever), None);
+        assert_eq!(cache.get(&2, now, forever), Some(2));
+        // Expired answers are not given.
+        assert_eq!(cache.get(&2, now, |_| Duration::ZERO), None);
     }
 
     #[tokio::test(start_paused = true)]
