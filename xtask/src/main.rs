@@ -7,6 +7,7 @@ mod bench;
 mod bundle;
 mod bundle_validator;
 mod cluster;
+mod component;
 mod demo;
 mod gomodule;
 mod helm;

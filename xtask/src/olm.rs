@@ -27,6 +27,7 @@ use kube::discovery::{self, ApiResource, Scope};
 use ociimage::{Image, ImageConfig, Metadata, Platform, Reference, User};
 use serde_json::{Value, json};
 
+use crate::component::{self, Component};
 use crate::gomodule::GoModule;
 
 /// olm-operator, built from OLM's module at the version `go.mod` pins.
@@ -237,89 +238,57 @@ fn olm_crds() -> anyhow::Result<Vec<DynamicObject>> {
 /// Everything of OLM but its CRDs, as OLM's own manifests install it.
 fn olm_objects(image: &str) -> anyhow::Result<Vec<DynamicObject>> {
     // OLM's pods, and the operators it installs, are real containers: they run on the real node.
-    let on_real_node = localcluster::node::namespace_annotations();
-    let objects = vec![
-        json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": OLM_NAMESPACE, "annotations": on_real_node},
-        }),
-        json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": GLOBAL_NAMESPACE, "annotations": on_real_node},
-        }),
-        json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": OLM_SERVICE_ACCOUNT, "namespace": OLM_NAMESPACE},
-        }),
-        // OLM grants the operators it installs what their CSVs ask for, so it holds everything.
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": OLM_CLUSTER_ROLE},
-            "rules": [
-                {"apiGroups": ["*"], "resources": ["*"], "verbs": [
-                    "watch", "list", "get", "create", "update", "patch", "delete",
-                    "deletecollection", "escalate", "bind"]},
-                {"nonResourceURLs": ["*"], "verbs": ["*"]},
-            ],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": OLM_CLUSTER_ROLE_BINDING},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": OLM_CLUSTER_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": OLM_SERVICE_ACCOUNT, "namespace": OLM_NAMESPACE}],
-        }),
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": OLM_DEPLOYMENT, "namespace": OLM_NAMESPACE, "labels": {"app": OLM_DEPLOYMENT}},
-            "spec": {
-                "replicas": 1,
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": {"app": OLM_DEPLOYMENT}},
-                "template": {
-                    "metadata": {"labels": {"app": OLM_DEPLOYMENT}},
-                    "spec": {
-                        "serviceAccountName": OLM_SERVICE_ACCOUNT,
-                        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "volumes": [{"name": "tmpfs", "emptyDir": {}}],
-                        "containers": [{
-                            "name": OLM_DEPLOYMENT,
-                            "image": image,
-                            "imagePullPolicy": "Never",
-                            "command": [OLM_BINARY],
-                            "args": ["--namespace", "$(OPERATOR_NAMESPACE)"],
-                            "env": [
-                                {"name": "OPERATOR_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                                {"name": "OPERATOR_NAME", "value": OLM_DEPLOYMENT},
-                            ],
-                            "ports": [{"name": "metrics", "containerPort": 8080}],
-                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
-                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
-                            "resources": {"requests": {"cpu": "10m", "memory": "160Mi"}},
-                            "securityContext": {
-                                "allowPrivilegeEscalation": false,
-                                "readOnlyRootFilesystem": true,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [{"name": "tmpfs", "mountPath": "/tmp"}],
-                            "terminationMessagePolicy": "FallbackToLogsOnError",
-                        }],
-                    },
-                },
-            },
-        }),
-        json!({
-            "apiVersion": "operators.coreos.com/v1", "kind": "OLMConfig",
-            "metadata": {"name": "cluster"},
-        }),
-        json!({
-            "apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
-            "metadata": {"name": GLOBAL_OPERATOR_GROUP, "namespace": GLOBAL_NAMESPACE},
-        }),
-    ];
-    objects
-        .into_iter()
-        .map(|object| serde_json::from_value(object).context("building OLM's objects"))
-        .collect()
+    let component = Component {
+        name: OLM_DEPLOYMENT,
+        namespace: OLM_NAMESPACE,
+        service_account: OLM_SERVICE_ACCOUNT,
+    };
+    let container = json!({
+        "image": image,
+        "command": [OLM_BINARY],
+        "args": ["--namespace", "$(OPERATOR_NAMESPACE)"],
+        "env": [
+            {"name": "OPERATOR_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "OPERATOR_NAME", "value": OLM_DEPLOYMENT},
+        ],
+        "ports": [{"name": "metrics", "containerPort": 8080}],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
+        "resources": {"requests": {"cpu": "10m", "memory": "160Mi"}},
+        "volumeMounts": [{"name": "tmpfs", "mountPath": "/tmp"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    });
+    let volumes = json!([{"name": "tmpfs", "emptyDir": {}}]);
+    component::objects(
+        vec![
+            component.namespace(),
+            component::on_real_node(GLOBAL_NAMESPACE),
+            component.service_account(),
+            // OLM grants the operators it installs what their CSVs ask for, so it holds
+            // everything.
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": OLM_CLUSTER_ROLE},
+                "rules": [
+                    {"apiGroups": ["*"], "resources": ["*"], "verbs": [
+                        "watch", "list", "get", "create", "update", "patch", "delete",
+                        "deletecollection", "escalate", "bind"]},
+                    {"nonResourceURLs": ["*"], "verbs": ["*"]},
+                ],
+            }),
+            component.cluster_role_binding(OLM_CLUSTER_ROLE_BINDING, OLM_CLUSTER_ROLE),
+            component.deployment(container, volumes),
+            json!({
+                "apiVersion": "operators.coreos.com/v1", "kind": "OLMConfig",
+                "metadata": {"name": "cluster"},
+            }),
+            json!({
+                "apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
+                "metadata": {"name": GLOBAL_OPERATOR_GROUP, "namespace": GLOBAL_NAMESPACE},
+            }),
+        ],
+        "OLM's objects",
+    )
 }
 
 async fn uninstall(client: &kube::Client) -> anyhow::Result<()> {

@@ -21,6 +21,7 @@ use localcluster::node::NodeState;
 use ociimage::{Image, ImageConfig, Metadata, Platform, Reference, User};
 use serde_json::json;
 
+use crate::component::{self, Component};
 use crate::gomodule::GoModule;
 
 /// local-path-provisioner, built from its module at the version `go.mod` pins.
@@ -279,114 +280,77 @@ fn objects(
             "containers": [{"name": "helper-pod", "image": helper, "imagePullPolicy": "Never"}],
         },
     });
-    let on_real_node = localcluster::node::namespace_annotations();
-    let rbac = "rbac.authorization.k8s.io";
-    let objects = vec![
-        json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": NAMESPACE, "annotations": on_real_node},
-        }),
-        json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE},
-        }),
-        json!({
-            "apiVersion": format!("{rbac}/v1"), "kind": "Role",
-            "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "rules": [{"apiGroups": [""], "resources": ["pods"],
-                       "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}],
-        }),
-        json!({
-            "apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
-            "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
-        }),
-        json!({
-            "apiVersion": format!("{rbac}/v1"), "kind": "ClusterRole",
-            "metadata": {"name": NAME},
-            "rules": [
-                {"apiGroups": [""], "resources": ["nodes", "persistentvolumeclaims", "configmaps", "pods", "pods/log"],
-                 "verbs": ["get", "list", "watch"]},
-                {"apiGroups": [""], "resources": ["persistentvolumes"],
-                 "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
-                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
-            ],
-        }),
-        json!({
-            "apiVersion": format!("{rbac}/v1"), "kind": "ClusterRoleBinding",
-            "metadata": {"name": NAME},
-            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
-        }),
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": CONFIG_MAP, "namespace": NAMESPACE},
-            "data": {
-                "config.json": config.to_string(),
-                "setup": "set -eu\nmkdir -m 0777 -p \"$VOL_DIR\"\n",
-                "teardown": "set -eu\nrm -rf \"$VOL_DIR\"\n",
-                "helperPod.yaml": helper_pod.to_string(),
-            },
-        }),
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": NAME}},
-            "spec": {
-                "replicas": 1,
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": {"app": NAME}},
-                "template": {
-                    "metadata": {"labels": {"app": NAME}},
-                    "spec": {
-                        "serviceAccountName": SERVICE_ACCOUNT,
-                        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{
-                            "name": NAME,
-                            "image": provisioner,
-                            "imagePullPolicy": "Never",
-                            "args": ["start", "--config", "/etc/config/config.json",
-                                     "--helper-image", helper, "--provisioner-name", PROVISIONER_NAME],
-                            "env": [
-                                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                                {"name": "CONFIG_MOUNT_PATH", "value": "/etc/config/"},
-                                {"name": "HEALTH_PORT", "value": HEALTH_PORT.to_string()},
-                            ],
-                            "ports": [{"name": "health", "containerPort": HEALTH_PORT}],
-                            "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"}, "periodSeconds": 2},
-                            "livenessProbe": {"httpGet": {"path": "/health", "port": "health"}, "initialDelaySeconds": 10},
-                            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                            "securityContext": {
-                                "allowPrivilegeEscalation": false,
-                                "readOnlyRootFilesystem": true,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [{"name": "config", "mountPath": "/etc/config/"}],
-                        }],
-                        "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}],
-                    },
+    let component = Component {
+        name: NAME,
+        namespace: NAMESPACE,
+        service_account: SERVICE_ACCOUNT,
+    };
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let container = json!({
+        "image": provisioner,
+        "args": ["start", "--config", "/etc/config/config.json",
+                 "--helper-image", helper, "--provisioner-name", PROVISIONER_NAME],
+        "env": [
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "CONFIG_MOUNT_PATH", "value": "/etc/config/"},
+            {"name": "HEALTH_PORT", "value": HEALTH_PORT.to_string()},
+        ],
+        "ports": [{"name": "health", "containerPort": HEALTH_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"}, "periodSeconds": 2},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "health"}, "initialDelaySeconds": 10},
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "volumeMounts": [{"name": "config", "mountPath": "/etc/config/"}],
+    });
+    let volumes = json!([{"name": "config", "configMap": {"name": CONFIG_MAP}}]);
+    component::objects(
+        vec![
+            component.namespace(),
+            component.service_account(),
+            json!({
+                "apiVersion": rbac, "kind": "Role",
+                "metadata": {"name": NAME, "namespace": NAMESPACE},
+                "rules": [{"apiGroups": [""], "resources": ["pods"],
+                           "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}],
+            }),
+            component.role_binding(NAME, NAME),
+            json!({
+                "apiVersion": rbac, "kind": "ClusterRole",
+                "metadata": {"name": NAME},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["nodes", "persistentvolumeclaims", "configmaps", "pods", "pods/log"],
+                     "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": [""], "resources": ["persistentvolumes"],
+                     "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+                    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+                    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
+                ],
+            }),
+            component.cluster_role_binding(NAME, NAME),
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": CONFIG_MAP, "namespace": NAMESPACE},
+                "data": {
+                    "config.json": config.to_string(),
+                    "setup": "set -eu\nmkdir -m 0777 -p \"$VOL_DIR\"\n",
+                    "teardown": "set -eu\nrm -rf \"$VOL_DIR\"\n",
+                    "helperPod.yaml": helper_pod.to_string(),
                 },
-            },
-        }),
-        json!({
-            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {
-                "name": STORAGE_CLASS,
-                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
-            },
-            "provisioner": PROVISIONER_NAME,
-            // The volume is made on the node the pod is scheduled to, so the claim waits for it.
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "reclaimPolicy": "Delete",
-        }),
-    ];
-    objects
-        .into_iter()
-        .map(|object| {
-            serde_json::from_value(object).context("building the local-path provisioner's objects")
-        })
-        .collect()
+            }),
+            component.deployment(container, volumes),
+            json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {
+                    "name": STORAGE_CLASS,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+                },
+                "provisioner": PROVISIONER_NAME,
+                // The volume is made on the node the pod is scheduled to, so the claim waits for it.
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": "Delete",
+            }),
+        ],
+        "the local-path provisioner's objects",
+    )
 }
 
 #[cfg(test)]
