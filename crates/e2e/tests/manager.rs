@@ -824,6 +824,60 @@ async fn a_leader_that_finds_its_lease_taken_stops_and_exits_non_zero() -> Resul
     Ok(())
 }
 
+#[tokio::test]
+async fn labels_and_annotations_others_set_on_the_lease_survive_renewals() -> Result<()> {
+    let fixture = fixture("mgr-kept").await?;
+    let lease = testkit::unique_name("lease-kept");
+    let a = Manager::start(
+        &fixture.identity.path,
+        &testkit::unique_name("manager-a"),
+        &lease,
+        &["--retry-period=1s"],
+    )
+    .await?;
+    a.wait_leading(&lease, CONVERGE).await?;
+    let patch = json!({"metadata": {
+        "labels": {"team": "platform"},
+        "annotations": {"example.com/note": "kept"},
+    }});
+    leases(&fixture)
+        .patch(&lease, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let renewed_after = leases(&fixture)
+        .get(&lease)
+        .await?
+        .spec
+        .and_then(|spec| spec.renew_time);
+    // Three renewals later, both are still there.
+    let mut renewals = 0;
+    let mut last = renewed_after;
+    let deadline = Instant::now() + CONVERGE;
+    while renewals < 3 {
+        ensure!(Instant::now() < deadline, "the Lease was not renewed");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let current = leases(&fixture).get(&lease).await?;
+        let renewed = current
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.renew_time.clone());
+        if renewed != last {
+            renewals += 1;
+            last = renewed;
+            let labels = current.metadata.labels.unwrap_or_default();
+            let annotations = current.metadata.annotations.unwrap_or_default();
+            ensure!(
+                labels.get("team").map(String::as_str) == Some("platform")
+                    && annotations.get("example.com/note").map(String::as_str) == Some("kept"),
+                "renewal {renewals} wiped what was set: labels {labels:?}, annotations \
+                 {annotations:?}"
+            );
+        }
+    }
+    a.assert_never_forbidden()?;
+    a.process.terminate();
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Probes and metrics.
 

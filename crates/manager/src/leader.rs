@@ -419,6 +419,8 @@ pub struct LeaderElector {
     events: Option<Events>,
     /// The Lease's uid, once seen (for the Events' reference).
     lease_uid: Option<String>,
+    /// What others set on the Lease (labels, annotations, owners), kept by every write.
+    kept: ObjectMeta,
 }
 
 impl std::fmt::Debug for LeaderElector {
@@ -432,6 +434,18 @@ impl std::fmt::Debug for LeaderElector {
 impl Drop for LeaderElector {
     fn drop(&mut self) {
         self.watch_stop.cancel();
+    }
+}
+
+/// What a write of the Lease keeps of `metadata` as last seen: what others set on it (labels,
+/// annotations, owners, finalizers), which a replace would otherwise wipe.
+fn kept_metadata(metadata: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        labels: metadata.labels.clone(),
+        annotations: metadata.annotations.clone(),
+        owner_references: metadata.owner_references.clone(),
+        finalizers: metadata.finalizers.clone(),
+        ..ObjectMeta::default()
     }
 }
 
@@ -467,6 +481,7 @@ impl LeaderElector {
             watch_stop,
             events: None,
             lease_uid: None,
+            kept: ObjectMeta::default(),
         }
     }
 
@@ -515,6 +530,7 @@ impl LeaderElector {
         if lease.metadata.uid.is_some() {
             self.lease_uid = lease.metadata.uid.clone();
         }
+        self.kept = kept_metadata(&lease.metadata);
     }
 
     fn lease_object(&self, record: &Record, resource_version: Option<String>) -> Lease {
@@ -523,7 +539,7 @@ impl LeaderElector {
                 name: Some(self.settings.lease_name.clone()),
                 namespace: Some(self.settings.namespace.clone()),
                 resource_version,
-                ..ObjectMeta::default()
+                ..self.kept.clone()
             },
             spec: Some(record.to_spec()),
         }
@@ -1022,6 +1038,26 @@ mod tests {
         );
         // Taking a released lease is a transition too, as in client-go.
         assert_eq!(next_record(&record("", 1), "me", 15, t1).transitions, 4);
+    }
+
+    #[test]
+    fn writes_keep_what_others_set_on_the_lease() {
+        let seen = ObjectMeta {
+            name: Some("lease".into()),
+            resource_version: Some("7".into()),
+            uid: Some("uid".into()),
+            labels: Some([("team".to_owned(), "platform".to_owned())].into()),
+            annotations: Some([("note".to_owned(), "keep".to_owned())].into()),
+            ..ObjectMeta::default()
+        };
+        let kept = kept_metadata(&seen);
+        assert_eq!(kept.labels, seen.labels);
+        assert_eq!(kept.annotations, seen.annotations);
+        // What the API server owns is not sent back.
+        assert_eq!(
+            (kept.resource_version, kept.uid, kept.name),
+            (None, None, None)
+        );
     }
 
     #[test]
