@@ -83,6 +83,22 @@ impl GoModule {
             .unwrap_or_default()
     }
 
+    /// The version of `dependency` that `go.mod` requires, e.g. `v0.46.0`.
+    ///
+    /// # Errors
+    /// When `go.mod` does not require it.
+    pub fn required_version(&self, dependency: &str) -> anyhow::Result<&'static str> {
+        self.go_mod()
+            .lines()
+            .find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some(dependency))
+                    .then(|| words.next())
+                    .flatten()
+            })
+            .with_context(|| format!("{}/go.mod does not require {dependency}", self.repo_dir))
+    }
+
     /// The version on the `go.mod`'s `go` line: the oldest Go that may build the module.
     pub fn go_line(&self) -> Option<&'static str> {
         go_directive(self.go_mod())

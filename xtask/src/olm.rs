@@ -125,20 +125,6 @@ pub fn run(command: OlmCommand) -> anyhow::Result<()> {
     })
 }
 
-/// The OLM release `go.mod` pins (`v0.46.0`).
-fn pinned_version() -> anyhow::Result<&'static str> {
-    MODULE
-        .go_mod()
-        .lines()
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next() == Some(OLM_MODULE))
-                .then(|| words.next())
-                .flatten()
-        })
-        .with_context(|| format!("{}/go.mod does not require {OLM_MODULE}", MODULE.repo_dir))
-}
-
 async fn install(
     client: &kube::Client,
     state: &localcluster::ClusterState,
@@ -148,7 +134,7 @@ async fn install(
         "OLM runs as a pod on the local cluster's real node, and the cluster runs without one; \
          restart it with `cargo xtask cluster down && cargo xtask cluster up`",
     )?;
-    let version = pinned_version()?;
+    let version = MODULE.required_version(OLM_MODULE)?;
     let image = olm_image(binary, version)?;
     let archive = binary.with_file_name(format!("olm-{version}.oci.tar"));
     let built = image
@@ -844,7 +830,7 @@ mod tests {
 
     #[test]
     fn the_pinned_release_is_read_from_go_mod() {
-        let version = pinned_version().unwrap();
+        let version = MODULE.required_version(OLM_MODULE).unwrap();
         assert!(version.starts_with("v0."), "{version}");
         assert!(
             MODULE.ldflags.ends_with(&format!("={version}")),

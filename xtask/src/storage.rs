@@ -84,7 +84,7 @@ pub async fn install(client: &kube::Client, state: &ClusterState) -> anyhow::Res
     let binary = tokio::task::spawn_blocking(|| MODULE.build(|line| println!("{line}")))
         .await
         .context("building the local-path provisioner")??;
-    let version = pinned_version()?;
+    let version = MODULE.required_version(PROVISIONER_MODULE)?;
     let provisioner = load(provisioner_image(&binary, version)?, &binary, node)?;
     let busybox = Path::new(BUSYBOX_BINARY);
     let helper = load(
@@ -136,25 +136,6 @@ fn load(image: Image, binary: &Path, node: &NodeState) -> anyhow::Result<String>
         .with_context(|| format!("writing the image {reference}"))?;
     ociimage::import_into_containerd(&built.archive, &built.reference, &node.containerd_socket)?;
     Ok(built.reference.normalized())
-}
-
-/// The release `go.mod` pins (`v0.0.37`).
-fn pinned_version() -> anyhow::Result<&'static str> {
-    MODULE
-        .go_mod()
-        .lines()
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next() == Some(PROVISIONER_MODULE))
-                .then(|| words.next())
-                .flatten()
-        })
-        .with_context(|| {
-            format!(
-                "{}/go.mod does not require {PROVISIONER_MODULE}",
-                MODULE.repo_dir
-            )
-        })
 }
 
 fn provisioner_image(binary: &Path, version: &str) -> anyhow::Result<Image> {
@@ -364,7 +345,7 @@ mod tests {
 
     #[test]
     fn the_release_is_pinned_and_stamped_alike() {
-        let version = pinned_version().unwrap();
+        let version = MODULE.required_version(PROVISIONER_MODULE).unwrap();
         assert_eq!(MODULE.ldflags, format!("-X main.VERSION={version}"));
         assert!(
             MODULE

@@ -21,16 +21,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use kube_operator_runtime::webhook;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use testkit::{ManagerProcess, TestNamespace};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use webhook_configurations::{install_configurations, remove_configurations};
+use webhook_configurations::{install_configurations, provisioned_ca, remove_configurations};
 
 /// Where the manager keeps its certificate Secret and Lease (its leader election namespace).
 const MANAGER_NAMESPACE: &str = "operator-system";
@@ -196,15 +194,9 @@ async fn flood(
 
 /// A client that trusts the CA the manager provisioned for its webhooks.
 async fn connector(cluster: &testkit::TestCluster) -> Result<TlsConnector> {
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
-    let ca = secrets
-        .get(webhook::CERT_SECRET_NAME)
-        .await?
-        .data
-        .and_then(|data| data.get("ca.crt").cloned())
-        .context("the certificate Secret has a ca.crt")?;
+    let ca = provisioned_ca(cluster, MANAGER_NAMESPACE).await?;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&ca.0) {
+    for cert in CertificateDer::pem_slice_iter(&ca) {
         roots.add(cert?)?;
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(

@@ -31,7 +31,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_operator_runtime::webhook;
 use serde_json::{Value, json};
 use testkit::{ManagerProcess, TestCluster, TestNamespace};
-use webhook_configurations::{gone, install_configurations, remove_configurations};
+use webhook_configurations::{gone, install_configurations, provisioned_ca, remove_configurations};
 
 /// The namespace of the manager's certificate Secret (its lease namespace), as in-cluster.
 const MANAGER_NAMESPACE: &str = "operator-system";
@@ -91,15 +91,10 @@ async fn scenario(
 ) -> Result<()> {
     // Provisioned and injected: the Secret holds a CA, both configurations carry it.
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
-    let ca = secrets
-        .get(webhook::CERT_SECRET_NAME)
-        .await?
-        .data
-        .and_then(|data| data.get("ca.crt").cloned())
-        .context("the certificate Secret has a ca.crt")?;
+    let ca = provisioned_ca(cluster, MANAGER_NAMESPACE).await?;
     let injected = injected_bundles(cluster).await?;
     ensure!(
-        injected.iter().all(|bundle| bundle == &ca.0),
+        injected.iter().all(|bundle| bundle == &ca),
         "every webhook carries the Secret's CA bundle"
     );
     let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone())
@@ -114,7 +109,7 @@ async fn scenario(
         .map(|b| b.0)
         .unwrap_or_default();
     ensure!(
-        crd_bundle == ca.0,
+        crd_bundle == ca,
         "the CRD's conversion carries the Secret's CA bundle"
     );
     println!(
@@ -221,11 +216,8 @@ async fn scenario(
     manager.process.terminate();
     manager.process.wait_timeout(TIMEOUT).await?;
     *manager = start(kubeconfig, port, &[]).await?;
-    let after = secrets
-        .get(webhook::CERT_SECRET_NAME)
-        .await?
-        .data
-        .and_then(|data| data.get("ca.crt").cloned())
+    let after = provisioned_ca(cluster, MANAGER_NAMESPACE)
+        .await
         .context("the certificate Secret survives the restart")?;
     ensure!(after == ca, "the restarted manager kept the CA");
     let applied = kubectl_apply(

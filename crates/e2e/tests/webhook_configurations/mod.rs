@@ -4,10 +4,11 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_operator_runtime::webhook;
@@ -69,6 +70,19 @@ pub async fn remove_configurations(cluster: &TestCluster) -> Result<()> {
             .delete(webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
             .await,
     )
+}
+
+/// The CA the manager provisioned for its webhooks (`ca.crt` of its certificate Secret in
+/// `namespace`), as PEM.
+pub async fn provisioned_ca(cluster: &TestCluster, namespace: &str) -> Result<Vec<u8>> {
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), namespace);
+    let ca = secrets
+        .get(webhook::CERT_SECRET_NAME)
+        .await?
+        .data
+        .and_then(|data| data.get("ca.crt").cloned())
+        .context("the certificate Secret has a ca.crt")?;
+    Ok(ca.0)
 }
 
 /// Success, or an API error that says the object was not there.
