@@ -285,6 +285,10 @@ impl Template {
             | ("ClusterRole", METRICS_READER_ROLE) => {
                 self.condition = Some(".Values.metrics.secure");
             }
+            // The fence's parameter is the leader-election Lease.
+            ("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding", _) => {
+                self.condition = Some(".Values.leaderElection.enabled");
+            }
             _ => {}
         }
         Ok(self)

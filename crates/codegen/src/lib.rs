@@ -14,6 +14,7 @@ pub mod chart;
 pub mod crds;
 mod files;
 mod kustomize;
+pub mod leader_fence;
 mod manager;
 pub mod monitoring;
 pub mod project;

@@ -1,7 +1,7 @@
 //! RBAC: the ServiceAccount, a ClusterRole that is exactly the union of what the registered
 //! controllers declare, the leader-election Role in the manager's namespace, what the webhook
 //! certificates need (their Secret, and the named objects that carry their CA), and the
-//! bindings; and for a namespaced install (`deploy/namespaced/`), the controllers' rules as a
+//! bindings; the leader fence the API server enforces ([`leader_fence`]); and for a namespaced install (`deploy/namespaced/`), the controllers' rules as a
 //! Role.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +13,7 @@ use k8s_openapi::api::rbac::v1::{
 };
 use kube_operator_runtime::{ManagedController, webhook};
 
-use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, manager::meta, yaml};
+use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, leader_fence, manager::meta, yaml};
 
 /// Name of the namespaced Role that lets the manager hold its Lease and record Events.
 pub const LEADER_ELECTION_ROLE: &str = "operator-manager-leader-election";
@@ -81,6 +81,20 @@ pub(crate) fn render(
             doc(
                 "rbac/webhook_cert_role_binding.yaml",
                 &role_binding_to(WEBHOOK_CERT_ROLE),
+            ),
+        ),
+        (
+            "rbac/leader_fence_policy.yaml",
+            doc(
+                "rbac/leader_fence_policy.yaml",
+                &leader_fence::policy(controllers)?,
+            ),
+        ),
+        (
+            "rbac/leader_fence_policy_binding.yaml",
+            doc(
+                "rbac/leader_fence_policy_binding.yaml",
+                &leader_fence::binding(),
             ),
         ),
         (

@@ -4,13 +4,24 @@
 //! loopback proxy the test controls, while a few hundred Memcacheds are created, scaled and
 //! deleted. The test injects faults into whichever replica leads (SIGTERM, SIGKILL, SIGSTOP for
 //! the lease duration plus 5 s, a cut connection) and into the API server (a restart), edits
-//! the Lease by hand as a confused user would, and plays the kubelet: a replica that exits is
-//! started again under the same name. Then it reads the API server's audit log and checks that
-//! no replica's write arrived outside its own tenure of the Lease, or past the renew deadline
-//! of its last accepted renewal, beyond a bound it prints; that every Memcached converges; and
-//! that no graceful handover waited for the Lease to expire.
+//! the Lease by hand as a confused user would, holds a leader's write in a slow admission
+//! webhook while the leader freezes, and plays the kubelet: a replica that exits is started
+//! again under the same name.
+//!
+//! Each replica authenticates as a pod of the manager's ServiceAccount, with a token bound to a
+//! pod of its name, so the generated leader fence (a ValidatingAdmissionPolicy whose parameter is
+//! the Lease) judges its writes as it would in a cluster. Then the test reads the API server's
+//! audit log and checks, by when the API server committed each write it accepted:
+//! - that none was committed while another replica held the Lease (zero tolerance);
+//! - that none was committed after a hand edit or a release of the Lease, or arrived past the
+//!   renew deadline of its replica's last renewal, beyond a bound it prints;
+//! - that each held write was refused by the fence;
+//!
+//! and that every Memcached converges, and no graceful handover waited for the Lease to expire.
 //!
 //! `LEADER_FAULT_ROUNDS` (default 10) sets how often each fault is injected.
+
+mod held_admission;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -39,9 +50,17 @@ const RETRY_PERIOD: Duration = Duration::from_secs(1);
 const FREEZE: Duration = Duration::from_secs(6 + 5);
 /// Memcacheds kept in the namespace while the faults happen.
 const MEMCACHEDS: usize = 200;
-/// How long after the end of its tenure (or its renew deadline) a replica's write may arrive:
-/// a request already on its way when the fence closed.
+/// How long after a hand edit or a release of the Lease a replica's accepted write may still
+/// commit, and how long past its renew deadline one may arrive: the API server's fence learns of
+/// an edit through its cache, and a request sent before the deadline is on its way. A write
+/// committed while another replica leads has no allowance at all.
 const IN_FLIGHT_BOUND: Duration = Duration::from_secs(1);
+/// How long the slow webhook holds a leader's write, at least (and never until a standby leads).
+const HOLD: Duration = Duration::from_secs(8);
+/// How long the API server's fence may take to see a new holder, once the test has seen it.
+const FENCE_CACHE_DELAY: Duration = Duration::from_millis(500);
+/// Rounds that include a write held in admission.
+const HELD_ROUNDS: usize = 3;
 /// Marks the manager's log line that counts fenced writes at exit.
 const FENCE_SUMMARY: &str = "the leader-election fence refused controller writes";
 
@@ -144,6 +163,11 @@ fn fenced_writes(log: &str) -> u64 {
         .sum()
 }
 
+/// How long from `earlier` to `later` (zero if `later` is not later).
+fn after(later: Timestamp, earlier: Timestamp) -> Duration {
+    Duration::try_from(later.duration_since(earlier)).unwrap_or_default()
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -160,6 +184,7 @@ enum Fault {
     EditHolder,
     DeleteLease,
     EditDuration(i32),
+    HeldWrite,
 }
 
 impl Fault {
@@ -173,6 +198,10 @@ impl Fault {
             Self::EditHolder => "Lease edited to another holder".to_owned(),
             Self::DeleteLease => "Lease deleted".to_owned(),
             Self::EditDuration(seconds) => format!("Lease edited to a {seconds}s duration"),
+            Self::HeldWrite => format!(
+                "a write held {}s in admission, its leader frozen",
+                HOLD.as_secs()
+            ),
         }
     }
 }
@@ -194,6 +223,10 @@ struct Harness {
     replicas: Vec<Replica>,
     leases: Api<Lease>,
     lease: String,
+    memcacheds: Api<DynamicObject>,
+    admission: held_admission::HeldAdmission,
+    /// Each held write: the replica that sent it and the Memcached it was for.
+    held: Vec<(String, String)>,
 }
 
 impl Harness {
@@ -325,17 +358,27 @@ impl Harness {
             Fault::Freeze => {
                 self.replica(&old)?.signal(Signal::SIGSTOP)?;
                 let new = self.wait_new_holder(Some(&old), FREEZE).await;
-                tokio::time::sleep_until((started + FREEZE).into()).await;
-                let replica = self.replica(&old)?;
-                replica.signal(Signal::SIGCONT)?;
-                let woke = Instant::now();
-                let (status, count) = replica.wait_exit(Duration::from_secs(10)).await?;
+                (fenced, note) = self.thaw(&old, started).await?;
+                new?
+            }
+            Fault::HeldWrite => {
+                let name = format!("held-{}", self.held.len());
+                create_memcached(&self.memcacheds, &name, 1).await?;
+                let held = self.admission.next(Duration::from_secs(30)).await?;
                 ensure!(
-                    !status.success(),
-                    "{old} woke to a lost Lease but exited with {status}"
+                    held.name == name && held.pod == old,
+                    "the webhook held a write for {} from {:?}, not {name}'s from the leader {old}",
+                    held.name,
+                    held.pod
                 );
-                fenced = count;
-                note = format!("exited {:.2}s after waking", woke.elapsed().as_secs_f64());
+                self.replica(&old)?.signal(Signal::SIGSTOP)?;
+                let frozen = Instant::now();
+                let new = self.wait_new_holder(Some(&old), FREEZE).await;
+                tokio::time::sleep_until((frozen + HOLD).into()).await;
+                tokio::time::sleep(FENCE_CACHE_DELAY).await;
+                held.release();
+                self.held.push((old.clone(), name));
+                (fenced, note) = self.thaw(&old, frozen).await?;
                 new?
             }
             Fault::ApiserverRestart => {
@@ -395,6 +438,22 @@ impl Harness {
             fenced,
             note,
         })
+    }
+
+    /// Wakes the frozen `old` leader once [`FREEZE`] has passed since `frozen`, and waits for it
+    /// to exit on finding its Lease lost; its fenced-write count and how long that took.
+    async fn thaw(&mut self, old: &str, frozen: Instant) -> Result<(u64, String)> {
+        tokio::time::sleep_until((frozen + FREEZE).into()).await;
+        let replica = self.replica(old)?;
+        replica.signal(Signal::SIGCONT)?;
+        let woke = Instant::now();
+        let (status, fenced) = replica.wait_exit(Duration::from_secs(10)).await?;
+        ensure!(
+            !status.success(),
+            "{old} woke to a lost Lease but exited with {status}"
+        );
+        let note = format!("exited {:.2}s after waking", woke.elapsed().as_secs_f64());
+        Ok((fenced, note))
     }
 
     async fn edit_lease(&self, fault: Fault) -> Result<()> {
@@ -540,7 +599,8 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
     let cluster = private.test().clone();
     let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
     let namespace = TestNamespace::create(&cluster, "faults").await?;
-    let lease = testkit::unique_name("lease-faults");
+    // The Lease the generated fence's binding names: this cluster is the test's own.
+    let lease = codegen::LEADER_ELECTION_ID.to_owned();
     let upstream = testkit::server_addr(&cluster.state.server)?;
 
     let mut replicas = Vec::new();
@@ -548,7 +608,8 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         let name = format!("replica-{index}");
         let proxy = TcpProxy::start(upstream).await?;
         let kubeconfig = private.scratch_dir().join(format!("{name}.kubeconfig"));
-        testkit::kubeconfig_via(&identity.path, &proxy.url(), &kubeconfig)?;
+        let pod = testkit::pod_kubeconfig(&cluster, &identity, &name).await?;
+        testkit::kubeconfig_via(&pod.path, &proxy.url(), &kubeconfig)?;
         replicas.push(Replica {
             name,
             proxy,
@@ -559,19 +620,26 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         });
     }
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &identity.namespace);
-    let mut harness = Harness {
-        private,
-        replicas,
-        leases,
-        lease: lease.clone(),
-    };
-    harness.supervise().await?;
-
     let api: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
         namespace.name(),
         &memcached_resource(),
     );
+    let held_names: Vec<String> = (0..HELD_ROUNDS).map(|i| format!("held-{i}")).collect();
+    let admission =
+        held_admission::HeldAdmission::start(&cluster.client, namespace.name(), &held_names)
+            .await?;
+    let mut harness = Harness {
+        private,
+        replicas,
+        leases,
+        lease: lease.clone(),
+        memcacheds: api.clone(),
+        admission,
+        held: Vec::new(),
+    };
+    harness.supervise().await?;
+
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace.name());
     for index in 0..MEMCACHEDS {
         create_memcached(&api, &format!("mc-{index}"), 1 + index % 3).await?;
@@ -588,6 +656,9 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
             Fault::ApiserverRestart,
             Fault::Cut,
         ]);
+        if round < HELD_ROUNDS {
+            plan.push(Fault::HeldWrite);
+        }
         if round < 2 {
             plan.extend([
                 Fault::EditHolder,
@@ -666,18 +737,61 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
     );
     for (name, history) in &report.replicas {
         println!(
-            "{name}: {} tenures, {} writes, {} late",
+            "{name}: {} tenures, {} writes accepted, {} refused, {} late",
             history.tenures.len(),
             history.writes,
+            history.refused,
             history.late.len()
         );
     }
     let late: Vec<_> = report.late_writes().collect();
+    // Which fault each late write followed, so a failure names what to look at.
+    let described = |write: &testkit::LateWrite| {
+        let during = outcomes
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, o)| o.began <= write.received)
+            .map(|(index, o)| format!("fault {} ({})", index + 1, o.fault.describe()))
+            .unwrap_or_else(|| "before the first fault".to_owned());
+        format!(
+            "{} {} {} received {} committed {} ({:?}{}, {:.3}s beyond), after {during}",
+            write.identity,
+            write.verb,
+            write.request_uri,
+            write.received,
+            write.committed,
+            write.breach,
+            write
+                .holder
+                .as_deref()
+                .map(|h| format!(" of {h}"))
+                .unwrap_or_default(),
+            write.beyond.as_secs_f64()
+        )
+    };
+    let total_writes: usize = report.replicas.values().map(|r| r.writes).sum();
+    ensure!(
+        total_writes > 0,
+        "the audit log holds no write of any replica: is the audit log on, and the user agent set?"
+    );
+    // Two leaders at once: a write committed while another replica held the Lease.
+    let split: Vec<&&testkit::LateWrite> = late
+        .iter()
+        .filter(|w| w.breach == testkit::Breach::OtherHolder)
+        .filter(|w| w.holder.as_ref().is_some_and(|h| names.contains(h)))
+        .collect();
+    let bounded = late
+        .iter()
+        .filter(|w| !split.iter().any(|s| std::ptr::eq(**s, **w)))
+        .map(|w| w.beyond)
+        .max()
+        .unwrap_or_default();
     println!(
-        "writes received outside their replica's tenure or past its renew deadline: {} (bound \
-         {:.3}s; allowed: {:?} for requests already sent)",
-        late.len(),
-        report.worst().as_secs_f64(),
+        "accepted writes committed while another replica led: {}; others outside their          replica's tenure or past its renew deadline: {} (worst {:.3}s, allowed {:?})",
+        split.len(),
+        late.len() - split.len(),
+        bounded.as_secs_f64(),
         IN_FLIGHT_BOUND
     );
     if !late.is_empty() {
@@ -690,34 +804,20 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
             }
         }
     }
-    // Which fault each late write followed, so a failure names what to look at.
-    let described = |write: &testkit::LateWrite| {
-        let during = outcomes
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, o)| o.began <= write.received)
-            .map(|(index, o)| format!("fault {} ({})", index + 1, o.fault.describe()))
-            .unwrap_or_else(|| "before the first fault".to_owned());
-        format!(
-            "{} {} {} at {} ({:?}, {:.3}s beyond), after {during}",
-            write.identity,
-            write.verb,
-            write.request_uri,
-            write.received,
-            write.breach,
-            write.beyond.as_secs_f64()
-        )
-    };
     for write in late.iter().take(20) {
         println!("  {}", described(write));
     }
-    let total_writes: usize = report.replicas.values().map(|r| r.writes).sum();
     ensure!(
-        total_writes > 0,
-        "the audit log holds no write of any replica: is the audit log on, and the user agent set?"
+        split.is_empty(),
+        "a replica's write was committed while another replica held the Lease:\n  {}",
+        split
+            .iter()
+            .take(5)
+            .map(|w| described(w))
+            .collect::<Vec<_>>()
+            .join("\n  ")
     );
-    if report.worst() > IN_FLIGHT_BOUND {
+    if bounded > IN_FLIGHT_BOUND {
         let mut beyond: Vec<&&testkit::LateWrite> =
             late.iter().filter(|w| w.beyond > IN_FLIGHT_BOUND).collect();
         beyond.sort_by_key(|w| std::cmp::Reverse(w.beyond));
@@ -725,9 +825,30 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         bail!(
             "a replica wrote {:.3}s outside its leadership ({} writes beyond {IN_FLIGHT_BOUND:?}; \
              the worst:\n  {})",
-            report.worst().as_secs_f64(),
+            bounded.as_secs_f64(),
             beyond.len(),
             worst.join("\n  ")
+        );
+    }
+    // Each held write reached the API server before the takeover and was refused after it.
+    for (writer, name) in &harness.held {
+        let attempts: Vec<&testkit::AuditEvent> = events
+            .iter()
+            .filter(|e| e.resource == "deployments" && &e.name == name)
+            .filter(|e| testkit::manager_identity(&e.user_agent).as_ref() == Some(writer))
+            .collect();
+        let held = attempts
+            .iter()
+            .find(|e| after(e.completed, e.received) >= HOLD)
+            .with_context(|| format!("no write of {writer} for {name} was held {HOLD:?}"))?;
+        println!(
+            "held write of {writer} for {name}: answered {} after {:.2}s in admission",
+            held.code,
+            after(held.completed, held.received).as_secs_f64()
+        );
+        ensure!(
+            !held.succeeded(),
+            "the write {writer} sent for {name} before it froze was committed after a takeover"
         );
     }
     let waited: Vec<&Outcome> = outcomes
@@ -748,6 +869,7 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         Fault::Freeze,
         Fault::ApiserverRestart,
         Fault::Cut,
+        Fault::HeldWrite,
     ] {
         let times: Vec<f64> = outcomes
             .iter()
@@ -767,6 +889,7 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
             times.len()
         );
     }
+    harness.admission.unregister().await?;
     drop(namespace);
     Ok(())
 }

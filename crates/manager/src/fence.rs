@@ -7,7 +7,9 @@
 //! process, and abandons a write not yet sent or still unanswered when the deadline passes
 //! (unless a renewal moved it meanwhile), so that no request of this replica is sent after a
 //! standby could have taken over. What it cannot hold back is a request already handed to
-//! the connection when the process froze: the connection's own task sends it on waking.
+//! the connection when the process froze (the connection's own task sends it on waking), or one
+//! that waits in the API server: those the API server refuses, with the generated
+//! ValidatingAdmissionPolicy that takes the Lease as its parameter.
 //! Reads are never fenced: a standby's caches stay warm.
 //!
 //! It is a tower layer on the controllers' client only; the elector's own client must write the

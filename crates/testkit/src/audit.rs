@@ -91,7 +91,7 @@ impl AuditEvent {
 struct RawEvent {
     stage: String,
     verb: String,
-    #[serde(default)]
+    #[serde(default, rename = "requestURI")]
     request_uri: String,
     #[serde(default)]
     user_agent: String,
@@ -272,13 +272,15 @@ pub fn lease_tenures(events: &[AuditEvent], namespace: &str, name: &str) -> Vec<
 /// Why a write falls outside what its replica was allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Breach {
-    /// Received while the Lease named another holder or none.
+    /// Committed while the Lease named another holder ([`LateWrite::holder`]).
+    OtherHolder,
+    /// Committed while the Lease named no holder (released, emptied or deleted).
     NotHolder,
     /// Received more than the renew deadline after the replica's last accepted renewal.
     PastDeadline,
 }
 
-/// A write received outside its replica's leadership.
+/// An accepted write of a replica outside its leadership.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LateWrite {
     /// The replica (leader-election identity).
@@ -289,9 +291,14 @@ pub struct LateWrite {
     pub request_uri: String,
     /// When the API server received it.
     pub received: Timestamp,
+    /// When the API server committed it (completed it).
+    pub committed: Timestamp,
     /// Which limit it broke.
     pub breach: Breach,
-    /// How long after the limit it arrived (zero when the replica never held the Lease).
+    /// Whose tenure it was committed in, for [`Breach::OtherHolder`].
+    pub holder: Option<String>,
+    /// How far past the limit: into the other holder's tenure, past the end of its own last
+    /// tenure (zero when it never held the Lease), or past its renew deadline.
     pub beyond: Duration,
 }
 
@@ -300,9 +307,11 @@ pub struct LateWrite {
 pub struct ReplicaHistory {
     /// Its periods as holder.
     pub tenures: Vec<Tenure>,
-    /// Its writes, Lease writes excluded.
+    /// Its accepted writes, Lease writes excluded.
     pub writes: usize,
-    /// Its writes outside its tenures or past its renew deadline.
+    /// Its writes the API server refused (the API server's fence among the reasons).
+    pub refused: usize,
+    /// Its accepted writes outside its tenures or past its renew deadline.
     pub late: Vec<LateWrite>,
 }
 
@@ -334,9 +343,10 @@ fn after(later: Timestamp, earlier: Timestamp) -> Duration {
 }
 
 /// Checks every write of the replicas that `identity_of` recognises (by user agent) against
-/// the tenures of Lease `namespace/name`: a write must arrive within one of its replica's own
-/// tenures, and no later than `renew_deadline` after that replica's last accepted write to the
-/// Lease naming it.
+/// the tenures of Lease `namespace/name`. A write the API server accepted must be committed
+/// within one of its replica's own tenures, and must arrive no later than `renew_deadline` after
+/// that replica's last accepted write to the Lease naming it. Refused writes changed nothing:
+/// they are counted, not judged.
 pub fn check_fencing(
     events: &[AuditEvent],
     namespace: &str,
@@ -378,35 +388,53 @@ pub fn check_fencing(
             continue;
         };
         let history = report.replicas.entry(identity.clone()).or_default();
+        if !event.succeeded() {
+            history.refused += 1;
+            continue;
+        }
         history.writes += 1;
-        let late = |breach, beyond| LateWrite {
+        let late = |breach, holder, beyond| LateWrite {
             identity: identity.clone(),
             verb: event.verb.clone(),
             request_uri: event.request_uri.clone(),
             received: event.received,
+            committed: event.completed,
             breach,
+            holder,
             beyond,
         };
-        let own = |t: &&Tenure| t.holder == identity;
-        if !history.tenures.iter().any(|t| t.contains(event.received)) {
-            // How long after the end of its last tenure before this write (if any).
-            let ended = history
-                .tenures
-                .iter()
-                .filter(own)
-                .filter_map(|t| t.until)
-                .filter(|until| *until <= event.received)
-                .max();
-            let beyond = ended.map_or(Duration::ZERO, |e| after(event.received, e));
-            history.late.push(late(Breach::NotHolder, beyond));
+        let committed = event.completed;
+        if !history.tenures.iter().any(|t| t.contains(committed)) {
+            let other = tenures.iter().find(|t| t.contains(committed));
+            let breach = match other {
+                Some(tenure) => late(
+                    Breach::OtherHolder,
+                    Some(tenure.holder.clone()),
+                    after(committed, tenure.from),
+                ),
+                None => {
+                    // How long after the end of its last tenure before this write (if any).
+                    let ended = history
+                        .tenures
+                        .iter()
+                        .filter_map(|t| t.until)
+                        .filter(|until| *until <= committed)
+                        .max();
+                    let beyond = ended.map_or(Duration::ZERO, |e| after(committed, e));
+                    late(Breach::NotHolder, None, beyond)
+                }
+            };
+            history.late.push(breach);
             continue;
         }
         if let Some(renewed) = last_renewal.get(&identity) {
             let limit = *renewed + renew_deadline;
             if event.received > limit {
-                history
-                    .late
-                    .push(late(Breach::PastDeadline, after(event.received, limit)));
+                history.late.push(late(
+                    Breach::PastDeadline,
+                    None,
+                    after(event.received, limit),
+                ));
             }
         }
     }
@@ -510,17 +538,21 @@ mod tests {
     }
 
     #[test]
-    fn writes_inside_tenures_pass_and_others_are_late() {
+    fn writes_committed_inside_tenures_pass_and_others_are_late() {
+        let mut fenced = write(3_500, A);
+        fenced.code = 403;
         let mut events = vec![
             lease_write(0, A, "a"),
             write(100, A),
             lease_write(1_000, A, "a"),
-            // Released at 3 s, taken by b at 3.1 s.
+            // Released at 3 s, taken by b at 3.1 s (committed at 3.102 s).
             lease_write(3_000, A, ""),
             write(3_050, A),
             lease_write(3_100, B, "b"),
             write(3_200, B),
             write(3_400, A),
+            // Refused by the API server: it changed nothing.
+            fenced,
             // A standby's write before it ever led.
             write(50, B),
             // Not a manager: ignored.
@@ -531,27 +563,29 @@ mod tests {
             manager_identity(ua)
         });
         let a = &report.replicas["a"];
-        assert_eq!((a.writes, a.tenures.len()), (3, 1));
-        let late: Vec<(&str, i64, Breach, Duration)> = report
+        assert_eq!((a.writes, a.refused, a.tenures.len()), (3, 1, 1));
+        let late: Vec<(&str, i64, Breach, Option<&str>, Duration)> = report
             .late_writes()
             .map(|w| {
                 (
                     w.identity.as_str(),
-                    w.received.as_millisecond() - at(0).as_millisecond(),
+                    w.committed.as_millisecond() - at(0).as_millisecond(),
                     w.breach,
+                    w.holder.as_deref(),
                     w.beyond,
                 )
             })
             .collect();
+        let ms = Duration::from_millis;
         assert_eq!(
             late,
             [
-                ("a", 3_050, Breach::NotHolder, Duration::from_millis(50)),
-                ("a", 3_400, Breach::NotHolder, Duration::from_millis(400)),
-                ("b", 50, Breach::NotHolder, Duration::ZERO),
+                ("a", 3_053, Breach::NotHolder, None, ms(53)),
+                ("a", 3_403, Breach::OtherHolder, Some("b"), ms(301)),
+                ("b", 53, Breach::OtherHolder, Some("a"), ms(51)),
             ]
         );
-        assert_eq!(report.worst(), Duration::from_millis(400));
+        assert_eq!(report.worst(), ms(301));
     }
 
     #[test]
@@ -623,6 +657,10 @@ mod tests {
         assert_eq!(events[0].code, 200);
         assert_eq!(events[0].user, "u");
         assert_eq!(events[0].subresource, "");
+        assert_eq!(
+            events[0].request_uri,
+            "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
+        );
         assert_eq!(
             events[0].received,
             "2026-11-23T03:30:00.123456Z".parse::<Timestamp>().unwrap()

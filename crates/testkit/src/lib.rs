@@ -56,6 +56,7 @@ pub use private::PrivateCluster;
 pub use prometheus::{Prometheus, Target};
 pub use proxy::{TcpProxy, kubeconfig_via, server_addr};
 pub use serviceaccount::{
-    ServiceAccountKubeconfig, manager_kubeconfig, service_account_kubeconfig, service_account_token,
+    ServiceAccountKubeconfig, manager_kubeconfig, pod_kubeconfig, service_account_kubeconfig,
+    service_account_token,
 };
 pub use wait::{POLL_INTERVAL, wait_for, wait_until};

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use localcluster::{Credentials, KubeconfigSpec};
 
@@ -106,6 +106,16 @@ pub async fn service_account_kubeconfig(
     name: &str,
 ) -> Result<ServiceAccountKubeconfig> {
     let token = service_account_token(cluster, namespace, name).await?;
+    write_kubeconfig(cluster, namespace, name, token)
+}
+
+/// Writes a kubeconfig with `token` for ServiceAccount `namespace/name`.
+fn write_kubeconfig(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+    token: String,
+) -> Result<ServiceAccountKubeconfig> {
     // Next to the cluster's own state, so `cargo xtask cluster down` removes it with the
     // cluster (the token dies with the cluster anyway).
     let dir = cluster
@@ -146,4 +156,75 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
         .await
         .map_err(Error::kube(format!("creating namespace {name}")))?;
     Ok(())
+}
+
+/// A kubeconfig for `account` that authenticates as a pod of it, as a replica in a cluster does:
+/// a pod named `pod` (created if missing, never scheduled: it exists only to be named) and a
+/// token bound to it, so the API server's user info carries the pod's name
+/// (`authentication.kubernetes.io/pod-name`) and the token dies with the pod.
+///
+/// # Errors
+/// API errors from creating the pod or the token; [`Error::Cluster`] when the file cannot be
+/// written.
+pub async fn pod_kubeconfig(
+    cluster: &TestCluster,
+    account: &ServiceAccountKubeconfig,
+    pod: &str,
+) -> Result<ServiceAccountKubeconfig> {
+    let namespace = account.namespace.as_str();
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), namespace);
+    let object: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pod},
+        "spec": {
+            "serviceAccountName": account.service_account,
+            "automountServiceAccountToken": false,
+            // No node has this label: the pod stays pending, and nothing collects it.
+            "nodeSelector": {"testkit.example.com/never-scheduled": "true"},
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "replica",
+                "image": "unscheduled.invalid/replica",
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }],
+        },
+    }))
+    .map_err(|e| Error::Manifest {
+        path: PathBuf::from(pod),
+        message: e.to_string(),
+    })?;
+    let created = pods
+        .patch(
+            pod,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&object),
+        )
+        .await
+        .map_err(Error::kube(format!("creating pod {namespace}/{pod}")))?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(TOKEN_SECONDS),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: Some(pod.to_owned()),
+                uid: created.metadata.uid.clone(),
+            }),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let name = account.service_account.as_str();
+    let token = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .map_err(Error::kube(format!(
+            "requesting a token for ServiceAccount {namespace}/{name} bound to pod {pod}"
+        )))?
+        .status
+        .and_then(|s| s.token)
+        .unwrap_or_default();
+    write_kubeconfig(cluster, namespace, name, token)
 }
