@@ -84,6 +84,12 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
         &format!("manifests/{MANAGER_NAME}-metrics_v1_service.yaml"),
         &service,
     )?);
+    let mut budget = to_value(&manager::pod_disruption_budget())?;
+    installed_by_olm(&mut budget);
+    files.push(document(
+        &format!("manifests/{MANAGER_NAME}_policy_v1_poddisruptionbudget.yaml"),
+        &budget,
+    )?);
     let mut reader = to_value(&rbac::metrics_reader_role())?;
     installed_by_olm(&mut reader);
     files.push(document(

@@ -285,6 +285,10 @@ impl Template {
             | ("ClusterRole", METRICS_READER_ROLE) => {
                 self.condition = Some(".Values.metrics.secure");
             }
+            // A budget of one available pod would block every drain of a single replica.
+            ("PodDisruptionBudget", MANAGER_NAME) => {
+                self.condition = Some("gt (int .Values.replicas) 1");
+            }
             // The fence's parameter is the leader-election Lease.
             ("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding", _) => {
                 self.condition = Some(".Values.leaderElection.enabled");
@@ -882,6 +886,15 @@ mod tests {
                 .is_some_and(|i| i.starts_with("data:image/svg+xml;base64,"))
         );
         assert!(chart["maintainers"][0]["email"].is_string());
+    }
+
+    #[test]
+    fn the_budget_is_rendered_only_for_more_than_one_replica() {
+        let budget = rendered("templates/manager/pod_disruption_budget.yaml");
+        assert!(
+            budget.contains("{{- if gt (int .Values.replicas) 1 }}"),
+            "{budget}"
+        );
     }
 
     #[test]

@@ -1,11 +1,14 @@
-//! The manager's own objects under `manager/`: Namespace, Deployment, metrics Service and
-//! NetworkPolicy; and the optional Prometheus Operator ServiceMonitor under `prometheus/`.
+//! The manager's own objects under `manager/`: Namespace, Deployment, PodDisruptionBudget,
+//! metrics Service and NetworkPolicy; and the optional Prometheus Operator ServiceMonitor under `prometheus/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, PodAffinityTerm, PodAntiAffinity, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
@@ -16,6 +19,7 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -87,6 +91,10 @@ pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
     Ok(vec![
         file("manager/namespace.yaml", &namespace())?,
         file("manager/deployment.yaml", &deployment())?,
+        file(
+            "manager/pod_disruption_budget.yaml",
+            &pod_disruption_budget(),
+        )?,
         file("manager/metrics_service.yaml", &metrics_service())?,
         file("manager/network_policy.yaml", &network_policy())?,
         file("prometheus/service_monitor.yaml", &service_monitor())?,
@@ -253,12 +261,53 @@ pub(crate) fn deployment() -> Deployment {
                         ..PodSecurityContext::default()
                     }),
                     containers: vec![container],
+                    affinity: Some(spread_by_node()),
                     ..PodSpec::default()
                 }),
             },
             ..DeploymentSpec::default()
         },
         ..Deployment::default()
+    }
+}
+
+/// Replicas on different nodes where the scheduler can: one node's loss or drain then leaves a
+/// standby running. Preferred, not required, so a one-node cluster still runs both.
+fn spread_by_node() -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(selector_labels()),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
+    }
+}
+
+/// A drain evicts one replica at a time: one stays to lead (or to take over at once).
+pub(crate) fn pod_disruption_budget() -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(MANAGER_NAME, Some(NAMESPACE)),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels()),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
     }
 }
 
@@ -426,6 +475,35 @@ mod tests {
         for (k, v) in service.selector.expect("selector") {
             assert_eq!(pod_labels.get(&k), Some(&v));
         }
+    }
+
+    #[test]
+    fn a_drain_keeps_one_replica_and_replicas_prefer_separate_nodes() {
+        let spec = deployment().spec;
+        let budget = pod_disruption_budget().spec.expect("spec");
+        assert_eq!(budget.min_available, Some(IntOrString::Int(1)));
+        assert!(
+            spec.replicas.unwrap_or(1) > 1,
+            "a budget of 1 needs 2 replicas"
+        );
+        let selected = budget.selector.and_then(|s| s.match_labels);
+        assert_eq!(selected, spec.selector.match_labels);
+        let pod = spec.template.spec.expect("pod spec");
+        let anti = pod
+            .affinity
+            .and_then(|a| a.pod_anti_affinity)
+            .expect("anti-affinity");
+        assert!(
+            anti.required_during_scheduling_ignored_during_execution
+                .is_none()
+        );
+        let preferred = anti
+            .preferred_during_scheduling_ignored_during_execution
+            .expect("preferred");
+        let term = &preferred[0].pod_affinity_term;
+        assert_eq!(term.topology_key, "kubernetes.io/hostname");
+        let matched = term.label_selector.clone().and_then(|s| s.match_labels);
+        assert_eq!(matched, Some(selector_labels()));
     }
 
     #[test]
