@@ -878,6 +878,42 @@ async fn labels_and_annotations_others_set_on_the_lease_survive_renewals() -> Re
     Ok(())
 }
 
+#[tokio::test]
+async fn a_lease_the_api_server_refuses_makes_readyz_say_why() -> Result<()> {
+    let fixture = fixture("mgr-refused").await?;
+    // The generated Role grants Leases in the manager's namespace only.
+    let namespace = fixture.ns.name().to_owned();
+    let lease = testkit::unique_name("lease-refused");
+    let probes = testkit::free_port()?;
+    let metrics = testkit::free_port_other_than(&[probes])?;
+    let args = [
+        "--leader-elect".to_owned(),
+        format!("--leader-election-id={lease}"),
+        format!("--leader-election-namespace={namespace}"),
+        "--retry-period=1s".to_owned(),
+        format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+        format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let process =
+        testkit::spawn_manager(&fixture.identity.path, &args, &[("POD_NAME", "refused")]).await?;
+    let expected = format!("refuses requests for the leader Lease {namespace}/{lease}");
+    let said = testkit::wait_for("/readyz to say why", CONVERGE, || async {
+        match http_get(probes, "/readyz").await {
+            Ok((503, body)) if body.contains(&expected) => Ok(body),
+            Ok((code, body)) => Err(format!("{code}: {body}")),
+            Err(error) => Err(error.to_string()),
+        }
+    })
+    .await;
+    let said = said.with_context(|| process.log_text())?;
+    ensure!(said.contains("forbidden"), "{said}");
+    let (live, _) = http_get(probes, "/healthz").await?;
+    ensure!(live == 200, "a standby that cannot lead is still alive, /healthz said {live}");
+    process.terminate();
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Probes and metrics.
 

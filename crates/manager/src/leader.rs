@@ -97,6 +97,8 @@ pub struct LeaderStatus {
     last_renew: Mutex<Option<Instant>>,
     renew_deadline: Duration,
     gauge: IntGauge,
+    /// Why the API server refuses this replica's Lease requests, until one succeeds.
+    refused: Mutex<Option<String>>,
 }
 
 impl LeaderStatus {
@@ -108,7 +110,25 @@ impl LeaderStatus {
             last_renew: Mutex::new(None),
             renew_deadline,
             gauge,
+            refused: Mutex::new(None),
         }
+    }
+
+    /// Why this replica cannot take part in the election, if the API server refused its last
+    /// Lease request for a reason that retrying will not change (forbidden, a namespace that
+    /// does not exist, a name or object it rejects). `None` once a request succeeds.
+    pub fn lease_refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_lease_refused(&self, reason: Option<String>) {
+        *self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
     }
 
     /// Whether this process holds the Lease.
@@ -453,6 +473,13 @@ fn is_conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409)
 }
 
+/// Whether retrying a Lease request that failed with `error` cannot help: the API server
+/// answered with a client error other than a conflict, a throttle or a timeout.
+fn is_refusal(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status)
+        if (400..500).contains(&status.code) && ![408, 409, 429].contains(&status.code))
+}
+
 impl LeaderElector {
     /// A candidate; starts watching the Lease at once.
     pub fn new(client: kube::Client, settings: Settings, status: Arc<LeaderStatus>) -> Self {
@@ -629,9 +656,18 @@ impl LeaderElector {
         // Until an answer arrives, a write of this attempt may have been applied.
         self.uncertain = true;
         let outcome = match tokio::time::timeout(limit, self.try_acquire_or_renew(leading)).await {
-            Ok(Ok(attempt)) => Some(attempt),
+            Ok(Ok(attempt)) => {
+                self.status.set_lease_refused(None);
+                Some(attempt)
+            }
             Ok(Err(error)) => {
                 tracing::warn!(lease = %self.settings.lease_name, %error, "leader election request failed");
+                if is_refusal(&error) {
+                    let (namespace, name) = (&self.settings.namespace, &self.settings.lease_name);
+                    self.status.set_lease_refused(Some(format!(
+                        "the API server refuses requests for the leader Lease {namespace}/{name}: {error}"
+                    )));
+                }
                 return None;
             }
             Err(_) => {
@@ -959,6 +995,24 @@ async fn watch_lease(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "message": "m", "reason": "r",
+        }))
+        .expect("status");
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn only_lasting_client_errors_count_as_refusals() {
+        for code in [400, 403, 404, 422] {
+            assert!(is_refusal(&api_error(code)), "{code}");
+        }
+        for code in [408, 409, 429, 500, 503] {
+            assert!(!is_refusal(&api_error(code)), "{code}");
+        }
+    }
 
     fn record(holder: &str, seconds: i32) -> Record {
         Record {

@@ -51,7 +51,17 @@ impl Health {
 
     /// Whether `/readyz` answers 200.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
+        self.not_ready().is_none()
+    }
+
+    /// Why `/readyz` does not answer 200: start-up not finished or shutdown begun, or a
+    /// leader Lease the API server refuses (a replica that can never lead should not look
+    /// healthy while it stands by).
+    pub fn not_ready(&self) -> Option<String> {
+        if !self.ready.load(Ordering::SeqCst) {
+            return Some("not ready".to_owned());
+        }
+        self.leader.as_ref().and_then(|status| status.lease_refused())
     }
 
     /// `None` when live, else why the process is wedged.
@@ -250,10 +260,9 @@ async fn serve_healthz(State(health): State<Arc<Health>>) -> Response {
 }
 
 async fn serve_readyz(State(health): State<Arc<Health>>) -> Response {
-    if health.is_ready() {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    match health.not_ready() {
+        None => (StatusCode::OK, "ok\n").into_response(),
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
     }
 }
 
@@ -281,7 +290,7 @@ mod tests {
             gauge.with_label_values(&["lease"]),
             Duration::from_secs(10),
         ));
-        let health = Arc::new(Health::new(Some(status)));
+        let health = Arc::new(Health::new(Some(status.clone())));
         let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
         let endpoint = MetricsEndpoint {
             address: loopback,
@@ -295,6 +304,13 @@ mod tests {
         assert_eq!(get(probes, "/healthz").await.0, 200);
         assert_eq!(get(probes, "/readyz").await.0, 503);
         health.set_ready(true);
+        assert_eq!(get(probes, "/readyz").await.0, 200);
+        status.set_lease_refused(Some("the API server refuses the Lease: forbidden".to_owned()));
+        let (code, body) = get(probes, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(body.contains("refuses the Lease: forbidden"), "{body}");
+        assert_eq!(get(probes, "/healthz").await.0, 200, "alive all the same");
+        status.set_lease_refused(None);
         assert_eq!(get(probes, "/readyz").await.0, 200);
         assert_eq!(get(probes, "/metrics").await.0, 404);
 
