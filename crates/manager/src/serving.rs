@@ -3,9 +3,12 @@
 //!
 //! - at most [`Limits::max_connections`] connections at once, counted from accept through the
 //!   TLS handshake to close. A connection past the limit is not turned away: the oldest open
-//!   one is asked to close (at once when idle or still in its handshake, after the request it
-//!   is serving otherwise), and the new one is served as soon as it has. Idle connections
-//!   cannot lock the API server out, and no request in progress is cut off;
+//!   connection of the peer (IP address) holding the most is asked to close (at once when idle
+//!   or still in its handshake, after the request it is serving otherwise), and the new one is
+//!   served as soon as it has. Idle connections cannot lock the API server out, a flood from
+//!   one pod closes that pod's own connections first, and no request in progress is cut off;
+//! - at most [`Limits::max_connections_per_peer`] from one peer: its next connection closes its
+//!   own oldest;
 //! - a TLS handshake gets [`Limits::handshake_timeout`];
 //! - a request's headers get [`Limits::header_timeout`], counted from when the connection starts
 //!   waiting for them: a client that trickles them, or leaves a keep-alive connection idle, is
@@ -17,7 +20,7 @@
 //! closes.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +39,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Limits {
     /// Connections open at once.
     pub max_connections: usize,
+    /// Connections open at once from one IP address.
+    pub max_connections_per_peer: usize,
     /// How long a client may take to finish its TLS handshake.
     pub handshake_timeout: Duration,
     /// How long a client may take to send a request's headers, idle time before them included.
@@ -46,11 +51,13 @@ pub struct Limits {
 
 impl Limits {
     /// Room for the API servers' connection pools and a few scrapers and probes, at about
-    /// 100 KiB each (TLS records and the read buffer): 256 connections hold some 25 MiB. The
+    /// 100 KiB each (TLS records and the read buffer): 256 connections hold some 25 MiB. One
+    /// peer may hold half: an API server's pool rarely holds more than a few dozen. The
     /// header timeout is hyper's own default, which idle keep-alive connections from the API
     /// server outlive rarely enough not to race its next request often.
     pub const DEFAULT: Self = Self {
         max_connections: 256,
+        max_connections_per_peer: 128,
         handshake_timeout: Duration::from_secs(10),
         header_timeout: Duration::from_secs(30),
         max_header_bytes: 64 << 10,
@@ -90,11 +97,18 @@ pub async fn serve(
                 }
             },
         };
+        // A peer at its share makes room itself; otherwise, when full, the busiest peer does.
+        let at_share = open.count_of(peer.ip()) >= limits.max_connections_per_peer;
+        if at_share {
+            open.close_oldest_of(Some(peer.ip()));
+        }
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
-                // Full: the oldest connection makes room, and this one waits for it.
-                open.close_oldest();
+                // Full: one connection makes room, and this one waits for it.
+                if !at_share {
+                    open.close_oldest_of(None);
+                }
                 tokio::select! {
                     () = stop.cancelled() => break,
                     slot = slots.clone().acquire_owned() => match slot {
@@ -109,7 +123,7 @@ pub async fn serve(
             endpoint,
             peer,
             limits,
-            close: open.register(next_id, &stop),
+            close: open.register(next_id, peer.ip(), &stop),
             _registration: Registration {
                 open: open.clone(),
                 id: next_id,
@@ -123,13 +137,13 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
-/// The open connections of one endpoint, oldest first, each with the token that asks it to
-/// close.
+/// The open connections of one endpoint, oldest first, each with its peer and the token that
+/// asks it to close.
 #[derive(Clone, Debug, Default)]
-struct OpenConnections(Arc<Mutex<BTreeMap<u64, CancellationToken>>>);
+struct OpenConnections(Arc<Mutex<BTreeMap<u64, (IpAddr, CancellationToken)>>>);
 
 impl OpenConnections {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, (IpAddr, CancellationToken)>> {
         // A poisoned lock only means a connection task panicked mid-insert; the map is valid.
         self.0
             .lock()
@@ -138,14 +152,33 @@ impl OpenConnections {
 
     /// Registers connection `id`; it is asked to close by the returned token, which `stop`
     /// cancels too.
-    fn register(&self, id: u64, stop: &CancellationToken) -> CancellationToken {
+    fn register(&self, id: u64, peer: IpAddr, stop: &CancellationToken) -> CancellationToken {
         let close = stop.child_token();
-        self.lock().insert(id, close.clone());
+        self.lock().insert(id, (peer, close.clone()));
         close
     }
 
-    fn close_oldest(&self) {
-        if let Some((_, close)) = self.lock().pop_first() {
+    fn count_of(&self, peer: IpAddr) -> usize {
+        self.lock().values().filter(|(ip, _)| *ip == peer).count()
+    }
+
+    /// Asks the oldest connection of `peer` to close, or, for `None`, the oldest of the peer
+    /// with the most open (the one whose oldest is oldest among equals).
+    fn close_oldest_of(&self, peer: Option<IpAddr>) {
+        let mut open = self.lock();
+        let peer = peer.or_else(|| {
+            let mut counts: BTreeMap<IpAddr, (usize, std::cmp::Reverse<u64>)> = BTreeMap::new();
+            for (id, (ip, _)) in open.iter() {
+                let entry = counts.entry(*ip).or_insert((0, std::cmp::Reverse(*id)));
+                entry.0 += 1;
+            }
+            counts.into_iter().max_by_key(|(_, rank)| *rank).map(|(ip, _)| ip)
+        });
+        let oldest = open
+            .iter()
+            .find(|(_, (ip, _))| Some(*ip) == peer)
+            .map(|(id, _)| *id);
+        if let Some((_, close)) = oldest.and_then(|id| open.remove(&id)) {
             close.cancel();
         }
     }
@@ -319,6 +352,54 @@ mod tests {
 
         stop.cancel();
         drop((third, fourth));
+        task.await.unwrap();
+    }
+
+    /// A connection to `address` from the loopback address `source`.
+    async fn connect_from(source: [u8; 4], address: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((source, 0).into()).unwrap();
+        socket.connect(address).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_flood_from_one_peer_closes_its_own_connections_first() {
+        let limits = Limits {
+            max_connections: 4,
+            max_connections_per_peer: 3,
+            ..Limits::DEFAULT
+        };
+        let (address, stop, task) = start(limits).await;
+        let ok = Some("HTTP/1.1 200 OK".to_owned());
+        let within = Duration::from_secs(5);
+
+        // The API server's connection, then a peer that opens more than its share.
+        let mut api_server = connect_from([127, 0, 0, 1], address).await;
+        assert_eq!(get_on(&mut api_server, within).await, ok);
+        let mut flood = Vec::new();
+        for _ in 0..3 {
+            let mut stream = connect_from([127, 0, 0, 2], address).await;
+            assert_eq!(get_on(&mut stream, within).await, ok);
+            flood.push(stream);
+        }
+        // Full, and the flooding peer at its share: each new one closes its own oldest.
+        for _ in 0..3 {
+            let mut stream = connect_from([127, 0, 0, 2], address).await;
+            assert_eq!(get_on(&mut stream, within).await, ok);
+            assert!(closed(&mut flood.remove(0)).await, "the peer's oldest closed");
+            flood.push(stream);
+        }
+        // A third peer when full: the busiest peer (the flood) makes room.
+        let mut third = connect_from([127, 0, 0, 3], address).await;
+        assert_eq!(get_on(&mut third, within).await, ok);
+        assert!(closed(&mut flood.remove(0)).await, "the busiest peer's oldest closed");
+        assert_eq!(get_on(&mut api_server, within).await, ok, "never the API server's");
+        for stream in &mut flood {
+            assert_eq!(get_on(stream, within).await, ok, "one closed per new connection");
+        }
+
+        stop.cancel();
+        drop((api_server, flood, third));
         task.await.unwrap();
     }
 
