@@ -61,7 +61,9 @@ impl Health {
         if !self.ready.load(Ordering::SeqCst) {
             return Some("not ready".to_owned());
         }
-        self.leader.as_ref().and_then(|status| status.lease_refused())
+        self.leader
+            .as_ref()
+            .and_then(|status| status.lease_refused())
     }
 
     /// `None` when live, else why the process is wedged.
@@ -305,7 +307,9 @@ mod tests {
         assert_eq!(get(probes, "/readyz").await.0, 503);
         health.set_ready(true);
         assert_eq!(get(probes, "/readyz").await.0, 200);
-        status.set_lease_refused(Some("the API server refuses the Lease: forbidden".to_owned()));
+        status.set_lease_refused(Some(
+            "the API server refuses the Lease: forbidden".to_owned(),
+        ));
         let (code, body) = get(probes, "/readyz").await;
         assert_eq!(code, 503);
         assert!(body.contains("refuses the Lease: forbidden"), "{body}");

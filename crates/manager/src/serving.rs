@@ -172,7 +172,10 @@ impl OpenConnections {
                 let entry = counts.entry(*ip).or_insert((0, std::cmp::Reverse(*id)));
                 entry.0 += 1;
             }
-            counts.into_iter().max_by_key(|(_, rank)| *rank).map(|(ip, _)| ip)
+            counts
+                .into_iter()
+                .max_by_key(|(_, rank)| *rank)
+                .map(|(ip, _)| ip)
         });
         let oldest = open
             .iter()
@@ -386,16 +389,30 @@ mod tests {
         for _ in 0..3 {
             let mut stream = connect_from([127, 0, 0, 2], address).await;
             assert_eq!(get_on(&mut stream, within).await, ok);
-            assert!(closed(&mut flood.remove(0)).await, "the peer's oldest closed");
+            assert!(
+                closed(&mut flood.remove(0)).await,
+                "the peer's oldest closed"
+            );
             flood.push(stream);
         }
         // A third peer when full: the busiest peer (the flood) makes room.
         let mut third = connect_from([127, 0, 0, 3], address).await;
         assert_eq!(get_on(&mut third, within).await, ok);
-        assert!(closed(&mut flood.remove(0)).await, "the busiest peer's oldest closed");
-        assert_eq!(get_on(&mut api_server, within).await, ok, "never the API server's");
+        assert!(
+            closed(&mut flood.remove(0)).await,
+            "the busiest peer's oldest closed"
+        );
+        assert_eq!(
+            get_on(&mut api_server, within).await,
+            ok,
+            "never the API server's"
+        );
         for stream in &mut flood {
-            assert_eq!(get_on(stream, within).await, ok, "one closed per new connection");
+            assert_eq!(
+                get_on(stream, within).await,
+                ok,
+                "one closed per new connection"
+            );
         }
 
         stop.cancel();
