@@ -459,6 +459,42 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
         "the v1alpha1 edit kept the memory: {:?}",
         after.spec
     );
+    // The annotation is the conversion's: a write through v1alpha1 may carry it back as read,
+    // never set or change it by hand.
+    let key = apis::memcached::conversion::PRESERVED_FIELDS;
+    let forged = json!({"metadata": {"annotations": {key: r#"{"memory":"1Gi"}"#}}});
+    let changed = cluster
+        .kubectl()
+        .args([
+            "patch",
+            "memcacheds.v1alpha1.cache.example.com",
+            "converted",
+            "-n",
+            ns.name(),
+            "--type=merge",
+            "-p",
+            &forged.to_string(),
+        ])
+        .output()?;
+    let says = format!("metadata.annotations[{key}]: Invalid value: \"\": is reserved");
+    expect_refused(&changed, "Memcached \"converted\"", &says)?;
+    let mut created = memcached_yaml_at("v1alpha1", "forged", "memcached:1.6");
+    created = created.replace(
+        "metadata:\n",
+        &format!("metadata:\n  annotations:\n    {key}: '{{\"memory\":\"1Gi\"}}'\n"),
+    );
+    let refused = kubectl_apply(cluster, ns, &created)?;
+    expect_refused(&refused, "Memcached \"forged\"", &says)?;
+    ensure!(
+        mcs.get("converted")
+            .await?
+            .spec
+            .memory
+            .as_ref()
+            .map(|q| q.0.as_str())
+            == Some("128Mi"),
+        "the refused edit changed nothing"
+    );
     for version in ["v1alpha1", "v1beta1"] {
         let resource = format!("memcacheds.{version}.cache.example.com");
         let listed = kubectl_json(cluster, ns, &["get", &resource])?;
@@ -479,7 +515,7 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
         );
     }
     println!(
-        "conversion: written through v1alpha1 and read through v1beta1, v1beta1's memory kept through a v1alpha1 edit, both versions listed"
+        "conversion: written through v1alpha1 and read through v1beta1, v1beta1's memory kept through a v1alpha1 edit, its annotation refused when written by hand, both versions listed"
     );
     Ok(())
 }

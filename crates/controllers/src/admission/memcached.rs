@@ -8,7 +8,9 @@
 
 use apis::Memcached;
 use apis::memcached::DEFAULT_IMAGE;
+use apis::memcached::conversion::PRESERVED_FIELDS;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::ResourceExt as _;
 
 use super::{check_image, trim_image};
 use kube_operator_runtime::quantity;
@@ -72,10 +74,68 @@ impl Validator for MemcachedAdmission {
     type Object = Memcached;
 
     fn validate_create(mc: &Memcached) -> Verdict {
-        let mut verdict = Verdict::default();
-        check_image(&mut verdict, "spec.image", &mc.spec.image);
-        check_memory(&mut verdict, &mc.spec);
+        let mut verdict = check_spec(mc);
+        check_reserved_annotation(&mut verdict, mc, None);
         verdict
+    }
+
+    fn validate_update(mc: &Memcached, old: &Memcached) -> Verdict {
+        let mut verdict = check_spec(mc);
+        check_reserved_annotation(&mut verdict, mc, Some(old));
+        verdict
+    }
+
+    /// Through v1alpha1, which has no `spec.memory` or `spec.resources`, neither may change:
+    /// they can only have come from a hand-written [`PRESERVED_FIELDS`] annotation, which the
+    /// conversion read. A round trip (read through v1alpha1, written back) carries them
+    /// unchanged.
+    fn validate_through(version: &str, mc: &Memcached, old: Option<&Memcached>) -> Verdict {
+        let mut verdict = Verdict::default();
+        if version != "v1alpha1" {
+            return verdict;
+        }
+        // What the stored object holds, defaulted as this write was.
+        let mut before = old
+            .cloned()
+            .unwrap_or_else(|| Memcached::new("", Default::default()));
+        Self::default_fields(&mut before);
+        let (now, then) = (&mc.spec, &before.spec);
+        if now.memory != then.memory || now.resources != then.resources {
+            verdict.refuse(reserved(
+                "set through v1alpha1: write spec.memory and spec.resources through \
+                 cache.example.com/v1beta1",
+            ));
+        }
+        verdict
+    }
+}
+
+fn check_spec(mc: &Memcached) -> Verdict {
+    let mut verdict = Verdict::default();
+    check_image(&mut verdict, "spec.image", &mc.spec.image);
+    check_memory(&mut verdict, &mc.spec);
+    verdict
+}
+
+/// The refusal of the reserved annotation, for `why`.
+fn reserved(why: &str) -> FieldError {
+    FieldError::invalid(
+        format!("metadata.annotations[{PRESERVED_FIELDS}]"),
+        "",
+        format!("is reserved for the conversion between Memcached's versions, and was {why}"),
+    )
+}
+
+/// The annotation the conversion reads is never written by hand. In a stored (v1beta1)
+/// object it is only left when it did not parse; an object that already carries it may keep
+/// it unchanged, so it is not stuck, but none may add or change it.
+fn check_reserved_annotation(verdict: &mut Verdict, mc: &Memcached, old: Option<&Memcached>) {
+    let of = |m: &Memcached| m.annotations().get(PRESERVED_FIELDS).cloned();
+    let now = of(mc);
+    if now.is_some() && now != old.and_then(of) {
+        verdict.refuse(reserved(
+            "written by hand (it does not parse as the fields it keeps)",
+        ));
     }
 }
 
@@ -240,6 +300,60 @@ mod tests {
             };
             assert!(refusal.to_string().contains(says), "{refusal}");
         }
+    }
+
+    #[test]
+    fn the_reserved_annotation_is_never_written_by_hand() {
+        let mut mc = memcached("memcached:1.6");
+        mc.annotations_mut()
+            .insert(PRESERVED_FIELDS.to_owned(), "{not json".to_owned());
+        let refused = MemcachedAdmission::validate_create(&mc);
+        assert_eq!(refused.refusals.len(), 1, "{refused:?}");
+        assert!(refused.refusals[0].field.contains(PRESERVED_FIELDS));
+        // An object that already holds it may keep it, not change it.
+        assert!(
+            MemcachedAdmission::validate_update(&mc, &mc)
+                .refusals
+                .is_empty()
+        );
+        let mut changed = mc.clone();
+        changed
+            .annotations_mut()
+            .insert(PRESERVED_FIELDS.to_owned(), "{}".to_owned());
+        assert_eq!(
+            MemcachedAdmission::validate_update(&changed, &mc)
+                .refusals
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn v1alpha1_writes_may_not_change_what_only_v1beta1_has() {
+        let mut stored = with_memory("256Mi", Some("512Mi"));
+        MemcachedAdmission::default_fields(&mut stored);
+        // A round trip through v1alpha1 brings back what was stored.
+        let mut round_trip = stored.clone();
+        round_trip.spec.size = 3;
+        let through =
+            |new: &Memcached, old| MemcachedAdmission::validate_through("v1alpha1", new, old);
+        assert!(through(&round_trip, Some(&stored)).refusals.is_empty());
+        // A hand-written annotation that changed the memory, or set it on a create.
+        let mut edited = stored.clone();
+        edited.spec.memory = Some(Quantity("384Mi".to_owned()));
+        assert_eq!(through(&edited, Some(&stored)).refusals.len(), 1);
+        assert_eq!(through(&stored, None).refusals.len(), 1);
+        assert!(
+            through(&memcached("memcached:1.6"), None)
+                .refusals
+                .is_empty()
+        );
+        // Through v1beta1 itself, anything goes.
+        assert!(
+            MemcachedAdmission::validate_through("v1beta1", &edited, Some(&stored))
+                .refusals
+                .is_empty()
+        );
     }
 
     #[test]

@@ -113,6 +113,9 @@ struct Review<'a> {
 struct Request<'a> {
     uid: String,
     kind: GroupVersionKind,
+    /// The kind as the client sent it, before conversion (absent from old API servers).
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
     #[serde(default)]
     name: String,
     operation: Operation,
@@ -237,6 +240,19 @@ pub trait Validator: 'static {
     fn validate_update(object: &Self::Object, old: &Self::Object) -> Verdict {
         let _ = old;
         Self::validate_create(object)
+    }
+
+    /// Judges, besides the above, a write made through another version of the type
+    /// (`version`, say `v1alpha1`), which the API server converted before it came here: what
+    /// that version cannot express, it must not change. `old` is `None` for a create. By
+    /// default nothing more is checked.
+    fn validate_through(
+        version: &str,
+        object: &Self::Object,
+        old: Option<&Self::Object>,
+    ) -> Verdict {
+        let _ = (version, object, old);
+        Verdict::default()
     }
 }
 
@@ -377,12 +393,21 @@ fn admit_validating<V: Validator>(request: &Request<'_>) -> AdmissionResponse {
         })
     };
     let (new, old) = (read(request.object), read(request.old_object));
-    let verdict = match (&request.operation, &new, &old) {
+    let (mut verdict, new_and_old) = match (&request.operation, &new, &old) {
         (_, Some(Err(e)), _) | (Operation::Update, _, Some(Err(e))) => return allowed.deny(e),
-        (Operation::Create, Some(Ok(new)), _) => V::validate_create(new),
-        (Operation::Update, Some(Ok(new)), Some(Ok(old))) => V::validate_update(new, old),
+        (Operation::Create, Some(Ok(new)), _) => (V::validate_create(new), (new, None)),
+        (Operation::Update, Some(Ok(new)), Some(Ok(old))) => {
+            (V::validate_update(new, old), (new, Some(old)))
+        }
         _ => return allowed,
     };
+    let sent_as = request.request_kind.as_ref().map(|k| k.version.as_str());
+    if let Some(version) = sent_as.filter(|v| *v != request.kind.version) {
+        let (new, old) = new_and_old;
+        let through = V::validate_through(version, new, old);
+        verdict.refusals.extend(through.refusals);
+        verdict.warnings.extend(through.warnings);
+    }
     if verdict.refusals.is_empty() {
         return with_warnings(allowed, verdict.warnings);
     }
@@ -516,6 +541,15 @@ mod tests {
                     widget.spec.size.to_string(),
                     format!("may not shrink below {}", old.spec.size),
                 ));
+            }
+            verdict
+        }
+
+        fn validate_through(version: &str, widget: &Widget, old: Option<&Widget>) -> Verdict {
+            let mut verdict = Verdict::default();
+            // v0 has no size: a write through it may not change one.
+            if version == "v0" && Some(widget.spec.size) != old.map(|o| o.spec.size) {
+                verdict.refuse(FieldError::invalid("spec.size", "", "not in v0"));
             }
             verdict
         }
@@ -719,6 +753,35 @@ mod tests {
             .review(&serde_json::to_vec(&old_version).expect("JSON"))
             .expect_err("v1beta1");
         assert!(error.0.contains("admission.k8s.io/v1beta1"), "{error}");
+    }
+
+    #[test]
+    fn a_write_through_another_version_is_judged_for_it_too() {
+        let webhook = AdmissionWebhook::validating::<WidgetAdmission>();
+        let sent_as = |version: &str| {
+            let old = widget(json!({"size": 2}));
+            let mut body: Value = serde_json::from_slice(&review_body(
+                "UPDATE",
+                widget(json!({"size": 3})),
+                Some(old),
+            ))
+            .expect("JSON");
+            body["request"]["requestKind"] =
+                json!({"group": "test.example.com", "version": version, "kind": "Widget"});
+            let review = webhook
+                .review(&serde_json::to_vec(&body).expect("JSON"))
+                .expect("well-formed");
+            answer_of(review)
+        };
+        assert_eq!(sent_as("v1")["allowed"], true);
+        let through_v0 = sent_as("v0");
+        assert_eq!(through_v0["allowed"], false);
+        assert!(
+            through_v0["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("spec.size") && m.contains("not in v0")),
+            "{through_v0}"
+        );
     }
 
     #[test]
