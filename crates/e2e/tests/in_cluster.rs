@@ -764,10 +764,11 @@ async fn wait_for_one_leader(cluster: &TestCluster, not: Option<&str>) -> Result
     Ok(
         testkit::wait_for("one manager pod to hold the Lease", TIMEOUT, || async {
             let lease = leases.get(LEASE).await.map_err(|e| e.to_string())?;
-            let holder = lease
+            let identity = lease
                 .spec
                 .and_then(|s| s.holder_identity)
                 .unwrap_or_default();
+            let holder = testkit::identity_pod(&identity).to_owned();
             if holder.is_empty() || Some(holder.as_str()) == not {
                 return Err(format!("holder {holder:?}"));
             }

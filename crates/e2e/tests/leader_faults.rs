@@ -237,10 +237,11 @@ impl Harness {
             .with_context(|| format!("no replica named {name:?}"))
     }
 
-    /// The Lease's holder, if the API server answers.
+    /// The pod name of the Lease's holder, if the API server answers.
     async fn holder(&self) -> Option<String> {
         let lease = self.leases.get_opt(&self.lease).await.ok()??;
-        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+        let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
+        Some(testkit::identity_pod(&holder).to_owned())
     }
 
     /// Waits for a replica other than `old` (any replica when `None`) to hold the Lease; the
@@ -282,6 +283,7 @@ impl Harness {
             let spec = lease.and_then(|l| l.spec).unwrap_or_default();
             let renewed = spec.renew_time.map(|t| t.0);
             if let Some(holder) = spec.holder_identity
+                && let holder = testkit::identity_pod(&holder).to_owned()
                 && self.replicas.iter().any(|r| r.name == holder)
                 && renewed.is_some_and(|t| t > since)
             {
@@ -733,7 +735,9 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         &identity.namespace,
         &lease,
         RENEW_DEADLINE,
-        |agent| testkit::manager_identity(agent).filter(|id| names.contains(id)),
+        |agent| {
+            testkit::manager_identity(agent).filter(|id| names.contains(testkit::identity_pod(id)))
+        },
     );
     for (name, history) in &report.replicas {
         println!(
@@ -779,7 +783,11 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
     let split: Vec<&&testkit::LateWrite> = late
         .iter()
         .filter(|w| w.breach == testkit::Breach::OtherHolder)
-        .filter(|w| w.holder.as_ref().is_some_and(|h| names.contains(h)))
+        .filter(|w| {
+            w.holder
+                .as_deref()
+                .is_some_and(|h| names.contains(testkit::identity_pod(h)))
+        })
         .collect();
     let bounded = late
         .iter()
@@ -788,7 +796,8 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         .max()
         .unwrap_or_default();
     println!(
-        "accepted writes committed while another replica led: {}; others outside their          replica's tenure or past its renew deadline: {} (worst {:.3}s, allowed {:?})",
+        "accepted writes committed while another replica led: {}; others outside their \
+         replica's tenure or past its renew deadline: {} (worst {:.3}s, allowed {:?})",
         split.len(),
         late.len() - split.len(),
         bounded.as_secs_f64(),
@@ -835,7 +844,10 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         let attempts: Vec<&testkit::AuditEvent> = events
             .iter()
             .filter(|e| e.resource == "deployments" && &e.name == name)
-            .filter(|e| testkit::manager_identity(&e.user_agent).as_ref() == Some(writer))
+            .filter(|e| {
+                testkit::manager_identity(&e.user_agent)
+                    .is_some_and(|id| testkit::identity_pod(&id) == writer)
+            })
             .collect();
         let held = attempts
             .iter()

@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster, TestNamespace};
@@ -322,7 +322,8 @@ struct Manager {
 }
 
 impl Manager {
-    /// Starts a manager with leader election on `lease`, `POD_NAME=name` (its holder identity),
+    /// Starts a manager with leader election on `lease`, `POD_NAME=name` (its holder identity's
+    /// pod name),
     /// loopback ports, JSON logs, and `extra` flags; waits until `/readyz` answers 200.
     async fn start(kubeconfig: &Path, name: &str, lease: &str, extra: &[&str]) -> Result<Self> {
         let metrics = testkit::free_port()?;
@@ -597,8 +598,9 @@ fn leases(fixture: &Fixture) -> Api<Lease> {
 
 async fn lease_holder(fixture: &Fixture, lease: &str) -> Result<(String, i32)> {
     let spec = leases(fixture).get(lease).await?.spec.unwrap_or_default();
+    let holder = spec.holder_identity.unwrap_or_default();
     Ok((
-        spec.holder_identity.unwrap_or_default(),
+        testkit::identity_pod(&holder).to_owned(),
         spec.lease_transitions.unwrap_or_default(),
     ))
 }
@@ -689,6 +691,11 @@ async fn two_managers_one_leader_and_sigterm_hands_over_at_once() -> Result<()> 
                         && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Lease")
                 })
                 .filter_map(|e| e.note)
+                // `<identity> became leader`, the identity being the pod name and a suffix.
+                .map(|note| match note.split_once(' ') {
+                    Some((who, what)) => format!("{} {what}", testkit::identity_pod(who)),
+                    None => note,
+                })
                 .collect();
             if expected.iter().all(|want| notes.contains(want)) {
                 Ok(())
@@ -825,6 +832,104 @@ async fn a_leader_that_finds_its_lease_taken_stops_and_exits_non_zero() -> Resul
 }
 
 #[tokio::test]
+async fn a_lease_deleted_or_emptied_by_hand_is_taken_only_once_its_holder_expires() -> Result<()> {
+    let fixture = fixture("mgr-gone").await?;
+    let lease = testkit::unique_name("lease-gone");
+    let flags = [
+        "--lease-duration=6s",
+        "--renew-deadline=4s",
+        "--retry-period=1s",
+    ];
+    let start = |name: &str| {
+        let (path, name, lease) = (
+            fixture.identity.path.clone(),
+            name.to_owned(),
+            lease.clone(),
+        );
+        async move { Manager::start(&path, &name, &lease, &flags).await }
+    };
+    let mut leader = start(&testkit::unique_name("manager-a")).await?;
+    leader.wait_leading(&lease, CONVERGE).await?;
+    for edit in ["deleted", "emptied"] {
+        let standby = start(&testkit::unique_name("manager-b")).await?;
+        // Let the standby see the leader renew.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let edited = Instant::now();
+        if edit == "deleted" {
+            leases(&fixture)
+                .delete(&lease, &DeleteParams::default())
+                .await?;
+        } else {
+            let patch = json!({"spec": {"holderIdentity": ""}});
+            leases(&fixture)
+                .patch(&lease, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        let status = leader
+            .process
+            .wait_timeout(Duration::from_secs(10))
+            .await?
+            .with_context(|| format!("{} kept running after its Lease was {edit}", leader.name))?;
+        ensure!(
+            status.code() == Some(1),
+            "the old leader should exit 1 once its Lease is gone, got {status}"
+        );
+        standby.wait_leading(&lease, CONVERGE).await?;
+        let waited = edited.elapsed();
+        println!(
+            "Lease {edit} by hand: the old leader exited with {status}, the standby led {:.2}s \
+             later",
+            waited.as_secs_f64()
+        );
+        // The standby saw a renewal at most a retry period before the edit; it may lead only
+        // once that renewal's 6 s have run out (and no more than a retry period after).
+        ensure!(
+            waited >= Duration::from_secs(4) && waited <= Duration::from_secs(9),
+            "after the Lease was {edit} the standby led {waited:?} later, not after the \
+             holder's remaining lease"
+        );
+        leader = standby;
+    }
+    leader.process.terminate();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_second_process_under_the_same_pod_name_does_not_share_the_lease() -> Result<()> {
+    let fixture = fixture("mgr-twin").await?;
+    let lease = testkit::unique_name("lease-twin");
+    let name = testkit::unique_name("manager-twin");
+    let flags = ["--retry-period=1s"];
+    let first = Manager::start(&fixture.identity.path, &name, &lease, &flags).await?;
+    first.wait_leading(&lease, CONVERGE).await?;
+    let held = leases(&fixture).get(&lease).await?.spec.unwrap_or_default();
+    let identity = held.holder_identity.unwrap_or_default();
+    let second = Manager::start(&fixture.identity.path, &name, &lease, &flags).await?;
+    // Several retry periods: a twin taking the Lease for its own would lead by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    ensure!(
+        second.leading(&lease).await? == 0.0,
+        "the second process leads too"
+    );
+    ensure!(
+        first.leading(&lease).await? == 1.0,
+        "the first process lost the Lease"
+    );
+    let now = leases(&fixture).get(&lease).await?.spec.unwrap_or_default();
+    ensure!(
+        now.holder_identity.as_deref() == Some(identity.as_str()),
+        "the Lease went from {identity:?} to {:?}",
+        now.holder_identity
+    );
+    ensure!(
+        testkit::identity_pod(&identity) == name && identity != name,
+        "the identity {identity:?} is not the pod name {name:?} with a suffix"
+    );
+    drop((first, second));
+    Ok(())
+}
+
+#[tokio::test]
 async fn labels_and_annotations_others_set_on_the_lease_survive_renewals() -> Result<()> {
     let fixture = fixture("mgr-kept").await?;
     let lease = testkit::unique_name("lease-kept");
@@ -909,7 +1014,10 @@ async fn a_lease_the_api_server_refuses_makes_readyz_say_why() -> Result<()> {
     let said = said.with_context(|| process.log_text())?;
     ensure!(said.contains("forbidden"), "{said}");
     let (live, _) = http_get(probes, "/healthz").await?;
-    ensure!(live == 200, "a standby that cannot lead is still alive, /healthz said {live}");
+    ensure!(
+        live == 200,
+        "a standby that cannot lead is still alive, /healthz said {live}"
+    );
     process.terminate();
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! replica that was frozen (SIGSTOP, a paused VM, a long stall) wakes up with writes queued and
 //! a Lease that a standby may already hold. The fence refuses those writes before they leave the
 //! process, and abandons a write not yet sent or still unanswered when the deadline passes
-//! (unless a renewal moved it meanwhile), so that no request of this replica is sent after a
+//! (unless a renewal moved it meanwhile) or as soon as the replica steps down or suspends its
+//! writes, so that no request of this replica is sent after a
 //! standby could have taken over. What it cannot hold back is a request already handed to
 //! the connection when the process froze (the connection's own task sends it on waking), or one
 //! that waits in the API server: those the API server refuses, with the generated
@@ -123,9 +124,18 @@ where
         let response = self.inner.call(request);
         let fence = self.fence.clone();
         Box::pin(async move {
+            let status = fence.status.clone();
             let mut response = std::pin::pin!(response);
             let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+            let mut closed = std::pin::pin!(status.closed());
+            closed.as_mut().enable();
             std::future::poll_fn(|cx| {
+                if closed.as_mut().poll(cx).is_ready() {
+                    // Writing stopped: check now, as if the deadline had come.
+                    closed.set(status.closed());
+                    closed.as_mut().enable();
+                    deadline = Instant::now();
+                }
                 while Instant::now() >= deadline {
                     match fence.status.write_deadline(Instant::now()) {
                         // Renewed meanwhile: keep waiting for the answer.
@@ -308,6 +318,26 @@ mod tests {
         let error = write.await.unwrap_err();
         assert!(error.to_string().contains("abandoned"), "{error}");
         assert_eq!((sent(&s), s.refused.get()), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_flight_is_abandoned_as_soon_as_the_replica_steps_down() {
+        for step_down in [LeaderStatus::stepped_down, LeaderStatus::suspend_writes] {
+            let mut s = setup(Duration::from_secs(10), None);
+            s.status.renewed(Instant::now());
+            let write = tokio::spawn(s.service.call(request(Method::PATCH)));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(sent(&s), 1, "sent, and waiting for its answer");
+            let stepped = Instant::now();
+            step_down(&s.status);
+            let error = write.await.unwrap().unwrap_err();
+            assert!(error.to_string().contains("abandoned"), "{error}");
+            assert!(
+                stepped.elapsed() < Duration::from_secs(1),
+                "not at its old deadline"
+            );
+            assert_eq!(s.refused.get(), 1);
+        }
     }
 
     #[tokio::test]

@@ -74,18 +74,23 @@ impl Settings {
     }
 }
 
-/// The identity of this candidate: `$POD_NAME` (downward API) when set, else the host name
-/// plus a random suffix so that two processes on one host differ.
+/// The identity of this candidate: `$POD_NAME` (downward API), else the host name, then `_`
+/// and a random suffix, as controller-runtime's. The suffix makes every process a candidate of
+/// its own: a second process under the same pod name (a container restarted while the old one
+/// still runs) neither leads with it nor renews its Lease. The part before `_` is what the
+/// API server's fence compares with the pod name of the request's token; a pod or host name
+/// never holds `_`.
 pub fn default_identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME")
-        && !pod.trim().is_empty()
-    {
-        return pod.trim().to_owned();
-    }
-    let host = hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "manager".to_owned());
-    format!("{host}_{:08x}", fastrand::u32(..))
+    let name = std::env::var("POD_NAME")
+        .ok()
+        .map(|pod| pod.trim().to_owned())
+        .filter(|pod| !pod.is_empty())
+        .unwrap_or_else(|| {
+            hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "manager".to_owned())
+        });
+    format!("{name}_{:08x}", fastrand::u32(..))
 }
 
 /// Leadership as the rest of the process sees it: `/healthz`, the
@@ -99,6 +104,9 @@ pub struct LeaderStatus {
     gauge: IntGauge,
     /// Why the API server refuses this replica's Lease requests, until one succeeds.
     refused: Mutex<Option<String>>,
+    /// Wakes the writes in flight when writing stops (a suspension or a step-down), so each
+    /// checks at once instead of at its old deadline.
+    closed: tokio::sync::Notify,
 }
 
 impl LeaderStatus {
@@ -111,6 +119,7 @@ impl LeaderStatus {
             renew_deadline,
             gauge,
             refused: Mutex::new(None),
+            closed: tokio::sync::Notify::new(),
         }
     }
 
@@ -162,12 +171,20 @@ impl LeaderStatus {
     /// Lease that the watch showed changed by someone else.
     pub(crate) fn suspend_writes(&self) {
         self.set_last_renew(None);
+        self.closed.notify_waiters();
     }
 
     pub(crate) fn stepped_down(&self) {
         self.leading.store(false, Ordering::SeqCst);
         self.set_last_renew(None);
         self.gauge.set(0);
+        self.closed.notify_waiters();
+    }
+
+    /// Completes when writing stops (see [`LeaderStatus::write_deadline`]) after it is first
+    /// polled or enabled.
+    pub fn closed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.closed.notified()
     }
 
     /// Until when this replica may write: its last renewal plus the renew deadline, on the
@@ -329,6 +346,27 @@ pub fn released_record(old: &Record, now: Timestamp) -> Record {
     }
 }
 
+/// What [`LeaderElector`] remembers of another holder after seeing `record` (first seen
+/// unchanged at `at`): that holder and when its lease expires; nothing once this candidate
+/// holds it, or once it was released by its holder (client-go's release: no holder, a
+/// one-second duration); the holder from before when someone else only emptied it.
+fn held_after(
+    before: Option<(String, Instant)>,
+    record: &Record,
+    at: Instant,
+    identity: &str,
+) -> Option<(String, Instant)> {
+    if record.holder == identity {
+        return None;
+    }
+    if record.holder.is_empty() {
+        let released = record.lease_duration_seconds == 1;
+        return if released { None } else { before };
+    }
+    let duration = u64::try_from(record.lease_duration_seconds).unwrap_or_default();
+    Some((record.holder.clone(), at + Duration::from_secs(duration)))
+}
+
 /// The outcome of one attempt to acquire or renew.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Attempt {
@@ -424,6 +462,9 @@ pub struct LeaderElector {
     status: Arc<LeaderStatus>,
     /// The last record seen and when it was first seen unchanged.
     observed: Option<(Record, Instant)>,
+    /// Another holder last seen, and when its lease expires as seen from here: a Lease deleted
+    /// or emptied by someone else is free only then (a holder's own release frees it at once).
+    last_held: Option<(String, Instant)>,
     /// The `resourceVersion` of the last Lease read or written.
     resource_version: Option<String>,
     /// When the last successful acquisition or renewal was sent.
@@ -500,6 +541,7 @@ impl LeaderElector {
             settings,
             status,
             observed: None,
+            last_held: None,
             resource_version: None,
             last_renew: None,
             uncertain: false,
@@ -553,6 +595,10 @@ impl LeaderElector {
             Some((seen, _)) if *seen == record => {}
             _ => self.observed = Some((record, Instant::now())),
         }
+        if let Some((record, at)) = &self.observed {
+            self.last_held =
+                held_after(self.last_held.take(), record, *at, &self.settings.identity);
+        }
         self.resource_version = lease.metadata.resource_version.clone();
         if lease.metadata.uid.is_some() {
             self.lease_uid = lease.metadata.uid.clone();
@@ -585,8 +631,21 @@ impl LeaderElector {
                 Ok(Attempt::Leading)
             }
             Err(e) if is_conflict(&e) => Ok(Attempt::Conflict),
+            // Deleted since it was read: for the leader, lost; for a standby, look again.
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Attempt::Gone),
             Err(e) => Err(e),
         }
+    }
+
+    /// The holder last seen and the time its lease has left, while it has some: a Lease gone
+    /// or emptied by someone else is not free before.
+    fn still_held(&self) -> Option<Attempt> {
+        let (holder, expires) = self.last_held.as_ref()?;
+        let remaining = expires.checked_duration_since(Instant::now())?;
+        (!remaining.is_zero()).then(|| Attempt::HeldBy {
+            holder: holder.clone(),
+            remaining,
+        })
     }
 
     /// One round of client-go's `tryAcquireOrRenew`. `leading`: this candidate leads, so any
@@ -616,6 +675,9 @@ impl LeaderElector {
             if leading.is_some() {
                 return Ok(Attempt::Gone);
             }
+            if let Some(held) = self.still_held() {
+                return Ok(held);
+            }
             let record = next_record(&Record::default(), &identity, seconds, Timestamp::now());
             let record = Record {
                 transitions: 0,
@@ -644,6 +706,12 @@ impl LeaderElector {
         }
         match decide(&record, observed_at, Instant::now(), &identity) {
             Decision::Wait { holder, remaining } => Ok(Attempt::HeldBy { holder, remaining }),
+            Decision::Acquire
+                if record.holder.is_empty()
+                    && let Some(held) = self.still_held() =>
+            {
+                Ok(held)
+            }
             Decision::Renew | Decision::Acquire => {
                 let next = next_record(&record, &identity, seconds, Timestamp::now());
                 self.replace(&next).await
@@ -1002,6 +1070,25 @@ mod tests {
         }))
         .expect("status");
         kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn a_lease_emptied_by_someone_else_stays_held_until_the_holder_seen_expires() {
+        let at = Instant::now();
+        let held = held_after(None, &record("a", 15), at, "me");
+        assert_eq!(held, Some(("a".to_owned(), at + Duration::from_secs(15))));
+        // Emptied by hand (the duration left as it was): still a's until then.
+        let later = at + Duration::from_secs(3);
+        assert_eq!(held_after(held.clone(), &record("", 15), later, "me"), held);
+        // Released by its holder (no holder, one second): free at once.
+        assert_eq!(held_after(held.clone(), &record("", 1), later, "me"), None);
+        // Renewed by another holder: that one's, from when it was seen.
+        let b = held_after(held.clone(), &record("b", 10), later, "me");
+        assert_eq!(b, Some(("b".to_owned(), later + Duration::from_secs(10))));
+        // Taken by this candidate: nothing to wait for.
+        assert_eq!(held_after(held, &record("me", 15), later, "me"), None);
+        // Never seen held: an empty Lease is free.
+        assert_eq!(held_after(None, &record("", 15), at, "me"), None);
     }
 
     #[test]

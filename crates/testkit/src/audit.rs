@@ -441,6 +441,12 @@ pub fn check_fencing(
     report
 }
 
+/// The pod (or host) name in a manager's leader-election identity, `<pod>_<suffix>`: the
+/// identity itself when it has no suffix (another program's, say).
+pub fn identity_pod(identity: &str) -> &str {
+    identity.split_once('_').map_or(identity, |(pod, _)| pod)
+}
+
 /// The leader-election identity in a manager's user agent, `operator-manager/<version>
 /// (<identity>)`.
 pub fn manager_identity(user_agent: &str) -> Option<String> {
@@ -495,6 +501,12 @@ mod tests {
 
     const A: &str = "operator-manager/0.1.0 (a)";
     const B: &str = "operator-manager/0.1.0 (b)";
+
+    #[test]
+    fn the_pod_name_is_the_identity_before_its_suffix() {
+        assert_eq!(identity_pod("replica-0_1a2b3c4d"), "replica-0");
+        assert_eq!(identity_pod("replica-0"), "replica-0");
+    }
 
     #[test]
     fn identities_come_from_the_user_agent() {

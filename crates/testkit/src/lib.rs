@@ -39,7 +39,8 @@ mod wait;
 
 pub use audit::{
     AuditEvent, Breach, FencingReport, LateWrite, ReplicaHistory, Tenure, check_fencing,
-    lease_tenures, manager_identity, parse_audit_log, read_audit_files, read_audit_files_where,
+    identity_pod, lease_tenures, manager_identity, parse_audit_log, read_audit_files,
+    read_audit_files_where,
 };
 pub use cluster::{TestCluster, cluster, pod_ready};
 pub use error::{Error, Result};

@@ -15,7 +15,8 @@ use super::tenants::{Target, Tenants};
 use super::workload::wait_for_holder;
 use super::{BenchArgs, Contender};
 
-/// Identities of the two managers (`POD_NAME` is the holder identity, as in-cluster).
+/// Pod names of the two managers (`POD_NAME`, the holder identity before its suffix, as
+/// in-cluster).
 const REPLICAS: [&str; 2] = ["bench-replica-a", "bench-replica-b"];
 /// client-go's defaults, which the manager also uses.
 const LEASE_DURATION: Duration = Duration::from_secs(15);

@@ -650,7 +650,7 @@ pub async fn stop_manager(mut manager: ManagerProcess) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Polls the Lease until `accept(holderIdentity)`; returns the holder.
+/// Polls the Lease until `accept` takes the pod name of its holder; returns that pod name.
 pub async fn wait_for_holder(
     cluster: &TestCluster,
     namespace: &str,
@@ -661,13 +661,15 @@ pub async fn wait_for_holder(
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), namespace);
     let deadline = Instant::now() + timeout;
     loop {
-        let holder = leases
+        let identity = leases
             .get_opt(name)
             .await?
             .and_then(|l| l.spec?.holder_identity)
             .unwrap_or_default();
-        if accept(&holder) {
-            return Ok(holder);
+        // Ours adds a suffix of the process to the pod name; the reference uses it as is.
+        let holder = testkit::identity_pod(&identity);
+        if accept(holder) {
+            return Ok(holder.to_owned());
         }
         anyhow::ensure!(
             Instant::now() < deadline,
