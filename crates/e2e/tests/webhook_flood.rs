@@ -11,6 +11,7 @@
 //!   each within the configuration's timeout (a write is refused otherwise: failure policy
 //!   `Fail`).
 
+mod lease_watch;
 mod webhook_configurations;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
+use lease_watch::watch_lease;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use testkit::{ManagerProcess, TestNamespace};
@@ -124,7 +126,11 @@ async fn flood(
         })
         .collect();
     let memory = tokio::spawn(peak_rss(pid, until));
-    let renewals = tokio::spawn(watch_lease(leases.clone(), lease_name.to_owned(), until));
+    let renewals = tokio::spawn(watch_lease(
+        leases.clone(),
+        lease_name.to_owned(),
+        move || Instant::now() >= until,
+    ));
     let writes = real_writes(cluster, ns, until).await;
 
     let mut answers: BTreeMap<String, usize> = BTreeMap::new();
@@ -314,32 +320,6 @@ fn rss(pid: u32) -> Result<u64> {
         .context("no VmRSS")?
         .parse()?;
     Ok(kib << 10)
-}
-
-/// Every holder the Lease named until `until`, and the longest interval between two renewals
-/// seen (from the first one seen until the last, or until `until`).
-async fn watch_lease(
-    leases: Api<Lease>,
-    name: String,
-    until: Instant,
-) -> Result<(Vec<String>, Duration)> {
-    let mut holders: Vec<String> = Vec::new();
-    let (mut last_renew, mut last_change) = (None, Instant::now());
-    let mut longest = Duration::ZERO;
-    while Instant::now() < until {
-        let spec = leases.get(&name).await?.spec.unwrap_or_default();
-        let holder = spec.holder_identity.unwrap_or_default();
-        if holders.last() != Some(&holder) {
-            holders.push(holder);
-        }
-        let renew = spec.renew_time.map(|t| t.0);
-        if renew != last_renew {
-            longest = longest.max(last_change.elapsed());
-            (last_renew, last_change) = (renew, Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Ok((holders, longest.max(last_change.elapsed())))
 }
 
 /// Creates a Memcached every [`REAL_WRITE_EVERY`] until `until`, through the API server and

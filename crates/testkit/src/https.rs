@@ -48,22 +48,7 @@ pub async fn get(
     token: Option<&str>,
     trust: Trust,
 ) -> std::result::Result<(u16, String), String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
-    let config = match trust {
-        Trust::Any => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))),
-        Trust::Only(authority) => {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(authority).map_err(|e| e.to_string())?;
-            builder.with_root_certificates(roots)
-        }
-    }
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = connector(trust)?;
     let tcp = tokio::net::TcpStream::connect((ip, port))
         .await
         .map_err(|e| format!("connecting to {ip}:{port}: {e}"))?;
@@ -92,6 +77,29 @@ pub async fn get(
         .map_or("", |(_, b)| b)
         .to_owned();
     Ok((code, body))
+}
+
+/// A TLS client that accepts what `trust` says.
+///
+/// # Errors
+/// A message when the authority is no certificate.
+pub fn connector(trust: Trust) -> std::result::Result<tokio_rustls::TlsConnector, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let config = match trust {
+        Trust::Any => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))),
+        Trust::Only(authority) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(authority).map_err(|e| e.to_string())?;
+            builder.with_root_certificates(roots)
+        }
+    }
+    .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
 /// Accepts any server certificate, checking only that the handshake is signed by its key.
