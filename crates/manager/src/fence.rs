@@ -1,9 +1,12 @@
 //! The write fence: every mutating request the controllers send passes one check, that this
-//! replica holds the leader Lease and its renew deadline has not passed on the monotonic clock.
+//! replica holds the leader Lease and its renew deadline has not passed, on the monotonic clock
+//! and on the boot clock (which counts time the machine was suspended).
 //!
 //! Leader election alone stops the controllers only when the elector notices it has lost; a
-//! replica that was frozen (SIGSTOP, a paused VM, a long stall) wakes up with writes queued and
-//! a Lease that a standby may already hold. The fence refuses those writes before they leave the
+//! replica that was frozen (SIGSTOP, a long stall) or whose machine was suspended wakes up with
+//! writes queued and a Lease that a standby may already hold. A VM paused by its hypervisor is
+//! covered only if its clocks are stepped forward on resume; the API server's fence (below)
+//! covers it either way. The fence refuses those writes before they leave the
 //! process, and abandons a write not yet sent or still unanswered when the deadline passes
 //! (unless a renewal moved it meanwhile) or as soon as the replica steps down or suspends its
 //! writes, so that no request of this replica is sent after a

@@ -98,8 +98,11 @@ pub fn default_identity() -> String {
 #[derive(Debug)]
 pub struct LeaderStatus {
     leading: AtomicBool,
-    /// When the last successful renewal was sent; `None` while writes are suspended.
-    last_renew: Mutex<Option<Instant>>,
+    /// When the last successful renewal was sent, on the monotonic clock and on the boot clock
+    /// (see [`crate::boot_clock`]); `None` while writes are suspended.
+    last_renew: Mutex<Option<(Instant, Option<Duration>)>>,
+    /// Reads the boot clock: [`crate::boot_clock::since_boot`], or a test's.
+    boot_clock: fn() -> Option<Duration>,
     renew_deadline: Duration,
     gauge: IntGauge,
     /// Why the API server refuses this replica's Lease requests, until one succeeds.
@@ -116,6 +119,7 @@ impl LeaderStatus {
         Self {
             leading: AtomicBool::new(false),
             last_renew: Mutex::new(None),
+            boot_clock: crate::boot_clock::since_boot,
             renew_deadline,
             gauge,
             refused: Mutex::new(None),
@@ -146,6 +150,10 @@ impl LeaderStatus {
     }
 
     fn last_renew(&self) -> Option<Instant> {
+        self.last_renew_on_both().map(|(at, _)| at)
+    }
+
+    fn last_renew_on_both(&self) -> Option<(Instant, Option<Duration>)> {
         *self
             .last_renew
             .lock()
@@ -153,10 +161,16 @@ impl LeaderStatus {
     }
 
     fn set_last_renew(&self, at: Option<Instant>) {
+        // The boot clock when `at` was, from how long ago `at` is on the monotonic clock.
+        let on_boot_clock = |at: Instant| {
+            let ago = Instant::now().saturating_duration_since(at);
+            (self.boot_clock)().map(|now| now.saturating_sub(ago))
+        };
         *self
             .last_renew
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            at.map(|at| (at, on_boot_clock(at)));
     }
 
     /// A renewal sent at `sent` succeeded. The time it was sent, not answered, counts: the
@@ -191,18 +205,33 @@ impl LeaderStatus {
     /// monotonic clock. A standby cannot take the Lease before then, as the renew deadline is
     /// shorter than the lease duration it waits. The reason otherwise.
     ///
+    /// The deadline is checked on the boot clock too, which counts the time the machine was
+    /// suspended: after a resume the monotonic clock shows no time passed, the standbys'
+    /// clocks do.
+    ///
     /// # Errors
     /// Why writing is not allowed now: not leading, suspended, or the deadline passed (for
-    /// example after the process was frozen), even before the elector notices.
+    /// example after the process was frozen or the machine suspended), even before the
+    /// elector notices.
     pub fn write_deadline(&self, now: Instant) -> Result<Instant, String> {
         if !self.is_leading() {
             return Err("this replica does not hold the leader lease".to_owned());
         }
-        let Some(last) = self.last_renew() else {
+        let Some((last, last_on_boot_clock)) = self.last_renew_on_both() else {
             return Err(
                 "the leader lease is being checked after a change by someone else".to_owned(),
             );
         };
+        if let (Some(then), Some(now)) = (last_on_boot_clock, (self.boot_clock)())
+            && now.saturating_sub(then) >= self.renew_deadline
+        {
+            return Err(format!(
+                "the leader lease was last renewed {:.1}s ago, counting time the machine was \
+                 suspended, beyond the renew deadline of {}",
+                now.saturating_sub(then).as_secs_f64(),
+                crate::duration::Display(self.renew_deadline)
+            ));
+        }
         let deadline = last + self.renew_deadline;
         if now >= deadline {
             return Err(format!(
@@ -1089,6 +1118,30 @@ mod tests {
         assert_eq!(held_after(held, &record("me", 15), later, "me"), None);
         // Never seen held: an empty Lease is free.
         assert_eq!(held_after(None, &record("", 15), at, "me"), None);
+    }
+
+    /// A boot clock the test moves: milliseconds.
+    static BOOT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1_000_000);
+
+    fn test_boot_clock() -> Option<Duration> {
+        Some(Duration::from_millis(BOOT_MS.load(Ordering::SeqCst)))
+    }
+
+    #[test]
+    fn time_the_machine_was_suspended_counts_against_the_renew_deadline() {
+        let gauge = IntGauge::new("leading", "h").expect("gauge");
+        let mut status = LeaderStatus::new(gauge, Duration::from_secs(10));
+        status.boot_clock = test_boot_clock;
+        let now = Instant::now();
+        status.renewed(now);
+        assert!(status.write_deadline(now).is_ok());
+        // Suspended for 11 s: the monotonic clock stood still, the boot clock did not.
+        BOOT_MS.fetch_add(11_000, Ordering::SeqCst);
+        let error = status.write_deadline(now).expect_err("past the deadline");
+        assert!(error.contains("suspended"), "{error}");
+        // The next renewal opens the fence again.
+        status.renewed(Instant::now());
+        assert!(status.write_deadline(Instant::now()).is_ok());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! - [`telemetry`]: logs and the metrics registry.
 //! - [`manager`]: the start-up and shutdown order.
 
+pub mod boot_clock;
 pub mod cert_authority;
 pub mod client_metrics;
 pub mod config;
