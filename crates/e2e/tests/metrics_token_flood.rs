@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use lease_watch::watch_lease;
+use lease_watch::{ensure_kept, wait_for_holder, watch_lease};
 use manager::metrics_auth::{REVIEW_BURST, REVIEWS_PER_SECOND};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
@@ -70,15 +70,7 @@ async fn flood(
     lease_name: &str,
 ) -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
-    let holder = testkit::wait_for("the manager to lead", Duration::from_secs(60), || async {
-        let lease = leases.get(lease_name).await.map_err(|e| e.to_string())?;
-        lease
-            .spec
-            .and_then(|spec| spec.holder_identity)
-            .filter(|holder| !holder.is_empty())
-            .ok_or_else(|| "no holder yet".to_owned())
-    })
-    .await?;
+    let holder = wait_for_holder(&leases, lease_name).await?;
     let address: SocketAddr = ([127, 0, 0, 1], port).into();
     // The manager's metrics certificate is its own: what is tested is who may read.
     let connector =
@@ -140,14 +132,7 @@ async fn flood(
         (reviews as f64) <= allowed,
         "{reviews} TokenReviews in {took:.1?}, more than the rate allows ({allowed:.0})"
     );
-    ensure!(
-        holders == [holder.clone()],
-        "the Lease stayed with {holder:?}, but was held by {holders:?}"
-    );
-    ensure!(
-        longest_gap < RENEW_DEADLINE,
-        "the Lease went {longest_gap:?} without a renewal (renew deadline {RENEW_DEADLINE:?})"
-    );
+    ensure_kept(&holder, &holders, longest_gap, RENEW_DEADLINE)?;
     Ok(())
 }
 

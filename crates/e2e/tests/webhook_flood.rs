@@ -23,7 +23,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
-use lease_watch::watch_lease;
+use lease_watch::{ensure_kept, wait_for_holder, watch_lease};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use testkit::{ManagerProcess, TestNamespace};
@@ -98,15 +98,7 @@ async fn flood(
     lease_name: &str,
 ) -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
-    let holder = testkit::wait_for("the manager to lead", Duration::from_secs(60), || async {
-        let lease = leases.get(lease_name).await.map_err(|e| e.to_string())?;
-        lease
-            .spec
-            .and_then(|spec| spec.holder_identity)
-            .filter(|holder| !holder.is_empty())
-            .ok_or_else(|| "no holder yet".to_owned())
-    })
-    .await?;
+    let holder = wait_for_holder(&leases, lease_name).await?;
     let pid = manager.id().context("the manager has exited")?;
     let before = rss(pid)?;
     let connector = connector(cluster).await?;
@@ -170,14 +162,7 @@ async fn flood(
         "the flood added {added} MiB to the manager's memory, more than half its limit of \
          {limit} MiB, which the caches need at 10,000 objects"
     );
-    ensure!(
-        holders == [holder.clone()],
-        "the Lease stayed with {holder:?}, but was held by {holders:?}"
-    );
-    ensure!(
-        longest_gap < RENEW_DEADLINE,
-        "the Lease went {longest_gap:?} without a renewal (renew deadline {RENEW_DEADLINE:?})"
-    );
+    ensure_kept(&holder, &holders, longest_gap, RENEW_DEADLINE)?;
     let refused = answers.get("413").copied().unwrap_or_default()
         + answers.get("503").copied().unwrap_or_default()
         + answers.get("408").copied().unwrap_or_default();

@@ -438,19 +438,12 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
         "v1alpha1 carries the memory in its annotation: {old}"
     );
     // An edit through v1alpha1 keeps it.
-    let edited = cluster
-        .kubectl()
-        .args([
-            "patch",
-            "memcacheds.v1alpha1.cache.example.com",
-            "converted",
-            "-n",
-            ns.name(),
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"image":"memcached:1.6.39"}}"#,
-        ])
-        .output()?;
+    let edited = patch_v1alpha1(
+        cluster,
+        ns,
+        "converted",
+        r#"{"spec":{"image":"memcached:1.6.39"}}"#,
+    )?;
     ensure!(edited.status.success(), "v1alpha1 patch: {}", text(&edited));
     let after = mcs.get("converted").await?;
     ensure!(
@@ -463,19 +456,7 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
     // never set or change it by hand.
     let key = apis::memcached::conversion::PRESERVED_FIELDS;
     let forged = json!({"metadata": {"annotations": {key: r#"{"memory":"1Gi"}"#}}});
-    let changed = cluster
-        .kubectl()
-        .args([
-            "patch",
-            "memcacheds.v1alpha1.cache.example.com",
-            "converted",
-            "-n",
-            ns.name(),
-            "--type=merge",
-            "-p",
-            &forged.to_string(),
-        ])
-        .output()?;
+    let changed = patch_v1alpha1(cluster, ns, "converted", &forged.to_string())?;
     let says = format!("metadata.annotations[{key}]: Invalid value: \"\": is reserved");
     expect_refused(&changed, "Memcached \"converted\"", &says)?;
     let mut created = memcached_yaml_at("v1alpha1", "forged", "memcached:1.6");
@@ -518,6 +499,27 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
         "conversion: written through v1alpha1 and read through v1beta1, v1beta1's memory kept through a v1alpha1 edit, its annotation refused when written by hand, both versions listed"
     );
     Ok(())
+}
+
+/// `kubectl patch` of Memcached `name` through v1alpha1 with the merge patch `patch`.
+fn patch_v1alpha1(
+    cluster: &TestCluster,
+    ns: &TestNamespace,
+    name: &str,
+    patch: &str,
+) -> Result<Output> {
+    let resource = "memcacheds.v1alpha1.cache.example.com";
+    let args = [
+        "patch",
+        resource,
+        name,
+        "-n",
+        ns.name(),
+        "--type=merge",
+        "-p",
+        patch,
+    ];
+    Ok(cluster.kubectl().args(args).output()?)
 }
 
 /// `kubectl <args> -n ns -o json`, parsed.

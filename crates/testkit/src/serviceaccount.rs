@@ -77,9 +77,28 @@ pub async fn service_account_token(
     namespace: &str,
     name: &str,
 ) -> Result<String> {
+    request_token(cluster, namespace, name, None).await
+}
+
+/// A token of ServiceAccount `namespace/name`, bound to `bound` if given.
+async fn request_token(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+    bound: Option<BoundObjectReference>,
+) -> Result<String> {
+    let what = match &bound {
+        Some(object) => format!(
+            "requesting a token for ServiceAccount {namespace}/{name} bound to {} {}",
+            object.kind.as_deref().unwrap_or_default(),
+            object.name.as_deref().unwrap_or_default()
+        ),
+        None => format!("requesting a token for ServiceAccount {namespace}/{name}"),
+    };
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(TOKEN_SECONDS),
+            bound_object_ref: bound,
             ..TokenRequestSpec::default()
         }),
         ..TokenRequest::default()
@@ -87,9 +106,7 @@ pub async fn service_account_token(
     let token = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace)
         .create_token_request(name, &PostParams::default(), &request)
         .await
-        .map_err(Error::kube(format!(
-            "requesting a token for ServiceAccount {namespace}/{name}"
-        )))?
+        .map_err(Error::kube(what))?
         .status
         .and_then(|s| s.token)
         .unwrap_or_default();
@@ -203,28 +220,13 @@ pub async fn pod_kubeconfig(
         )
         .await
         .map_err(Error::kube(format!("creating pod {namespace}/{pod}")))?;
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(TOKEN_SECONDS),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Pod".to_owned()),
-                name: Some(pod.to_owned()),
-                uid: created.metadata.uid.clone(),
-            }),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
+    let bound = BoundObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(pod.to_owned()),
+        uid: created.metadata.uid.clone(),
     };
     let name = account.service_account.as_str();
-    let token = Api::<ServiceAccount>::namespaced(cluster.client.clone(), namespace)
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .map_err(Error::kube(format!(
-            "requesting a token for ServiceAccount {namespace}/{name} bound to pod {pod}"
-        )))?
-        .status
-        .and_then(|s| s.token)
-        .unwrap_or_default();
+    let token = request_token(cluster, namespace, name, Some(bound)).await?;
     write_kubeconfig(cluster, namespace, name, token)
 }

@@ -6,6 +6,40 @@ use anyhow::Result;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 
+/// Waits for Lease `name` to name a holder (the manager leads); that holder.
+pub async fn wait_for_holder(leases: &Api<Lease>, name: &str) -> Result<String> {
+    Ok(
+        testkit::wait_for("the manager to lead", Duration::from_secs(60), || async {
+            let lease = leases.get(name).await.map_err(|e| e.to_string())?;
+            lease
+                .spec
+                .and_then(|spec| spec.holder_identity)
+                .filter(|holder| !holder.is_empty())
+                .ok_or_else(|| "no holder yet".to_owned())
+        })
+        .await?,
+    )
+}
+
+/// Fails unless the Lease stayed with `holder` (`holders` is all it named) and went no longer
+/// than `renew_deadline` without a renewal.
+pub fn ensure_kept(
+    holder: &str,
+    holders: &[String],
+    longest_gap: Duration,
+    renew_deadline: Duration,
+) -> Result<()> {
+    anyhow::ensure!(
+        holders == [holder],
+        "the Lease stayed with {holder:?}, but was held by {holders:?}"
+    );
+    anyhow::ensure!(
+        longest_gap < renew_deadline,
+        "the Lease went {longest_gap:?} without a renewal (renew deadline {renew_deadline:?})"
+    );
+    Ok(())
+}
+
 /// Every holder Lease `name` named until `done()`, and the longest interval between two
 /// renewals seen (from the first one seen until the last, or until the end).
 pub async fn watch_lease(
