@@ -31,10 +31,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_operator_runtime::webhook;
 use serde_json::{Value, json};
 use testkit::{ManagerProcess, TestCluster, TestNamespace};
-use webhook_configurations::{gone, install_configurations, provisioned_ca, remove_configurations};
-
-/// The namespace of the manager's certificate Secret (its lease namespace), as in-cluster.
-const MANAGER_NAMESPACE: &str = "operator-system";
+use webhook_configurations::{
+    MANAGER_NAMESPACE, gone, install_configurations, provisioned_ca, remove_configurations,
+};
 
 /// How long writes are sent while certificates rotate: with a 30 s validity the serving
 /// certificate is renewed every 20 s and the CA (valid 120 s) starts its rotation at 60 s.
@@ -341,26 +340,7 @@ async fn write_through_rotations(
 /// `extra` arguments; returns once `/readyz` answers, which it does only once the webhooks are
 /// served.
 async fn start(kubeconfig: &Path, port: u16, extra: &[&str]) -> Result<Started> {
-    // The webhook port is free while the manager restarts; the probes must not take it.
-    let probes = testkit::free_port_other_than(&[port])?;
-    let mut args = vec![
-        format!("--webhook-bind-address=127.0.0.1:{port}"),
-        format!("--health-probe-bind-address=127.0.0.1:{probes}"),
-        "--metrics-bind-address=0".to_owned(),
-        "--leader-elect=false".to_owned(),
-        format!("--leader-election-namespace={MANAGER_NAMESPACE}"),
-        "--controllers=memcached".to_owned(),
-    ];
-    args.extend(extra.iter().map(|a| (*a).to_owned()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let process = testkit::spawn_manager(kubeconfig, &args, &[]).await?;
-    let ready = testkit::wait_for("the manager to be ready", TIMEOUT, || {
-        localcluster::http::get_ok([127, 0, 0, 1].into(), probes, "/readyz")
-    })
-    .await;
-    if let Err(e) = ready {
-        return Err(e).with_context(|| format!("manager log:\n{}", tail(&process.log_text(), 60)));
-    }
+    let process = webhook_configurations::start_serving_webhooks(kubeconfig, port, extra).await?;
     Ok(Started { process })
 }
 

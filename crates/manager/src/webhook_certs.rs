@@ -9,6 +9,12 @@
 //! and is put back there when something (a `kubectl replace`, a reinstall) drops it.
 //! [`crate::cert_authority`] decides when each certificate is renewed so that no replica
 //! serves a certificate the API server does not trust yet.
+//!
+//! When the Secret is gone (deleted by hand, say), the replica that notices makes a new CA but
+//! keeps trusting the CAs in the live bundles, since the other replicas still serve what those
+//! signed until their next check; and a replica serves a certificate of a new CA only from the
+//! check after the bundles first held it, so the API server's caches of the configurations
+//! hold it too.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -161,13 +167,23 @@ impl WebhookCerts {
         let material = sync_secret(&self.client, &self.settings, next_is_trusted).await?;
         let serving = serving_pair(&material, &self.settings)?;
         let label = secret_label(&self.settings);
+        // A certificate is served only once the API server trusts its CA everywhere: after a
+        // new CA (the Secret was deleted, say), the bundles get it at this check and the
+        // certificate is served from the next, when the API server's caches hold it too.
+        let before = bundles(&self.client, &self.settings.targets).await?;
+        let signer = material.signer.as_ref().map(|ca| ca.cert.as_str());
+        let trusted = signer.is_some_and(|ca| trusted_everywhere(&before, ca));
+        self.inject_logged(&material.trust_bundle()).await;
+        if !trusted {
+            tracing::info!(secret = %label, "the webhook CA is not yet in every bundle; serving the current certificate until it is");
+            return Ok(());
+        }
         if self
             .serving
             .replace_pem(serving.cert.as_bytes(), serving.key.as_bytes(), &label)?
         {
             tracing::info!(secret = %label, "serving the renewed webhook certificate");
         }
-        self.inject_logged(&material.trust_bundle()).await;
         Ok(())
     }
 
@@ -190,26 +206,12 @@ impl WebhookCerts {
         if !settled {
             return Ok(false);
         }
-        let bundles = self.bundles().await?;
+        let bundles = bundles(&self.client, &self.settings.targets).await?;
         Ok(bundles
             .iter()
             .flatten()
             .flatten()
             .all(|bundle| bundle.contains(&next.cert)))
-    }
-
-    /// The bundles of each target (one per webhook), `None` for targets that do not exist.
-    async fn bundles(&self) -> Result<Vec<Option<Vec<String>>>, Error> {
-        let targets = &self.settings.targets;
-        let mut found = Vec::new();
-        found.extend(
-            bundles_of::<MutatingWebhookConfiguration>(&self.client, &targets.mutating).await?,
-        );
-        found.extend(
-            bundles_of::<ValidatingWebhookConfiguration>(&self.client, &targets.validating).await?,
-        );
-        found.extend(bundles_of::<CustomResourceDefinition>(&self.client, &targets.crds).await?);
-        Ok(found)
     }
 
     async fn inject_logged(&self, bundle: &str) {
@@ -288,7 +290,12 @@ async fn sync_secret(
     loop {
         attempt += 1;
         let existing = read_secret(client, settings).await?;
-        let current = existing.as_ref().map(material_of).unwrap_or_default();
+        let mut current = existing.as_ref().map(material_of).unwrap_or_default();
+        if current.signer.is_none() && current.trusted.is_empty() {
+            // The Secret is gone (or was never written): the replicas still serve what the CAs
+            // in the live bundles signed, so those stay trusted beside the new one.
+            current.trusted = cas_in(&bundles(client, &settings.targets).await?);
+        }
         let (renewed, changes) = cert_authority::renew(
             &current,
             &policy(settings),
@@ -429,6 +436,41 @@ impl CarriesBundle for CustomResourceDefinition {
     }
 }
 
+/// The bundles of each target (one per webhook), `None` for targets that do not exist.
+async fn bundles(
+    client: &Client,
+    targets: &InjectionTargets,
+) -> Result<Vec<Option<Vec<String>>>, Error> {
+    let mut found = Vec::new();
+    found.extend(bundles_of::<MutatingWebhookConfiguration>(client, &targets.mutating).await?);
+    found.extend(bundles_of::<ValidatingWebhookConfiguration>(client, &targets.validating).await?);
+    found.extend(bundles_of::<CustomResourceDefinition>(client, &targets.crds).await?);
+    Ok(found)
+}
+
+/// Every CA certificate in `bundles`, once each, in the order found.
+fn cas_in(bundles: &[Option<Vec<String>>]) -> Vec<String> {
+    let mut cas: Vec<String> = Vec::new();
+    for bundle in bundles.iter().flatten().flatten() {
+        for pem in cert_authority::pem_blocks(bundle) {
+            let is_ca = cert_authority::Summary::of_pem(&pem).is_some_and(|c| c.is_ca);
+            if is_ca && !cas.contains(&pem) {
+                cas.push(pem);
+            }
+        }
+    }
+    cas
+}
+
+/// Whether every bundle of every existing target holds `ca`.
+fn trusted_everywhere(bundles: &[Option<Vec<String>>], ca: &str) -> bool {
+    bundles.iter().flatten().flatten().all(|bundle| {
+        cert_authority::pem_blocks(bundle)
+            .iter()
+            .any(|pem| pem == ca)
+    })
+}
+
 /// The bundles of each of `names`, `None` for those that do not exist.
 async fn bundles_of<K: CarriesBundle>(
     client: &Client,
@@ -552,6 +594,59 @@ mod tests {
                 "127.0.0.1"
             ]
         );
+    }
+
+    fn ca(name: &str) -> String {
+        let policy = Policy {
+            names: vec![name.to_owned()],
+            validity: Duration::from_secs(3600),
+        };
+        let (material, _) =
+            cert_authority::renew(&Material::default(), &policy, SystemTime::now(), false)
+                .expect("a CA");
+        material.signer.expect("signer").cert
+    }
+
+    #[test]
+    fn the_cas_of_the_live_bundles_are_found_once_each() {
+        let (old, new) = (ca("a"), ca("b"));
+        let bundles = vec![
+            Some(vec![old.clone(), format!("{old}{new}")]),
+            None,
+            Some(vec![String::new(), "not a certificate".to_owned()]),
+        ];
+        assert_eq!(cas_in(&bundles), vec![old.clone(), new.clone()]);
+        assert!(trusted_everywhere(&bundles[..1], &old));
+        assert!(
+            !trusted_everywhere(&bundles[..1], &new),
+            "the first bundle lacks it"
+        );
+        assert!(
+            !trusted_everywhere(&bundles, &old),
+            "an empty bundle trusts nothing"
+        );
+        assert!(
+            trusted_everywhere(&[None], &new),
+            "a target that does not exist"
+        );
+    }
+
+    #[test]
+    fn a_new_ca_keeps_the_ones_the_live_bundles_trust() {
+        let old = ca("a");
+        let seeded = Material {
+            trusted: vec![old.clone()],
+            ..Material::default()
+        };
+        let policy = Policy {
+            names: vec!["hooks.system.svc".to_owned()],
+            validity: Duration::from_secs(3600),
+        };
+        let (renewed, _) =
+            cert_authority::renew(&seeded, &policy, SystemTime::now(), false).expect("renewed");
+        let signer = renewed.signer.expect("a new signer").cert;
+        assert_ne!(signer, old);
+        assert_eq!(renewed.trusted, vec![old, signer]);
     }
 
     #[test]

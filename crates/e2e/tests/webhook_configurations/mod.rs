@@ -85,6 +85,45 @@ pub async fn provisioned_ca(cluster: &TestCluster, namespace: &str) -> Result<Ve
     Ok(ca.0)
 }
 
+/// Where the managers under test keep their certificate Secret (their leader election
+/// namespace).
+pub const MANAGER_NAMESPACE: &str = "operator-system";
+
+/// A manager serving its webhooks on `127.0.0.1:port`, without leader election, running the
+/// Memcached controller, with `extra` flags; returns once `/readyz` answers.
+pub async fn start_serving_webhooks(
+    kubeconfig: &std::path::Path,
+    port: u16,
+    extra: &[&str],
+) -> Result<testkit::ManagerProcess> {
+    // The webhook port is free while a manager restarts; the probes must not take it.
+    let probes = testkit::free_port_other_than(&[port])?;
+    let mut args = vec![
+        format!("--webhook-bind-address=127.0.0.1:{port}"),
+        format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+        "--metrics-bind-address=0".to_owned(),
+        "--leader-elect=false".to_owned(),
+        format!("--leader-election-namespace={MANAGER_NAMESPACE}"),
+        "--controllers=memcached".to_owned(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let process = testkit::spawn_manager(kubeconfig, &args, &[]).await?;
+    let ready = testkit::wait_for(
+        "the manager to be ready",
+        std::time::Duration::from_secs(60),
+        || localcluster::http::get_ok([127, 0, 0, 1].into(), probes, "/readyz"),
+    )
+    .await;
+    if let Err(e) = ready {
+        let log = process.log_text();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+        return Err(e).with_context(|| format!("manager log:\n{tail}"));
+    }
+    Ok(process)
+}
+
 /// Success, or an API error that says the object was not there.
 pub fn gone<T>(result: Result<T, kube::Error>) -> Result<()> {
     match result {
