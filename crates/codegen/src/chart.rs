@@ -289,10 +289,6 @@ impl Template {
             ("PodDisruptionBudget", MANAGER_NAME) => {
                 self.condition = Some("gt (int .Values.replicas) 1");
             }
-            // The fence's parameter is the leader-election Lease.
-            ("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding", _) => {
-                self.condition = Some(".Values.leaderElection.enabled");
-            }
             _ => {}
         }
         Ok(self)

@@ -12,7 +12,8 @@ use serde_json::json;
 use crate::{Error, GeneratedFile, MANAGER_IMAGE, MANAGER_NAME, NAMESPACE, yaml};
 
 /// Directories that the top-level kustomization installs, each with its own kustomization.
-/// Samples, and the monitoring objects (`prometheus/` needs the Prometheus Operator's CRDs,
+/// Samples, the API server's leader fence (`leader-fence/`, opt-in: see [`crate::leader_fence`]),
+/// and the monitoring objects (`prometheus/` needs the Prometheus Operator's CRDs,
 /// `grafana/` a Grafana that loads dashboards from ConfigMaps), are applied separately.
 pub(crate) const INSTALLED: &[&str] = &["crds", "rbac", "manager", "webhook"];
 
@@ -31,7 +32,7 @@ pub(crate) fn render(files: &[GeneratedFile]) -> Result<Vec<GeneratedFile>, Erro
     let images = json!([{"name": MANAGER_IMAGE, "newTag": env!("CARGO_PKG_VERSION")}]);
     let mut rendered: Vec<(String, serde_json::Value)> = INSTALLED
         .iter()
-        .chain(&["prometheus", "grafana"])
+        .chain(&["prometheus", "grafana", "leader-fence"])
         .map(|dir| {
             (
                 format!("{dir}/kustomization.yaml"),

@@ -19,6 +19,14 @@
 //! - the policy reads the Lease from the API server's own cache, so a change of holder reaches it
 //!   within that cache's delay (milliseconds);
 //! - no Lease (leader election off, or before the first leader) refuses nothing.
+//!
+//! It is opt-in (`kubectl apply -k deploy/leader-fence/`), not part of the default install or
+//! the chart: up to at least Kubernetes 1.37, an API server stops following the objects of a
+//! built-in param kind such as Lease for good once no binding names that kind, even briefly
+//! (kubernetes/kubernetes#130887). After an uninstall and a reinstall, the policy would judge
+//! every write against the Lease as it was at the uninstall, and refuse the new leader's until
+//! the API server restarts. Install it once and leave it, on a cluster where nothing else
+//! binds a Lease param.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ParamKind, ParamRef,

@@ -1,7 +1,8 @@
 //! RBAC: the ServiceAccount, a ClusterRole that is exactly the union of what the registered
 //! controllers declare, the leader-election Role in the manager's namespace, what the webhook
 //! certificates need (their Secret, and the named objects that carry their CA), and the
-//! bindings; the leader fence the API server enforces ([`leader_fence`]); and for a namespaced install (`deploy/namespaced/`), the controllers' rules as a
+//! bindings; the leader fence the API server enforces ([`leader_fence`], opt-in under
+//! `leader-fence/`); and for a namespaced install (`deploy/namespaced/`), the controllers' rules as a
 //! Role.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,18 +85,15 @@ pub(crate) fn render(
             ),
         ),
         (
-            "rbac/leader_fence_policy.yaml",
+            "leader-fence/policy.yaml",
             doc(
-                "rbac/leader_fence_policy.yaml",
+                "leader-fence/policy.yaml",
                 &leader_fence::policy(controllers)?,
             ),
         ),
         (
-            "rbac/leader_fence_policy_binding.yaml",
-            doc(
-                "rbac/leader_fence_policy_binding.yaml",
-                &leader_fence::binding(),
-            ),
+            "leader-fence/binding.yaml",
+            doc("leader-fence/binding.yaml", &leader_fence::binding()),
         ),
         (
             "namespaced/role.yaml",

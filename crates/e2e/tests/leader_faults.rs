@@ -9,8 +9,9 @@
 //! again under the same name.
 //!
 //! Each replica authenticates as a pod of the manager's ServiceAccount, with a token bound to a
-//! pod of its name, so the generated leader fence (a ValidatingAdmissionPolicy whose parameter is
-//! the Lease) judges its writes as it would in a cluster. Then the test reads the API server's
+//! pod of its name, so the generated leader fence (`deploy/leader-fence/`, a
+//! ValidatingAdmissionPolicy whose parameter is the Lease) judges its writes as it would in a
+//! cluster. Then the test reads the API server's
 //! audit log and checks, by when the API server committed each write it accepted:
 //! - that none was committed while another replica held the Lease (zero tolerance);
 //! - that none was committed after a hand edit or a release of the Lease, or arrived past the
@@ -600,6 +601,8 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
     let private = PrivateCluster::start("leader-faults").await?;
     let cluster = private.test().clone();
     let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
+    // The API server's fence, opt-in: this cluster is the test's own and keeps its binding.
+    testkit::apply_dir(&cluster.client, &testkit::deploy_dir().join("leader-fence")).await?;
     let namespace = TestNamespace::create(&cluster, "faults").await?;
     // The Lease the generated fence's binding names: this cluster is the test's own.
     let lease = codegen::LEADER_ELECTION_ID.to_owned();
