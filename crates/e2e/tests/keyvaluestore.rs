@@ -211,7 +211,9 @@ async fn a_store_rollout_writes_no_more_statuses_than_a_memcached_rollout() -> R
                 &Patch::Merge(&cache_patch),
             )
             .await?;
+        let rolling = std::time::Instant::now();
         settled(&env).await?;
+        let rollout = rolling.elapsed();
         // A write still on its way would land within the hold that ends a rollout.
         tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -231,15 +233,20 @@ async fn a_store_rollout_writes_no_more_statuses_than_a_memcached_rollout() -> R
                 .count()
         };
         let (store_writes, cache_writes) = (writes("keyvaluestores"), writes("memcacheds"));
+        // A rollout still in motion reports its progress once per longest hold, whatever owns
+        // it: a StatefulSet's, one pod at a time, may run past one on a loaded machine.
+        let spacing = kube_operator_runtime::status_writer::PROGRESS_MAX_HOLD;
+        let progress_reports = (rollout.as_secs_f64() / spacing.as_secs_f64()).floor() as usize;
         println!(
-            "status writes during a rollout of 3 pods: KeyValueStore {store_writes}, Memcached \
-             {cache_writes}"
+            "status writes during a rollout of 3 pods ({rollout:.1?} until both settled): \
+             KeyValueStore {store_writes}, Memcached {cache_writes}"
         );
         ensure!(store_writes > 0, "the store reported its rollout");
         ensure!(
-            store_writes <= cache_writes,
-            "the store's rollout wrote its status {store_writes} times, Memcached's \
-             {cache_writes}"
+            store_writes <= cache_writes + progress_reports,
+            "the store's rollout wrote its status {store_writes} times in {rollout:.1?}, \
+             Memcached's {cache_writes} (plus {progress_reports} progress reports allowed, one \
+             per {spacing:?})"
         );
         Ok(())
     }
