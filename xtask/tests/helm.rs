@@ -564,10 +564,11 @@ async fn manager_ready(cluster: &TestCluster) -> Result<String> {
     Ok(
         testkit::wait_for("a manager pod to hold the Lease", TIMEOUT, || async {
             let lease = leases.get(LEASE).await.map_err(|e| e.to_string())?;
-            let holder = lease
+            let identity = lease
                 .spec
                 .and_then(|s| s.holder_identity)
                 .unwrap_or_default();
+            let holder = testkit::identity_pod(&identity).to_owned();
             let pods = pods
                 .list(&ListParams::default().labels(MANAGER_PODS))
                 .await
