@@ -1,14 +1,13 @@
 //! What a custom resource owns: who controls an object (its controller owner reference), the
-//! metadata, create and apply of an owned object, and the children beside its Deployment (a
-//! Service, a PodDisruptionBudget) in [`OwnedChildren`]: created when missing, server-side
-//! applied again when somebody else changed them, deleted when no longer wanted, and never
-//! taken over from somebody else.
+//! metadata, create and apply of an owned object, and the children of one kind in
+//! [`OwnedChildren`]: created when missing, server-side applied again when somebody else changed
+//! them, deleted when no longer wanted, and never taken over from somebody else.
 //!
-//! The shared cache of the child type (managed objects only) says what exists. Like
-//! [`crate::owned::OwnedDeployments`], this remembers what it last wrote to each child and the
-//! `resourceVersion` the API server answered with: while the cache shows that version and the
-//! desired object is the same, nothing is written. Any other version (a hand edit) or none at
-//! all (a deletion) makes it write again, which puts back every field the controller sets.
+//! The shared cache of the child type (managed objects only) says what exists, and
+//! [`crate::own_writes`] what was last written to each child: while the cache shows that write
+//! (or a later one that leaves its generation and our metadata alone) and the desired object is
+//! the same, nothing is written. A hand edit or a deletion makes it write again, which puts back
+//! every field the controller sets.
 
 use std::any::{Any, TypeId};
 
@@ -17,8 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hasher};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -30,12 +28,9 @@ use serde::de::DeserializeOwned;
 use crate::Error;
 use crate::events::Events;
 use crate::meta_view::MetaView;
+use crate::own_writes::{Judged, OwnWrites, Written};
 use crate::scope::ScopedApi;
 use crate::writes;
-
-/// How long a create of ours may go unseen by the cache before it counts as lost and is made
-/// again.
-const UNSEEN_FOR: Duration = Duration::from_secs(30);
 
 /// A kind of object a custom resource can own and write, namespaced (a Service) or cluster-wide
 /// (a Namespace): sent and read as JSON.
@@ -326,22 +321,24 @@ pub enum Child {
 
 /// The children of one type that one controller writes, as `field_manager`.
 ///
-/// Their cache holds metadata only: whether a child is as we wrote it is told by the version,
-/// generation and metadata our write was answered with, never by comparing specs.
+/// Whether a child is as we wrote it is told by the version, generation and metadata our write
+/// was answered with ([`crate::own_writes`]), never by comparing specs: the cache may keep no
+/// more than the metadata.
 pub struct OwnedChildren<C: Resource<DynamicType = ()> + 'static, V = MetaView<C>>
 where
     V: Resource<DynamicType = ()> + 'static,
 {
     client: kube::Client,
     cache: Store<V>,
+    /// The objects of kind `C` the cache's selector leaves out (somebody else's, or ours
+    /// stripped of our label by hand), by name: a name one of them holds is taken, and is
+    /// found so without a request. `None`: found out by a create refused.
+    namesakes: Option<Store<MetaView<C>>>,
     field_manager: String,
     /// Shared with the trigger of the children's watch, which skips our own writes.
-    written: Arc<Mutex<Writes<V>>>,
+    written: OwnWrites<V>,
     kind: PhantomData<fn() -> C>,
 }
-
-/// What was last done to each child.
-type Writes<V> = HashMap<ObjectRef<V>, LastWrite>;
 
 impl<C, V> Debug for OwnedChildren<C, V>
 where
@@ -356,28 +353,26 @@ where
     }
 }
 
-/// What we last did to one child.
+/// What writing one child came to, before any Event is sent for it.
 #[derive(Clone, Debug)]
-enum LastWrite {
-    /// A create or apply, and what the API server answered it with.
-    Written(Written),
-    /// A deletion of the child with this uid: every later event of that object (its
-    /// deletion, a finalizer's last steps) is the echo of our own write.
-    Removed { uid: String },
-}
-
-/// A create or apply of one child, as the API server answered it.
-#[derive(Clone, Debug)]
-struct Written {
-    desired_hash: u64,
-    resource_version: Option<String>,
-    /// The `metadata.generation` the write was answered with, for kinds that count spec
-    /// changes in it (a PodDisruptionBudget does, a Service does not).
-    generation: Option<i64>,
-    at: Instant,
-    /// The cache has shown the write since, or the write was an apply to an object the cache
-    /// showed: its absence now means it was deleted.
-    seen: bool,
+pub(crate) enum Wrote<V> {
+    /// The cache shows our last write, of the same desired object, as `cached`; `written` says
+    /// when it was made.
+    Current { cached: Arc<V>, written: Written },
+    /// Our write of the same desired object is on its way to the cache.
+    OnItsWay,
+    /// Created now.
+    Created,
+    /// Applied now, to what the cache showed as `before` (`None`: to one it did not show).
+    /// `changed` is false when the object was as desired already.
+    Applied {
+        before: Option<Arc<V>>,
+        changed: bool,
+    },
+    /// The name is held by an object that is not ours: nothing was written.
+    Foreign,
+    /// The namespace is being deleted: the child goes with it.
+    NamespaceTerminating,
 }
 
 impl<C, V> OwnedChildren<C, V>
@@ -390,18 +385,26 @@ where
     pub(crate) fn new(client: kube::Client, cache: Store<V>, field_manager: String) -> Self {
         Self {
             client,
+            written: OwnWrites::new(cache.clone()),
             cache,
+            namesakes: None,
             field_manager,
-            written: Arc::default(),
             kind: PhantomData,
+        }
+    }
+
+    /// The same, knowing from `namesakes` which names the objects outside the cache hold.
+    pub(crate) fn with_namesakes(self, namesakes: Store<MetaView<C>>) -> Self {
+        Self {
+            namesakes: Some(namesakes),
+            ..self
         }
     }
 
     /// Whether a child, as its watch shows it, only shows a write of ours: what the trigger of
     /// the children's watch skips.
     pub(crate) fn own_writes(&self) -> impl Fn(&V) -> bool + Send + 'static {
-        let written = self.written.clone();
-        move |child: &V| shows_own_write(&written, child)
+        self.written.filter()
     }
 
     /// Makes the child `desired` names exist as desired: created when missing, applied again
@@ -416,76 +419,129 @@ where
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
         events: &Events,
     ) -> Result<Child, Error> {
-        let namespace = desired.namespace().unwrap_or_default();
+        let owner_uid = regarding.uid.as_deref().unwrap_or_default();
+        Ok(match self.write(desired, owner_uid).await? {
+            Wrote::Current { .. } | Wrote::Applied { changed: false, .. } => Child::Current,
+            Wrote::OnItsWay | Wrote::Applied { changed: true, .. } => Child::Written,
+            Wrote::Created => {
+                // An action per kind: client-go counts Events of one action, reason and
+                // object as repeats of the first, whose note would then be all that shows.
+                let (kind, name) = (C::kind(&()), desired.name_any());
+                let note = format!("Created {kind} {name}");
+                events.normal(regarding, "Created", format!("Create{kind}"), note);
+                Child::Written
+            }
+            Wrote::Foreign => {
+                let note = self.foreign_note(desired, regarding.kind.as_deref());
+                tracing::warn!("{note}");
+                events.warning(regarding, "NotOwned", "Reconcile", note);
+                Child::Foreign
+            }
+            Wrote::NamespaceTerminating => Child::NamespaceTerminating,
+        })
+    }
+
+    /// [`OwnedChildren::ensure`] without its Events, for the owner of the child with
+    /// `owner_uid`: for a writer that says more of what it changed.
+    ///
+    /// # Errors
+    /// As [`OwnedChildren::ensure`].
+    pub(crate) async fn write(&self, desired: &C, owner_uid: &str) -> Result<Wrote<V>, Error> {
         let key = key_of(desired.meta().name.as_deref(), desired.namespace());
         let desired_hash = hash_of(desired)?;
         let cached = self.cache.get(&key);
-        let owner_uid = regarding.uid.as_deref().unwrap_or_default();
-        if cached
-            .as_deref()
-            .is_some_and(|c| controlled_by_other(c, owner_uid))
-        {
-            return Ok(self.foreign(desired, regarding, events));
-        }
-        if let Some(state) = self.state(&key, cached.as_deref(), desired, desired_hash) {
-            return Ok(state);
-        }
-        let kind = C::kind(&());
-        let name = desired.name_any();
-        let written = if cached.is_some() {
-            apply_owned(&self.client, &namespace, &self.field_manager, desired).await
+        if let Some(cached) = &cached {
+            if controlled_by_other(cached.as_ref(), owner_uid) {
+                return Ok(Wrote::Foreign);
+            }
+            let holds = |c: &V| metadata_holds(desired.meta(), c);
+            match self.written.judge(&key, Some(cached), desired_hash, holds) {
+                Judged::Current(written) => {
+                    let cached = cached.clone();
+                    return Ok(Wrote::Current { cached, written });
+                }
+                Judged::OnItsWay => return Ok(Wrote::OnItsWay),
+                Judged::Stale => {}
+            }
         } else {
-            let created =
-                create_owned(&self.client, &namespace, &self.field_manager, desired).await;
-            if created.is_ok() {
-                // An action per kind: client-go counts Events of one action, reason and
-                // object as repeats of the first, whose note would then be all that shows.
-                let note = format!("Created {kind} {name}");
-                events.normal(regarding, "Created", format!("Create{kind}"), note);
+            if self.written.judge(&key, None, desired_hash, |_| true) == Judged::OnItsWay {
+                return Ok(Wrote::OnItsWay);
             }
-            created
-        };
-        match written {
-            Ok(written) => {
-                // An apply was to an object the cache showed: should the cache lose it, it was
-                // deleted, not still on its way.
-                let seen = cached.is_some();
-                self.remember(key, desired_hash, &written, seen);
-                Ok(Child::Written)
+            let namesake = self.namesakes.as_ref().and_then(|namesakes| {
+                namesakes.get(&key_of(desired.meta().name.as_deref(), desired.namespace()))
+            });
+            match namesake {
+                // Ours, stripped of the label the cache selects: the apply puts it back.
+                Some(ours) if is_controlled_by(ours.as_ref(), owner_uid) => {}
+                Some(_) => return Ok(Wrote::Foreign),
+                None => return self.create(key, desired, desired_hash, owner_uid).await,
             }
-            Err(e) if e.is_namespace_terminating() => Ok(Child::NamespaceTerminating),
+        }
+        self.apply(key, desired, desired_hash, cached).await
+    }
+
+    /// Creates the child the cache does not show.
+    async fn create(
+        &self,
+        key: ObjectRef<V>,
+        desired: &C,
+        desired_hash: u64,
+        owner_uid: &str,
+    ) -> Result<Wrote<V>, Error> {
+        let namespace = desired.namespace().unwrap_or_default();
+        match create_owned(&self.client, &namespace, &self.field_manager, desired).await {
+            Ok(created) => {
+                self.written.remember(key, desired_hash, &created, false);
+                Ok(Wrote::Created)
+            }
+            Err(e) if e.is_namespace_terminating() => Ok(Wrote::NamespaceTerminating),
             Err(e) if e.is_already_exists() && self.controlled(desired, owner_uid).await? => {
                 // Ours after all, made by another process (a manager before a restart, another
                 // replica) and not in this cache yet: bring it up to date.
-                let applied =
-                    apply_owned(&self.client, &namespace, &self.field_manager, desired).await?;
-                self.remember(key, desired_hash, &applied, true);
-                Ok(Child::Written)
+                self.apply(key, desired, desired_hash, None).await
             }
-            Err(e) if e.is_already_exists() => Ok(self.foreign(desired, regarding, events)),
+            Err(e) if e.is_already_exists() => Ok(Wrote::Foreign),
             Err(e) => Err(e),
         }
     }
 
-    /// Reports that the name `desired` asks for is held by an object that is not ours.
-    fn foreign(
+    /// Applies `desired` over what the cache showed as `before`.
+    async fn apply(
         &self,
+        key: ObjectRef<V>,
         desired: &C,
-        regarding: &k8s_openapi::api::core::v1::ObjectReference,
-        events: &Events,
-    ) -> Child {
+        desired_hash: u64,
+        before: Option<Arc<V>>,
+    ) -> Result<Wrote<V>, Error> {
+        let namespace = desired.namespace().unwrap_or_default();
+        match apply_owned(&self.client, &namespace, &self.field_manager, desired).await {
+            Ok(applied) => {
+                let shown = before.as_ref().map(|b| &b.meta().resource_version);
+                let changed = shown != Some(&applied.resource_version);
+                // Applied over an object the cache showed (or an object that exists): should
+                // the cache lose it, it was deleted, not still on its way.
+                self.written.remember(key, desired_hash, &applied, true);
+                Ok(Wrote::Applied { before, changed })
+            }
+            Err(e) if e.is_namespace_terminating() => {
+                tracing::debug!("namespace is being deleted; nothing to do");
+                Ok(Wrote::NamespaceTerminating)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Says that the name `desired` asks for is held by an object that is not ours.
+    fn foreign_note(&self, desired: &C, owner_kind: Option<&str>) -> String {
         let name = match desired.namespace() {
             Some(namespace) => format!("{namespace}/{}", desired.name_any()),
             None => desired.name_any(),
         };
-        let note = format!(
+        format!(
             "{} {name} exists and is not controlled by this {}; it is left untouched",
             C::kind(&()),
-            regarding.kind.as_deref().unwrap_or("object")
-        );
-        tracing::warn!("{note}");
-        events.warning(regarding, "NotOwned", "Reconcile", note);
-        Child::Foreign
+            owner_kind.unwrap_or("object")
+        )
     }
 
     /// The child called `name` in `namespace` (`None` for a cluster-scoped kind), as the
@@ -517,7 +573,7 @@ where
     ) -> Result<bool, Error> {
         let namespace = Some(namespace).filter(|n| !n.is_empty());
         let key = key_of(Some(name), namespace.map(str::to_owned));
-        lock(&self.written).remove(&key);
+        self.written.forget(&key);
         // Only a child this owner controls: one of that name made by another owner stays.
         let Some(child) = self
             .cache
@@ -531,87 +587,12 @@ where
             Ok(_) => {
                 // Its watch event is our own write: the owner knows it is gone.
                 if let Some(uid) = child.meta().uid.clone() {
-                    self.remember_removal(key, uid);
+                    self.written.remember_removal(key, uid);
                 }
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
             Err(e) => Err(e.into()),
-        }
-    }
-
-    /// [`Child::Current`] when the cache shows what we last wrote for this same desired object,
-    /// [`Child::Written`] when our write of it is still on its way to the cache, `None` when it
-    /// must be written. Notes when the cache has shown a write.
-    ///
-    /// A newer version than our write is current too when its generation is still the one our
-    /// write left and it keeps the metadata we set: the API server's own controllers write to
-    /// our children (the disruption controller the status of every PodDisruptionBudget, right
-    /// after it is created), and applying again for that would be a request per child for
-    /// nothing. An edit of the spec (which bumps the generation) or of our labels is not. A kind
-    /// without a generation (a Service) is applied again after any write but ours.
-    fn state(
-        &self,
-        key: &ObjectRef<V>,
-        cached: Option<&V>,
-        desired: &C,
-        desired_hash: u64,
-    ) -> Option<Child> {
-        let mut written = lock(&self.written);
-        let Some(LastWrite::Written(last)) = written.get_mut(key) else {
-            return None;
-        };
-        let current = match cached {
-            Some(cached) if cached.meta().resource_version == last.resource_version => {
-                last.seen = true;
-                last.desired_hash == desired_hash
-            }
-            Some(cached)
-                if last.desired_hash == desired_hash
-                    && last.generation.is_some()
-                    && cached.meta().generation == last.generation
-                    && metadata_holds(desired.meta(), cached) =>
-            {
-                last.seen = true;
-                last.resource_version
-                    .clone_from(&cached.meta().resource_version);
-                true
-            }
-            Some(_) => false,
-            None => {
-                let on_its_way = !last.seen && last.at.elapsed() < UNSEEN_FOR;
-                return (on_its_way && last.desired_hash == desired_hash).then_some(Child::Written);
-            }
-        };
-        current.then_some(Child::Current)
-    }
-
-    /// Notes what a write of ours was answered with: `answer`, the metadata it left.
-    fn remember(&self, key: ObjectRef<V>, desired_hash: u64, answer: &ObjectMeta, seen: bool) {
-        let write = Written {
-            desired_hash,
-            resource_version: answer.resource_version.clone(),
-            generation: answer.generation,
-            at: Instant::now(),
-            seen,
-        };
-        self.note(key, LastWrite::Written(write));
-    }
-
-    /// Notes that we deleted the child `key`, which had `uid`.
-    fn remember_removal(&self, key: ObjectRef<V>, uid: String) {
-        self.note(key, LastWrite::Removed { uid });
-    }
-
-    fn note(&self, key: ObjectRef<V>, write: LastWrite) {
-        let mut written = lock(&self.written);
-        written.insert(key, write);
-        // Owners deleted with their children leave entries nobody asks for again, and so do
-        // removals once the cache no longer shows what was removed.
-        if written.len() > 2 * self.cache.len() + 1024 {
-            written.retain(|key, last| {
-                matches!(last, LastWrite::Written(w) if !w.seen) || self.cache.get(key).is_some()
-            });
         }
     }
 }
@@ -736,69 +717,6 @@ impl Children {
             .downcast_ref()
             .ok_or(Error::UndeclaredChild { kind: C::kind(&()) })
     }
-}
-
-/// A remembered write of ours, as far as recognising its watch event goes.
-pub(crate) trait RememberedWrite {
-    /// The resourceVersion the API server answered the write with.
-    fn answered_with(&self) -> Option<&str>;
-    /// Notes that the cache has shown the write.
-    fn mark_seen(&mut self);
-    /// The uid of the object, when the write deleted it: every later event of that object
-    /// (its deletion, a finalizer's last steps) is the echo of our own write.
-    fn removed(&self) -> Option<&str> {
-        None
-    }
-}
-
-impl RememberedWrite for LastWrite {
-    fn answered_with(&self) -> Option<&str> {
-        match self {
-            Self::Written(written) => written.resource_version.as_deref(),
-            Self::Removed { .. } => None,
-        }
-    }
-
-    fn removed(&self) -> Option<&str> {
-        match self {
-            Self::Written(_) => None,
-            Self::Removed { uid } => Some(uid),
-        }
-    }
-
-    fn mark_seen(&mut self) {
-        if let Self::Written(written) = self {
-            written.seen = true;
-        }
-    }
-}
-
-/// Whether `obj`, as its watch shows it, is exactly what our last write to it left (the
-/// resourceVersion the API server answered with), or the object we last deleted; if the
-/// former, notes that the cache has shown it.
-pub(crate) fn shows_own_write<C, W>(written: &Mutex<HashMap<ObjectRef<C>, W>>, obj: &C) -> bool
-where
-    C: Resource<DynamicType = ()>,
-    W: RememberedWrite,
-{
-    let meta = obj.meta();
-    let Some(version) = meta.resource_version.as_deref() else {
-        return false;
-    };
-    let mut written = lock(written);
-    match written.get_mut(&crate::object_key(obj)) {
-        Some(last) if last.removed().is_some() => last.removed() == meta.uid.as_deref(),
-        Some(last) if last.answered_with() == Some(version) => {
-            last.mark_seen();
-            true
-        }
-        _ => false,
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A poisoned lock only means another reconcile panicked mid-insert; the map is valid.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A hash of what the controller wants an object to be: of its JSON, written straight into
@@ -942,49 +860,6 @@ mod holds_tests {
             !metadata_holds(&annotated, &cached(annotated.clone())),
             "an annotation of ours the cache does not show"
         );
-    }
-
-    #[test]
-    fn only_the_version_a_write_was_answered_with_is_its_own() {
-        use k8s_openapi::api::core::v1::Service;
-        let service = |name: &str, version: Option<&str>| {
-            MetaView::<Service>::new(ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                resource_version: version.map(Into::into),
-                ..ObjectMeta::default()
-            })
-        };
-        let written: Mutex<Writes<MetaView<Service>>> = Mutex::default();
-        lock(&written).insert(
-            ObjectRef::new("s").within("ns"),
-            LastWrite::Written(Written {
-                desired_hash: 1,
-                resource_version: Some("5".into()),
-                generation: None,
-                at: Instant::now(),
-                seen: false,
-            }),
-        );
-        assert!(
-            !shows_own_write(&written, &service("s", Some("6"))),
-            "a later change"
-        );
-        assert!(
-            !shows_own_write(&written, &service("s", None)),
-            "no version"
-        );
-        assert!(
-            !shows_own_write(&written, &service("t", Some("5"))),
-            "another child"
-        );
-        let seen = |last: &LastWrite| matches!(last, LastWrite::Written(w) if w.seen);
-        assert!(!lock(&written).values().any(seen));
-        assert!(
-            shows_own_write(&written, &service("s", Some("5"))),
-            "our own write"
-        );
-        assert!(lock(&written).values().all(seen), "the cache has shown it");
     }
 }
 
@@ -1287,11 +1162,11 @@ mod ensure_tests {
         let mut gone = owned("u-old");
         gone.metadata.resource_version = Some("6".into());
         assert!(
-            shows_own_write(&children.written, &gone),
+            children.written.shows_own_write(&gone),
             "the deletion we asked for"
         );
         assert!(
-            !shows_own_write(&children.written, &owned("u-other")),
+            !children.written.shows_own_write(&owned("u-other")),
             "another object of that name"
         );
 

@@ -46,6 +46,18 @@ impl DeploymentView {
     }
 }
 
+impl crate::children::ChildView<Deployment> for DeploymentView {
+    /// The labels the view keeps: the managed Deployments' cache drops them (the watch's
+    /// selector has matched ours), and what is not kept cannot be told apart from what holds.
+    fn has_labels(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.metadata.labels.as_ref().is_none_or(|kept| {
+            labels
+                .iter()
+                .all(|(key, value)| kept.get(key) == Some(value))
+        })
+    }
+}
+
 impl From<Deployment> for DeploymentView {
     fn from(deployment: Deployment) -> Self {
         let containers = deployment

@@ -74,18 +74,6 @@ pub enum Error {
         source: serde_json::Error,
     },
 
-    /// An object changed between two requests of one reconcile (for example, deleted right
-    /// after creating it failed because it existed); the next reconcile starts from the news.
-    #[error("{kind} {namespace}/{name} changed while it was being reconciled; retrying")]
-    Changed {
-        /// The kind of the object.
-        kind: &'static str,
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
-
     /// A shared watch stopped before its first complete list, so its cache never became usable.
     #[error("the shared {resource} watch stopped before its cache was ready")]
     WatchStopped {
@@ -207,7 +195,6 @@ impl Error {
             Error::UndeclaredChild { .. } => "undeclared_child",
             Error::InvalidObject { .. } => "invalid_object",
             Error::InvalidSpec { .. } => "invalid_spec",
-            Error::Changed { .. } => "changed",
             Error::WatchStopped { .. } => "watch_stopped",
             Error::WatchRefused { .. } => "watch_refused",
             Error::RbacMissing { .. } => "rbac_missing",

@@ -95,6 +95,7 @@ pub mod labels;
 pub mod managed_fields;
 pub mod meta_view;
 pub mod metrics;
+pub mod own_writes;
 pub mod owned;
 pub mod pod_security;
 pub mod quantity;
