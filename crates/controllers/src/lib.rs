@@ -50,10 +50,22 @@ mod tests {
     }
 
     #[test]
+    fn field_managers_are_the_ones_the_runtime_writes_with() {
+        let runtime = kube_operator_runtime::labels::MANAGER;
+        for (name, field_manager) in [
+            (memcached::NAME, memcached::FIELD_MANAGER),
+            (myapp::NAME, myapp::FIELD_MANAGER),
+        ] {
+            assert_eq!(field_manager, format!("{runtime}/{name}"));
+        }
+    }
+
+    #[test]
     fn controllers_written_on_the_runtime_stay_small() {
         let modules = [
             ("tenant", include_str!("tenant.rs")),
             ("keyvaluestore", include_str!("keyvaluestore.rs")),
+            ("myapp", include_str!("myapp.rs")),
         ];
         for (name, source) in modules {
             let lines = code_lines(source);

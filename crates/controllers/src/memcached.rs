@@ -25,10 +25,12 @@
 //! 0. The Service (same name, port `memcached`) is created when missing and applied again when
 //!    edited; it is named in `status.service`. The PodDisruptionBudget (`maxUnavailable: 1`)
 //!    follows the same rules while `size` > 1 and is deleted otherwise. One of that name owned
-//!    by somebody else is left alone, with a `NotOwned` Warning Event.
+//!    by somebody else is left alone, with a `ServiceNotOwned` (`PodDisruptionBudgetNotOwned`)
+//!    Warning Event.
 //! 1. A Deployment of the same name that this `Memcached` does not control is left untouched:
-//!    the status says `Degraded` (`DeploymentNotOwned`), a Warning Event says why, and the check
-//!    repeats every [`owned::FOREIGN_RECHECK`] (or on any change to the `Memcached`).
+//!    the status says `Degraded` (`DeploymentNotOwned`), a `DeploymentNotOwned` Warning Event
+//!    says why (once, until the name is ours), and the check repeats every
+//!    [`owned::FOREIGN_RECHECK`] (or on any change to the `Memcached` or that Deployment).
 //! 2. Otherwise the desired Deployment is server-side applied (field manager
 //!    [`FIELD_MANAGER`], forced): created when missing, put back when scaled or edited by hand.
 //!    Events: `Created`, `Scaled`, `Updated`; `ReconcileFailed` when anything fails.
@@ -46,25 +48,23 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, Service, ServicePort,
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
 
-use kube_operator_runtime::builder::Builder;
 use kube_operator_runtime::children;
-use kube_operator_runtime::children::{Child, OwnedChildren};
 use kube_operator_runtime::deployment_view::DeploymentView;
-use kube_operator_runtime::driver::Outcome;
 use kube_operator_runtime::index::Index;
-use kube_operator_runtime::owned::{self, OwnedDeployments, OwnerTools};
-use kube_operator_runtime::rbac;
+use kube_operator_runtime::meta_view::MetaView;
 use kube_operator_runtime::status::{self, WorkloadOwner};
 use kube_operator_runtime::status_writer::StatusWrite;
 use kube_operator_runtime::watches::{self, PodMeta};
-use kube_operator_runtime::{Error, PolicyRule, Registration, RunContext, labels};
+use kube_operator_runtime::{Builder, Child, Error, Outcome, PolicyRule, Registration, RunContext};
+use kube_operator_runtime::{StatusWriter, Tools, labels, owned, rbac};
 
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "memcached";
-/// The server-side apply field manager of the Deployments this controller writes.
+/// The server-side apply field manager of the objects this controller writes (the runtime's
+/// `operator-manager/<controller>`).
 pub const FIELD_MANAGER: &str = "operator-manager/memcached";
 /// Label on the Deployment and its pods: `app: memcached`.
 pub const LABEL_APP: &str = "app";
@@ -136,35 +136,31 @@ const SERVICES: PolicyRule = rbac::owns::<Service>();
 /// The PodDisruptionBudget of each `Memcached` of more than one pod, owned and applied.
 const POD_DISRUPTION_BUDGETS: PolicyRule = rbac::owns::<PodDisruptionBudget>();
 
-/// What every reconcile of this controller uses: what every Deployment owner uses, the pods by
-/// `Memcached`, and the writers of its Services and PodDisruptionBudgets.
+/// What every reconcile of this controller uses: the runtime's tools, its status writer, and
+/// the pods by `Memcached`.
 struct Context {
-    owner: OwnerTools<Memcached>,
+    tools: Tools<Memcached>,
+    statuses: StatusWriter<Memcached>,
     pods: Index<PodMeta>,
-    services: OwnedChildren<Service>,
-    budgets: OwnedChildren<PodDisruptionBudget>,
 }
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
     let pods = ctx.watches.pods();
-    let builder = Builder::<Memcached>::new(NAME, &ctx);
-    let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
-    let (builder, services) =
-        builder.owns_children(watches::managed_metadata::<Service>(), FIELD_MANAGER);
+    let deployments = ctx.watches.deployments().store();
     let budgets = watches::managed_by_generation::<PodDisruptionBudget>();
-    let (builder, budgets) = builder.owns_children(budgets, FIELD_MANAGER);
-    let context = |tools| Context {
-        owner: OwnerTools::new(tools, deployments),
+    let context = |tools: Tools<Memcached>| Context {
+        statuses: StatusWriter::new(tools.client.clone()),
         pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),
-        services,
-        budgets,
+        tools,
     };
-    let deployment_cache = builder.context().watches.deployments().store();
-    builder
+    Builder::<Memcached>::new(NAME, &ctx)
+        .owns_one_as::<Deployment, DeploymentView>(watches::managed_deployments())
+        .owns_kind::<Service>()
+        .owns_kind_as::<PodDisruptionBudget, MetaView<PodDisruptionBudget>>(budgets)
         .watches(
             &pods,
             move |memcacheds: &Store<Memcached>, pod: &PodMeta| {
-                for_pod_news(memcacheds, &deployment_cache, pod)
+                for_pod_news(memcacheds, &deployments, pod)
             },
         )
         .run(context, reconcile)
@@ -366,54 +362,41 @@ pub fn desired_status(
 }
 
 async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Outcome, Error> {
-    let (owner, pods) = (&ctx.owner, &ctx.pods);
-    let mc = &*owner.status.latest(&mc);
+    let (tools, statuses) = (&ctx.tools, &ctx.statuses);
+    let mc = &*statuses.latest(&mc);
     if mc.metadata.deletion_timestamp.is_some() {
         // Being deleted: the garbage collector removes the Deployment; applying now would only
         // recreate what it deletes.
         return Ok(Outcome::Done);
     }
     let (namespace, name) = (mc.namespace().unwrap_or_default(), mc.name_any());
-    let regarding = mc.object_ref(&());
-    let desired = desired_service(mc)?;
-    let service = match ctx
-        .services
-        .ensure(&desired, &regarding, &owner.events)
-        .await?
-    {
+    let service = match tools.ensure(mc, &desired_service(mc)?).await? {
         Child::Current | Child::Written => Some(service_name(&name)),
         Child::Foreign => None,
         Child::NamespaceTerminating => return Ok(Outcome::Done),
     };
     if mc.spec.size > 1 {
-        let desired = desired_budget(mc)?;
-        ctx.budgets
-            .ensure(&desired, &regarding, &owner.events)
-            .await?;
-    } else if ctx
-        .budgets
-        .remove(&namespace, &name, &mc.uid().unwrap_or_default())
+        tools.ensure(mc, &desired_budget(mc)?).await?;
+    } else if tools
+        .remove::<PodDisruptionBudget>(mc, &namespace, &name)
         .await?
     {
         tracing::debug!("deleted the PodDisruptionBudget of a single pod");
     }
     let desired = desired_deployment(mc)?;
-    let ensured = owner
-        .deployments
-        .ensure(mc, &desired, &owner.events)
-        .await?;
-    let deployment = match ensured.proceed() {
-        ControlFlow::Continue(deployment) => deployment,
-        ControlFlow::Break(outcome) => return Ok(outcome),
-    };
+    let deployment: Option<Arc<DeploymentView>> =
+        match owned::ensure_workload(tools, mc, &desired).await? {
+            ControlFlow::Continue(deployment) => deployment,
+            ControlFlow::Break(outcome) => return Ok(outcome),
+        };
 
-    let pods = pods.get(&pods_key(&namespace, &name));
+    let pods = ctx.pods.get(&pods_key(&namespace, &name));
     let nodes = pod_names(pods.iter().map(Arc::as_ref), &namespace, &name);
     let now = kube_operator_runtime::conditions::now();
     let status = desired_status(mc, deployment.as_deref(), nodes, service, &now);
     let progress = status::progress(mc.spec.size, deployment.as_deref(), mc.current_conditions());
     let (nodes, ready) = (status.nodes.len(), status.ready_replicas);
-    let written = owner.status.write(mc, status, progress).await?;
+    let written = statuses.write(mc, status, progress).await?;
     if written == StatusWrite::Written {
         tracing::debug!(nodes, ready, "status changed");
     }
@@ -648,24 +631,27 @@ mod tests {
         let store = store_of(vec![memcached("a", 1)]);
         let owned = desired_deployment(&memcached("a", 1)).expect("desired deployment");
         assert_eq!(
-            owned::owner_of(&store, &owned),
+            kube_operator_runtime::builder::controller_or_namesake(&store, &owned),
             Some(ObjectRef::new("a").within("ns"))
         );
         let metadata_only =
             kube_operator_runtime::watches::DeploymentMeta::new(owned.metadata.clone());
         assert_eq!(
-            owned::owner_of(&store, &metadata_only),
+            kube_operator_runtime::builder::controller_or_namesake(&store, &metadata_only),
             Some(ObjectRef::new("a").within("ns"))
         );
         let mut foreign = Deployment::default();
         foreign.metadata.name = Some("a".into());
         foreign.metadata.namespace = Some("ns".into());
         assert_eq!(
-            owned::owner_of(&store, &foreign),
+            kube_operator_runtime::builder::controller_or_namesake(&store, &foreign),
             Some(ObjectRef::new("a").within("ns"))
         );
         foreign.metadata.name = Some("b".into());
-        assert_eq!(owned::owner_of(&store, &foreign), None);
+        assert_eq!(
+            kube_operator_runtime::builder::controller_or_namesake(&store, &foreign),
+            None
+        );
     }
 
     fn ready_deployment(n: i32) -> DeploymentView {

@@ -25,17 +25,15 @@ use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use kube_operator_runtime::builder::Builder;
 use kube_operator_runtime::deployment_view::DeploymentView;
-use kube_operator_runtime::driver::Outcome;
-use kube_operator_runtime::owned::{self, OwnedDeployments, OwnerTools};
-use kube_operator_runtime::rbac;
 use kube_operator_runtime::status::{self, WorkloadOwner};
-use kube_operator_runtime::{Error, Registration, RunContext, labels};
+use kube_operator_runtime::{Builder, Context, Error, Outcome, Registration, RunContext};
+use kube_operator_runtime::{labels, owned, rbac, watches, with_status_writer};
 
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "myapp";
-/// The server-side apply field manager of the Deployments this controller writes.
+/// The server-side apply field manager of the Deployments this controller writes (the
+/// runtime's `operator-manager/<controller>`).
 pub const FIELD_MANAGER: &str = "operator-manager/myapp";
 /// The value of `app.kubernetes.io/name` on the Deployment and its pods.
 pub const APP: &str = "myapp";
@@ -57,10 +55,9 @@ pub const CONTROLLER: Registration = Registration::new(
 .with_samples(crate::samples::myapp);
 
 async fn run(ctx: RunContext) -> Result<(), Error> {
-    let builder = Builder::<MyApp>::new(NAME, &ctx);
-    let (builder, deployments) = OwnedDeployments::declare(builder, FIELD_MANAGER);
-    builder
-        .run(|tools| OwnerTools::new(tools, deployments), reconcile)
+    Builder::<MyApp>::new(NAME, &ctx)
+        .owns_one_as::<Deployment, DeploymentView>(watches::managed_deployments())
+        .run(with_status_writer, reconcile)
         .await
 }
 
@@ -99,21 +96,18 @@ pub fn desired_status(app: &MyApp, deployment: Option<&DeploymentView>, now: &Ti
     }
 }
 
-async fn reconcile(app: Arc<MyApp>, ctx: Arc<OwnerTools<MyApp>>) -> Result<Outcome, Error> {
-    let app = &*ctx.status.latest(&app);
+async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context<MyApp>>) -> Result<Outcome, Error> {
+    let (tools, statuses) = &*ctx;
+    let app = &*statuses.latest(&app);
     if app.metadata.deletion_timestamp.is_some() {
         return Ok(Outcome::Done);
     }
     let desired = desired_deployment(app)?;
-    let deployment = match ctx
-        .deployments
-        .ensure(app, &desired, &ctx.events)
-        .await?
-        .proceed()
-    {
-        ControlFlow::Continue(deployment) => deployment,
-        ControlFlow::Break(outcome) => return Ok(outcome),
-    };
+    let deployment: Option<Arc<DeploymentView>> =
+        match owned::ensure_workload(tools, app, &desired).await? {
+            ControlFlow::Continue(deployment) => deployment,
+            ControlFlow::Break(outcome) => return Ok(outcome),
+        };
     let status = desired_status(
         app,
         deployment.as_deref(),
@@ -121,7 +115,7 @@ async fn reconcile(app: Arc<MyApp>, ctx: Arc<OwnerTools<MyApp>>) -> Result<Outco
     );
     let replicas = app.spec.replicas;
     let progress = status::progress(replicas, deployment.as_deref(), app.current_conditions());
-    let written = ctx.status.write(app, status, progress).await?;
+    let written = statuses.write(app, status, progress).await?;
     Ok(owned::after_status(written, deployment.as_deref()))
 }
 

@@ -163,7 +163,9 @@ async fn a_namespace_that_is_not_the_tenants_is_refused_and_left_untouched() -> 
         ensure!(status.namespace.is_none(), "{status:?}");
         let ready = condition(&status.conditions, READY).map(|c| c.status.clone());
         ensure!(ready.as_deref() == Some("False"), "{status:?}");
-        let note = env.wait_for_cluster_event(&name, "NotOwned").await?;
+        let note = env
+            .wait_for_cluster_event(&name, "NamespaceNotOwned")
+            .await?;
         ensure!(
             note.starts_with(&format!("Namespace {taken} exists")),
             "{note}"

@@ -390,12 +390,42 @@ where
         builder
     }
 
-    /// Declares that the custom resources own children of kind `C`, cached as `V` and watched
-    /// as `spec` says (it must select only objects these controllers label as managed): a
-    /// change to one by anybody else triggers the custom resource that controls it. Returns
-    /// the builder and what writes those children as `field_manager`, for a controller that
-    /// keeps its writers itself rather than in [`Tools`].
-    pub fn owns_children<C, V>(
+    /// Like [`Builder::owns_kind_as`], for one child of kind `C` per custom resource, named after
+    /// it (a Deployment of the resource's name). The objects of kind `C` that the cache of the
+    /// managed ones leaves out are watched too, as metadata in a cache shared by every
+    /// controller ([`crate::watches::unmanaged_metadata`]): a name one of them holds is found
+    /// taken without a request, and a change to one triggers the resource of that name, which
+    /// reports the clash ([`Child::Foreign`]) and takes the name once it is free. So does a
+    /// change to a managed child that another resource controls.
+    #[must_use]
+    pub fn owns_one_as<C, V>(mut self, spec: WatchSpec<V>) -> Self
+    where
+        K::Scope: ScopedApi,
+        C: ChildObject + Send + Sync + 'static,
+        V: ChildView<C>,
+    {
+        self.require::<C>("", rbac::MANAGE);
+        let field_manager = format!("{}/{}", crate::labels::MANAGER, self.name);
+        let managed = self.ctx.watches.watch(spec);
+        let others = self
+            .ctx
+            .watches
+            .watch(crate::watches::unmanaged_metadata::<C>());
+        let children = OwnedChildren::new(self.ctx.client.clone(), managed.store(), field_manager)
+            .with_namesakes(others.store());
+        let own_writes = children.own_writes();
+        let mut builder = self
+            .watches_except(&managed, controller_or_namesake, own_writes)
+            .watches(&others, controller_or_namesake);
+        builder.children.insert(children);
+        builder
+    }
+
+    /// Watches the children of kind `C`, cached as `V` as `spec` says (it must select only
+    /// objects these controllers label as managed): a change to one by anybody else triggers
+    /// the custom resource that controls it. Returns the builder and what writes those children
+    /// as `field_manager`.
+    fn owns_children<C, V>(
         self,
         spec: WatchSpec<V>,
         field_manager: impl Into<String>,
@@ -552,6 +582,24 @@ where
     } else {
         Some(owner)
     }
+}
+
+/// The `K` that controls `child` ([`controller_of`]), or for a child that no `K` controls, the
+/// `K` of the same name if there is one: it reports the clash, and takes the name once the child
+/// is gone.
+pub fn controller_or_namesake<K, C>(owners: &Store<K>, child: &C) -> Option<ObjectRef<K>>
+where
+    K: Resource<DynamicType = (), Scope: ScopedApi> + Clone,
+    C: Resource,
+{
+    if let Some(owner) = controller_of(owners, child) {
+        return Some(owner);
+    }
+    let mut namesake = ObjectRef::new(&child.name_any());
+    if K::Scope::NAMESPACED {
+        namesake = namesake.within(&child.namespace()?);
+    }
+    owners.get(&namesake).map(|_| namesake)
 }
 
 #[cfg(test)]

@@ -60,7 +60,48 @@ pub trait ChildView<C>:
 {
     /// Whether the object carries every label of `labels`, with the same values.
     fn has_labels(&self, labels: &BTreeMap<String, String>) -> bool;
+
+    /// Whether the controller that acts on the object (the Deployment controller for a
+    /// Deployment) has seen its current spec. Until it has, for at most [`OBSERVE_GRACE`] after
+    /// our write, a child just written reads as [`Child::Written`]: its status still tells of
+    /// the spec before. A kind nothing acts on is always observed.
+    fn observed(&self) -> bool {
+        true
+    }
+
+    /// The Normal Events for what writing `desired` over this object changes: a workload's
+    /// replica count or images. None by default.
+    fn changes(&self, _desired: &C) -> Vec<Change> {
+        Vec::new()
+    }
+
+    /// The note of the `Created` Event for `desired`.
+    fn created_note(desired: &C) -> String
+    where
+        C: Resource<DynamicType = ()>,
+    {
+        format!("Created {} {}", C::kind(&()), desired.name_any())
+    }
 }
+
+/// A Normal Event for what a write changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The Event's reason (`Scaled`).
+    pub reason: &'static str,
+    /// Its action (`ScaleDeployment`).
+    pub action: &'static str,
+    /// What changed, for people.
+    pub note: String,
+}
+
+/// How long the controller of a workload (the Deployment controller) gets to pick up a spec we
+/// wrote before the child reads as [`Child::Current`] anyway. On a quiet cluster it takes
+/// milliseconds, on a busy one (a thousand owners scaled at once) seconds: an owner that
+/// reported the state in between would write a status per change for a state that ends on its
+/// own, so only a controller stalled for as long as a rollout's status is ever held
+/// ([`crate::status_writer::PROGRESS_MAX_HOLD`]) is reported.
+pub const OBSERVE_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl<C> ChildView<C> for MetaView<C>
 where
@@ -94,11 +135,32 @@ macro_rules! whole_object_views {
     };
 }
 
-whole_object_views!(
+/// The workload kinds a controller may cache whole: their controllers act on them (see
+/// [`ChildView::observed`]).
+macro_rules! whole_workload_views {
+    ($($kind:ty),* $(,)?) => {
+        $(
+            impl ChildView<$kind> for $kind {
+                fn has_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+                    labels_hold(self.metadata.labels.as_ref(), labels)
+                }
+
+                fn observed(&self) -> bool {
+                    crate::workload::Workload::observed(self)
+                }
+            }
+        )*
+    };
+}
+
+whole_workload_views!(
     k8s_openapi::api::apps::v1::Deployment,
     k8s_openapi::api::apps::v1::StatefulSet,
     k8s_openapi::api::apps::v1::DaemonSet,
     k8s_openapi::api::batch::v1::Job,
+);
+
+whole_object_views!(
     k8s_openapi::api::core::v1::ConfigMap,
     k8s_openapi::api::core::v1::Secret,
     k8s_openapi::api::core::v1::Service,
@@ -381,7 +443,7 @@ where
     V: ChildView<C>,
 {
     /// The children in `cache`, written as `field_manager`: see
-    /// [`Builder::owns_children`](crate::builder::Builder::owns_children).
+    /// [`Builder::owns_kind_as`](crate::builder::Builder::owns_kind_as).
     pub(crate) fn new(client: kube::Client, cache: Store<V>, field_manager: String) -> Self {
         Self {
             client,
@@ -408,8 +470,12 @@ where
     }
 
     /// Makes the child `desired` names exist as desired: created when missing, applied again
-    /// when changed since our last write. A `Created` Normal Event (or, for a name somebody
-    /// else holds, a Warning) goes to `regarding`, the owner.
+    /// when changed since our last write. Normal Events go to `regarding`, the owner: `Created`,
+    /// and what else the view says a write changed ([`ChildView::changes`]). A name somebody
+    /// else holds gets one Warning, `<Kind>NotOwned`, until it is ours again.
+    ///
+    /// A workload the controller of its kind has not yet seen as written
+    /// ([`ChildView::observed`]) reads as [`Child::Written`] for up to [`OBSERVE_GRACE`].
     ///
     /// # Errors
     /// [`Error::Serialize`]; [`Error::Kube`] when the API server refuses.
@@ -420,21 +486,38 @@ where
         events: &Events,
     ) -> Result<Child, Error> {
         let owner_uid = regarding.uid.as_deref().unwrap_or_default();
+        let kind = C::kind(&());
         Ok(match self.write(desired, owner_uid).await? {
-            Wrote::Current { .. } | Wrote::Applied { changed: false, .. } => Child::Current,
-            Wrote::OnItsWay | Wrote::Applied { changed: true, .. } => Child::Written,
+            Wrote::Current { cached, written } => {
+                let unobserved = !cached.observed() && written.at.elapsed() < OBSERVE_GRACE;
+                if unobserved {
+                    Child::Written
+                } else {
+                    Child::Current
+                }
+            }
+            Wrote::Applied { changed: false, .. } => Child::Current,
+            Wrote::OnItsWay => Child::Written,
+            Wrote::Applied { before, .. } => {
+                for change in before.iter().flat_map(|before| before.changes(desired)) {
+                    events.normal(regarding, change.reason, change.action, change.note);
+                }
+                Child::Written
+            }
             Wrote::Created => {
                 // An action per kind: client-go counts Events of one action, reason and
                 // object as repeats of the first, whose note would then be all that shows.
-                let (kind, name) = (C::kind(&()), desired.name_any());
-                let note = format!("Created {kind} {name}");
+                let note = V::created_note(desired);
                 events.normal(regarding, "Created", format!("Create{kind}"), note);
                 Child::Written
             }
             Wrote::Foreign => {
-                let note = self.foreign_note(desired, regarding.kind.as_deref());
-                tracing::warn!("{note}");
-                events.warning(regarding, "NotOwned", "Reconcile", note);
+                let key = key_of(desired.meta().name.as_deref(), desired.namespace());
+                if self.written.foreign(key) {
+                    let note = self.foreign_note(desired, regarding.kind.as_deref());
+                    tracing::warn!("{note}");
+                    events.warning(regarding, format!("{kind}NotOwned"), "Reconcile", note);
+                }
                 Child::Foreign
             }
             Wrote::NamespaceTerminating => Child::NamespaceTerminating,
@@ -767,6 +850,18 @@ mod tests {
             },
             ..Deployment::default()
         }
+    }
+
+    #[test]
+    fn the_same_desired_object_hashes_the_same_and_a_change_does_not() {
+        let deployment = |replicas| {
+            let mut d = Deployment::default();
+            d.spec.replicas = Some(replicas);
+            d
+        };
+        let a = hash_of(&deployment(3)).expect("hashes");
+        assert_eq!(a, hash_of(&deployment(3)).expect("hashes"));
+        assert_ne!(a, hash_of(&deployment(4)).expect("hashes"));
     }
 
     #[test]

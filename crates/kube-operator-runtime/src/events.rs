@@ -72,7 +72,7 @@ impl EventType {
 struct Queued {
     regarding: ObjectReference,
     type_: EventType,
-    reason: &'static str,
+    reason: Cow<'static, str>,
     action: Cow<'static, str>,
     note: String,
 }
@@ -126,42 +126,44 @@ impl Events {
     pub fn normal(
         &self,
         regarding: &ObjectReference,
-        reason: &'static str,
+        reason: impl Into<Cow<'static, str>>,
         action: impl Into<Cow<'static, str>>,
         note: String,
     ) {
-        self.queue(regarding, EventType::Normal, reason, action.into(), note);
+        let (reason, action) = (reason.into(), action.into());
+        self.queue(regarding, EventType::Normal, reason, action, note);
     }
 
     /// Queues a `Warning` event about `regarding`.
     pub fn warning(
         &self,
         regarding: &ObjectReference,
-        reason: &'static str,
+        reason: impl Into<Cow<'static, str>>,
         action: impl Into<Cow<'static, str>>,
         note: String,
     ) {
-        self.queue(regarding, EventType::Warning, reason, action.into(), note);
+        let (reason, action) = (reason.into(), action.into());
+        self.queue(regarding, EventType::Warning, reason, action, note);
     }
 
     fn queue(
         &self,
         regarding: &ObjectReference,
         type_: EventType,
-        reason: &'static str,
+        reason: Cow<'static, str>,
         action: Cow<'static, str>,
         note: String,
     ) {
         let event = Queued {
             regarding: regarding.clone(),
             type_,
-            reason,
+            reason: reason.clone(),
             action,
             note: truncate(note, MAX_NOTE_BYTES),
         };
         if self.queue.try_send(event).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(reason, "event queue full; dropping the event");
+            tracing::debug!(%reason, "event queue full; dropping the event");
         }
     }
 }
@@ -196,11 +198,11 @@ async fn send_all(recorder: Arc<Recorder>, received: mpsc::Receiver<Queued>) {
                 if let Err(e) = recorder.publish(&event).await {
                     if e.is_namespace_terminating() {
                         tracing::debug!(
-                            reason = event.reason,
+                            reason = %event.reason,
                             "not publishing an event: the namespace is being deleted"
                         );
                     } else {
-                        tracing::warn!(reason = event.reason, error = %e, "cannot publish event");
+                        tracing::warn!(reason = %event.reason, error = %e, "cannot publish event");
                     }
                 }
             }
@@ -270,7 +272,7 @@ impl Recorder {
     /// resourceVersion); the reporting controller is this recorder's.
     fn series_key(event: &Queued) -> u64 {
         let mut hasher = DefaultHasher::new();
-        (&event.action, event.reason).hash(&mut hasher);
+        (&event.action, &event.reason).hash(&mut hasher);
         let r = &event.regarding;
         (
             &r.api_version,
@@ -331,7 +333,7 @@ impl Recorder {
                 ..ObjectMeta::default()
             },
             action: Some(event.action.to_string()),
-            reason: Some(event.reason.to_owned()),
+            reason: Some(event.reason.to_string()),
             note: Some(event.note.clone()),
             type_: Some(event.type_.as_str().to_owned()),
             event_time: Some(MicroTime(now)),
@@ -489,7 +491,7 @@ mod tests {
         Queued {
             regarding: regarding(),
             type_: EventType::Normal,
-            reason: "Scaled",
+            reason: "Scaled".into(),
             action: "ScaleDeployment".into(),
             note: note.into(),
         }

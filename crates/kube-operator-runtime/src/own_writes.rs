@@ -4,10 +4,10 @@
 //! Each entry is the last write to one child: a create or apply with the uid, generation and
 //! resourceVersion the API server answered it with, or a deletion with the uid it deleted. It
 //! answers two questions:
-//! - does a watch event only show that write ([`OwnWrites::shows_own_write`])? Then it triggers
+//! - does a watch event only show that write? Then it triggers
 //!   nothing: the reconcile that wrote has accounted for it;
 //! - is the child, as the cache shows it, as last written, still behind that write, or changed
-//!   by somebody else since ([`OwnWrites::judge`])? A reconcile writes only in the last case.
+//!   by somebody else since? A reconcile writes only in the last case.
 //!
 //! The memory is per process: a restarted manager writes once per child, which changes nothing
 //! on the server. One pruning rule keeps it within a constant of the cache: once it holds more
@@ -53,6 +53,8 @@ enum LastWrite {
     /// A deletion of the child with this uid: every later event of that object (its
     /// deletion, a finalizer's last steps) is the echo of our own write.
     Removed { uid: String },
+    /// Nothing: the name is held by an object that is not ours, and that was reported.
+    Foreign,
 }
 
 /// A create or apply of one child, as the API server answered it.
@@ -198,6 +200,13 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<V> {
         self.note(key, LastWrite::Removed { uid });
     }
 
+    /// Notes that the name `key` is held by an object that is not ours; returns whether that
+    /// is news (the last write to it was not already this), for the report to be made once.
+    pub(crate) fn foreign(&self, key: ObjectRef<V>) -> bool {
+        let mut writes = self.lock();
+        writes.insert(key, LastWrite::Foreign) != Some(LastWrite::Foreign)
+    }
+
     /// Forgets the last write to `key`: what comes next is written afresh.
     pub(crate) fn forget(&self, key: &ObjectRef<V>) {
         self.lock().remove(key);
@@ -227,6 +236,8 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<V> {
         let mut writes = self.lock();
         match writes.get_mut(&crate::object_key(obj)) {
             Some(LastWrite::Removed { uid }) => Some(uid.as_str()) == meta.uid.as_deref(),
+            // The name was not ours: whatever happens to it now is news.
+            Some(LastWrite::Foreign) => false,
             Some(LastWrite::Written(last)) if last.resource_version.as_deref() == Some(version) => {
                 last.seen = true;
                 true
@@ -357,6 +368,19 @@ mod tests {
             writes.judge(&key(), None, 1, |_| true),
             Judged::Stale,
             "a later create is not held"
+        );
+    }
+
+    #[test]
+    fn a_name_held_by_somebody_else_is_news_once_until_we_write_it() {
+        let writes = store();
+        assert!(writes.foreign(key()));
+        assert!(!writes.foreign(key()), "reported already");
+        assert_eq!(writes.judge(&key(), None, 1, |_| true), Judged::Stale);
+        writes.remember(key(), 1, &meta("u1", 1, "5"), false);
+        assert!(
+            writes.foreign(key()),
+            "ours for a while, then somebody else's again"
         );
     }
 

@@ -251,14 +251,20 @@ fn owners_read_a_change(old: Option<&DeploymentView>, new: &DeploymentView) -> b
     })
 }
 
-/// The metadata of every Deployment these controllers do not manage, without its labels: only
-/// its existence and its owners matter to a controller.
-pub fn unmanaged_deployments() -> WatchSpec<DeploymentMeta> {
+/// The metadata of every object of type `K` these controllers do not manage, without its
+/// labels: only its name and its owners matter, to the owner of a child of that kind named after
+/// it ([`crate::builder::Builder::owns_one_as`]), which finds the name taken.
+pub fn unmanaged_metadata<K: Resource<DynamicType = ()>>() -> WatchSpec<MetaView<K>> {
     WatchSpec::labelled(labels::unmanaged_selector())
-        .keeping(|meta: &mut DeploymentMeta| meta.labels = Labels::default())
+        .keeping(|meta: &mut MetaView<K>| meta.labels = Labels::default())
         .broadcasting(|old, new| {
             old.is_none_or(|old| old.metadata.owner_references != new.metadata.owner_references)
         })
+}
+
+/// The metadata of every Deployment these controllers do not manage ([`unmanaged_metadata`]).
+pub fn unmanaged_deployments() -> WatchSpec<DeploymentMeta> {
+    unmanaged_metadata()
 }
 
 /// The metadata of the managed Pods of every namespace; a change matters when it moves a pod
