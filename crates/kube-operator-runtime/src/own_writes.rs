@@ -4,8 +4,8 @@
 //! Each entry is the last write to one child: a create or apply with the uid, generation and
 //! resourceVersion the API server answered it with, or a deletion with the uid it deleted. It
 //! answers two questions:
-//! - does a watch event only show that write? Then it triggers
-//!   nothing: the reconcile that wrote has accounted for it;
+//! - does a watch event only show that write? Then it triggers nothing: the reconcile that
+//!   wrote has accounted for it;
 //! - is the child, as the cache shows it, as last written, still behind that write, or changed
 //!   by somebody else since? A reconcile writes only in the last case.
 //!
