@@ -81,7 +81,10 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
     let mut service = to_value(&manager::metrics_service())?;
     installed_by_olm(&mut service);
     files.push(document(
-        &format!("manifests/{MANAGER_NAME}-metrics_v1_service.yaml"),
+        &format!(
+            "manifests/{}_v1_service.yaml",
+            kube_operator_runtime::webhook::METRICS_SERVICE_NAME
+        ),
         &service,
     )?);
     let mut budget = to_value(&manager::pod_disruption_budget())?;

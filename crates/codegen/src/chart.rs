@@ -254,7 +254,7 @@ impl Template {
 
     /// The values' fields, in the objects they concern.
     fn customized(mut self, defaults: &mut Defaults) -> Result<Self, Error> {
-        let metrics_service = format!("{MANAGER_NAME}-metrics");
+        let metrics_service = kube_operator_runtime::webhook::METRICS_SERVICE_NAME;
         let metrics_policy = format!("{MANAGER_NAME}-allow-metrics");
         let (kind, name) = self.kind_and_name();
         match (kind, name) {

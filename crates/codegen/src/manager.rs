@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
+use kube_operator_runtime::webhook;
 use serde_json::json;
 
 use crate::{
@@ -313,7 +314,7 @@ pub(crate) fn pod_disruption_budget() -> PodDisruptionBudget {
 
 pub(crate) fn metrics_service() -> Service {
     let mut service = service_to_pods(
-        &format!("{MANAGER_NAME}-metrics"),
+        webhook::METRICS_SERVICE_NAME,
         METRICS_PORT,
         METRICS_PORT_NAME,
     );
@@ -381,15 +382,19 @@ fn service_monitor() -> serde_json::Value {
         "metadata": {"name": MANAGER_NAME, "namespace": NAMESPACE, "labels": labels()},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": MANAGER_NAME}},
-            // Kubebuilder's: the manager checks Prometheus's own token, and serves a
-            // self-signed certificate unless given one (then verify it with `tlsConfig.ca`).
+            // The manager checks Prometheus's own token, and serves the certificate it
+            // provisions for its webhooks, which carries the metrics Service's names: verified
+            // with the CA bundle of that Secret (where Kubebuilder's scaffold skips verifying).
             "endpoints": [{
                 "port": METRICS_PORT_NAME,
                 "path": "/metrics",
                 "scheme": "https",
                 "interval": "30s",
                 "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
-                "tlsConfig": {"insecureSkipVerify": true},
+                "tlsConfig": {
+                    "ca": {"secret": {"name": webhook::CERT_SECRET_NAME, "key": "ca.crt"}},
+                    "serverName": webhook::METRICS_SERVICE_NAME,
+                },
             }],
         },
     })

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use testkit::{PodSecurity, TestCluster, TestNamespace};
 
@@ -55,6 +55,22 @@ async fn the_manager_runs_in_cluster_as_users_install_it() -> Result<()> {
     removed
 }
 
+/// How a scraper verifies the replicas' metrics, as the generated ServiceMonitor's `tlsConfig`
+/// says: the `ca.crt` of the Secret the manager provisions, and the metrics Service's name.
+async fn metrics_tls(cluster: &TestCluster) -> Result<testkit::TargetTls> {
+    use kube_operator_runtime::webhook::{CERT_SECRET_NAME, METRICS_SERVICE_NAME};
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let secret = secrets.get(CERT_SECRET_NAME).await?;
+    let ca = secret
+        .data
+        .and_then(|mut data| data.remove("ca.crt"))
+        .context("the webhook certificates' Secret holds no ca.crt")?;
+    Ok(testkit::TargetTls {
+        ca: String::from_utf8(ca.0)?,
+        server_name: METRICS_SERVICE_NAME.to_owned(),
+    })
+}
+
 async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
     let started = Instant::now();
     install(cluster).await?;
@@ -65,7 +81,10 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
     );
     check_pod_security(cluster).await?;
 
-    let prometheus = testkit::Prometheus::start(cluster, NAMESPACE).await?;
+    // Prometheus verifies the replicas' metrics certificates as the generated ServiceMonitor
+    // says: with the CA bundle of the webhook certificates' Secret, for the metrics Service.
+    let prometheus =
+        testkit::Prometheus::start(cluster, NAMESPACE, &metrics_tls(cluster).await?).await?;
     // Watch every replica's own view of leadership for the rest of the scenario, reading its
     // secure metrics with the token of Prometheus (which holds the metrics-reader role).
     let watch = LeaderWatch::start(cluster.clone(), prometheus.token().to_owned());

@@ -4,8 +4,8 @@
 //! The rule that keeps renewals free of failed admissions: a certificate is only ever served
 //! once the CA that signed it is in the bundle the API server already trusts.
 //!
-//! - The serving certificate is renewed when a third of its validity is left, when the names it
-//!   must carry change, or when it was signed by a CA that no longer signs. The same CA signs
+//! - The serving certificate is renewed when a third of its validity is left, when it lacks a
+//!   name it must carry, or when it was signed by a CA that no longer signs. The same CA signs
 //!   the new one, so nothing the API server trusts changes.
 //! - Either is replaced the same way when it outlasts a validity that was shortened since.
 //! - The CA lives [`CA_LIFETIMES`] times as long. With half of its life left, a next CA is made
@@ -255,8 +255,11 @@ fn serving_renewal_reason(
     if !signed_by(&serving.cert, &signer.cert) {
         return Some("the CA that signs changed");
     }
+    // A certificate carrying more names than wanted is kept: replicas of two releases, one
+    // wanting a name more (the metrics Service's), agree on the larger set instead of taking
+    // turns at issuing.
     let wanted: BTreeSet<String> = policy.names.iter().map(|n| normalized(n)).collect();
-    if summary.names != wanted {
+    if !wanted.is_subset(&summary.names) {
         return Some("the names it must carry changed");
     }
     if summary.remaining(now) <= policy.validity / 3 {
@@ -545,10 +548,15 @@ mod tests {
         let (first, _) = renew(&Material::default(), &policy(), start(), false).expect("issued");
         let mut more = policy();
         more.names.push("localhost".to_owned());
-        let (_, changes) = renew(&first, &more, start(), false).expect("ok");
+        let (wider, changes) = renew(&first, &more, start(), false).expect("ok");
         assert_eq!(
             changes,
             vec![Change::ServingIssued("the names it must carry changed")]
+        );
+        let (_, changes) = renew(&wider, &policy(), start(), false).expect("ok");
+        assert!(
+            changes.is_empty(),
+            "a replica wanting fewer names keeps the wider certificate: {changes:?}"
         );
 
         let mut broken = first.clone();

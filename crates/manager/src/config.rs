@@ -6,7 +6,7 @@
 //! |------------------------------|--------------------------------------|---------------------------------|------------------------------|
 //! | `metrics_bind_address`       | `MANAGER_METRICS_BIND_ADDRESS`       | `--metrics-bind-address`        | `:8080` (`0` disables)       |
 //! | `metrics_secure`             | `MANAGER_METRICS_SECURE`             | `--metrics-secure[=BOOL]`       | `false`                      |
-//! | `metrics_cert_path`          | `MANAGER_METRICS_CERT_PATH`          | `--metrics-cert-path`           | none (self-signed)           |
+//! | `metrics_cert_path`          | `MANAGER_METRICS_CERT_PATH`          | `--metrics-cert-path`           | none (webhook certificate)   |
 //! | `health_probe_bind_address`  | `MANAGER_HEALTH_PROBE_BIND_ADDRESS`  | `--health-probe-bind-address`   | `:8081` (`0` disables)       |
 //! | `webhook_bind_address`       | `MANAGER_WEBHOOK_BIND_ADDRESS`       | `--webhook-bind-address`        | `:9443` (`0` disables)       |
 //! | `webhook_cert_path`          | `MANAGER_WEBHOOK_CERT_PATH`          | `--webhook-cert-path`           | none (provisioned)           |
@@ -42,7 +42,9 @@
 //!   server authenticates and allows `get` on `/metrics` (the generated `metrics-reader`
 //!   ClusterRole); off by default for a local run, on in the generated Deployment (port 8443,
 //!   as Kubebuilder). `metrics_cert_path` names a directory with `tls.crt` and `tls.key` (read
-//!   again when they change); without it the certificate is self-signed at start.
+//!   again when they change); without it the metrics are served with the webhook certificate
+//!   the manager provisions (it carries the metrics Service's names), or, when no webhooks are
+//!   served, a certificate self-signed at start.
 //! - `webhook_bind_address` serves the admission webhooks the controllers declare, over HTTPS,
 //!   on every replica (admission is not leader-gated), e.g. `:9443` (Kubebuilder's port);
 //!   `/readyz` fails until it serves. By default the manager provisions its certificate: a CA
@@ -143,7 +145,8 @@ pub struct Config {
     pub metrics_bind_address: BindAddress,
     /// Serve `/metrics` over HTTPS to authorized scrapers only.
     pub metrics_secure: bool,
-    /// A directory with `tls.crt` and `tls.key` for secure metrics; self-signed without it.
+    /// A directory with `tls.crt` and `tls.key` for secure metrics; without it, the provisioned
+    /// webhook certificate (self-signed when no webhooks are served).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_cert_path: Option<PathBuf>,
     /// Where `/healthz` and `/readyz` are served.
@@ -253,7 +256,8 @@ pub struct Flags {
     /// Serve metrics over HTTPS to authorized scrapers only (`--metrics-secure` or `=false`)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub metrics_secure: Option<String>,
-    /// Directory holding `tls.crt` and `tls.key` for secure metrics (self-signed without it)
+    /// Directory holding `tls.crt` and `tls.key` for secure metrics (without it, the provisioned
+    /// webhook certificate, or self-signed)
     #[arg(long, value_name = "DIR")]
     pub metrics_cert_path: Option<String>,
     /// Address of the health probe endpoints; `0` disables them

@@ -72,6 +72,10 @@ pub async fn run(
         Some(_) if config.metrics_secure => Some(serving_cert(&config)?),
         _ => None,
     };
+    // Without a certificate of its own, the metrics endpoint serves the provisioned webhook
+    // certificate once there is one (it carries the metrics Service's names), which scrapers
+    // verify with the Secret's `ca.crt`; until then, and without webhooks, a self-signed one.
+    let metrics_cert = cert.clone().filter(|_| config.metrics_cert_path.is_none());
     let webhook_files = match (
         config.webhook_bind_address.socket_addr(),
         &config.webhook_cert_path,
@@ -121,6 +125,7 @@ pub async fn run(
     let webhooks = Webhooks {
         list: webhooks,
         files: webhook_files,
+        metrics: metrics_cert,
     };
     let result = run_connected(
         &config,
@@ -163,6 +168,9 @@ pub async fn run(
 struct Webhooks {
     list: DeclaredWebhooks,
     files: Option<Arc<ServingCert>>,
+    /// The secure metrics' certificate, to serve the provisioned one with (none when the
+    /// metrics have a certificate of their own, or are not secure).
+    metrics: Option<Arc<ServingCert>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -195,11 +203,14 @@ async fn run_connected(
             let cert = match webhooks.files {
                 Some(cert) => cert,
                 None => {
-                    let certs = WebhookCerts::provision(
-                        client.clone(),
-                        webhook_cert_settings(config, &namespace, &webhooks.list),
-                    )
-                    .await?;
+                    let also_metrics = webhooks.metrics.is_some();
+                    let settings =
+                        webhook_cert_settings(config, &namespace, &webhooks.list, also_metrics);
+                    let mut certs = WebhookCerts::provision(client.clone(), settings).await?;
+                    if let Some(metrics) = webhooks.metrics {
+                        certs.serve_also(metrics);
+                        tracing::info!("serving the secure metrics with the webhook certificate");
+                    }
                     let cert = certs.serving();
                     servers.maintain_webhook_certs(certs);
                     cert
@@ -300,11 +311,20 @@ fn webhook_cert_settings(
     config: &Config,
     namespace: &str,
     webhooks: &DeclaredWebhooks,
+    also_metrics: bool,
 ) -> CertSettings {
     use kube_operator_runtime::webhook::{
-        AdmissionKind, CERT_SECRET_NAME, MUTATING_CONFIGURATION, SERVICE_NAME,
-        VALIDATING_CONFIGURATION,
+        AdmissionKind, CERT_SECRET_NAME, METRICS_SERVICE_NAME, MUTATING_CONFIGURATION,
+        SERVICE_NAME, VALIDATING_CONFIGURATION,
     };
+    let mut names = service_names(SERVICE_NAME, namespace);
+    if also_metrics {
+        for name in service_names(METRICS_SERVICE_NAME, namespace) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
     let declares = |kind: AdmissionKind| webhooks.admission.iter().any(|hook| hook.kind == kind);
     let named = |kind: AdmissionKind, name: &str| {
         if declares(kind) {
@@ -316,7 +336,7 @@ fn webhook_cert_settings(
     CertSettings {
         secret_name: CERT_SECRET_NAME.to_owned(),
         namespace: namespace.to_owned(),
-        names: service_names(SERVICE_NAME, namespace),
+        names,
         validity: config.webhook_cert_validity,
         targets: InjectionTargets {
             mutating: named(AdmissionKind::Defaulting, MUTATING_CONFIGURATION),

@@ -113,6 +113,23 @@ impl ServingCert {
         Ok(true)
     }
 
+    /// Serves what `other` serves now; `true` when that differs from what was served.
+    /// Connections already open keep the certificate they were made with.
+    pub fn copy_from(&self, other: &ServingCert) -> bool {
+        let (key, source) = {
+            let theirs = other.read_lock();
+            if self.read_lock().key.cert == theirs.key.cert {
+                return false;
+            }
+            (theirs.key.clone(), theirs.source.clone())
+        };
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Loaded { key, source };
+        true
+    }
+
     /// Reads the files again; `Ok(true)` when a new certificate is now served. A certificate
     /// that is not from files never changes.
     ///
@@ -366,6 +383,15 @@ mod tests {
                 .expect("a usable pair")
         );
         assert_eq!(served.chain()[0].as_ref(), second.cert.der().as_ref());
+    }
+
+    #[test]
+    fn a_certificate_copied_from_another_serves_its_chain() {
+        let first = ServingCert::self_signed(&["first.example".to_owned()]).expect("generated");
+        let second = ServingCert::self_signed(&["second.example".to_owned()]).expect("generated");
+        assert!(first.copy_from(&second));
+        assert_eq!(first.chain(), second.chain());
+        assert!(!first.copy_from(&second), "the same again");
     }
 
     #[test]

@@ -83,6 +83,9 @@ pub struct WebhookCerts {
     client: Client,
     settings: CertSettings,
     serving: Arc<ServingCert>,
+    /// Served alike on other endpoints (the secure metrics), so their clients can verify them
+    /// with the Secret's `ca.crt` too.
+    also: Vec<Arc<ServingCert>>,
 }
 
 impl std::fmt::Debug for WebhookCerts {
@@ -124,6 +127,7 @@ impl WebhookCerts {
             client,
             settings,
             serving,
+            also: Vec::new(),
         };
         certs.inject_logged(&material.trust_bundle()).await;
         Ok(certs)
@@ -132,6 +136,14 @@ impl WebhookCerts {
     /// The certificate the webhook server serves; it changes in place on renewal.
     pub fn serving(&self) -> Arc<ServingCert> {
         self.serving.clone()
+    }
+
+    /// Serves the webhook certificate on another endpoint too, from now on and after every
+    /// renewal: `cert` is that endpoint's certificate, changed in place. The settings' names
+    /// must cover the names that endpoint is reached by.
+    pub fn serve_also(&mut self, cert: Arc<ServingCert>) {
+        cert.copy_from(&self.serving);
+        self.also.push(cert);
     }
 
     /// How often [`Self::maintain`] looks: a tenth of the validity, at most a minute, so a
@@ -183,6 +195,9 @@ impl WebhookCerts {
             .replace_pem(serving.cert.as_bytes(), serving.key.as_bytes(), &label)?
         {
             tracing::info!(secret = %label, "serving the renewed webhook certificate");
+        }
+        for also in &self.also {
+            also.copy_from(&self.serving);
         }
         Ok(())
     }

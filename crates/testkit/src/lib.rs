@@ -54,7 +54,7 @@ pub use manifests::{
 };
 pub use namespace::{PodSecurity, TestNamespace, pod_security_labels, unique_name};
 pub use private::PrivateCluster;
-pub use prometheus::{Prometheus, Target};
+pub use prometheus::{Prometheus, Target, TargetTls};
 pub use proxy::{TcpProxy, kubeconfig_via, server_addr};
 pub use serviceaccount::{
     ServiceAccountKubeconfig, manager_kubeconfig, pod_kubeconfig, service_account_kubeconfig,

@@ -44,19 +44,36 @@ pub struct Target {
     pub labels: serde_json::Value,
 }
 
+/// How Prometheus verifies the certificates of the targets it discovers: the CA bundle (PEM)
+/// they are signed by, and the name they must carry.
+#[derive(Clone, Debug)]
+pub struct TargetTls {
+    /// The trusted CAs, PEM.
+    pub ca: String,
+    /// The name each target's certificate must carry.
+    pub server_name: String,
+}
+
+/// The file in Prometheus's directory holding its ServiceAccount's token.
+const TOKEN_FILE: &str = "token";
+/// The file in Prometheus's directory holding [`TargetTls::ca`].
+const CA_FILE: &str = "ca.crt";
+
 impl Prometheus {
     /// Starts Prometheus on a free loopback port, scraping every 2 s the pods of `namespace`
     /// that carry the `prometheus.io/scrape: "true"` annotation, at the port and path their
     /// `prometheus.io/port` and `prometheus.io/path` annotations name (the convention the
-    /// generated manager Deployment follows).
+    /// generated manager Deployment follows), verifying their certificates as `tls` says (the
+    /// generated ServiceMonitor's `tlsConfig`).
     ///
     /// # Errors
     /// [`Error::PrometheusMissing`] when it is not installed; API errors from creating its
     /// ServiceAccount; [`Error::Timeout`] when it does not become ready.
-    pub async fn start(cluster: &TestCluster, namespace: &str) -> Result<Self> {
+    pub async fn start(cluster: &TestCluster, namespace: &str, tls: &TargetTls) -> Result<Self> {
         let (identity, token) = identity(cluster).await?;
-        Self::launch(cluster, token, |token_file| {
-            scrape_config(&identity.path, token_file, namespace)
+        let files = vec![(CA_FILE, tls.ca.clone())];
+        Self::launch(cluster, token, files, |dir| {
+            scrape_config(&identity.path, dir, namespace, &tls.server_name)
         })
         .await
     }
@@ -75,16 +92,18 @@ impl Prometheus {
         rules: &Path,
     ) -> Result<Self> {
         let (_, token) = identity(cluster).await?;
-        Self::launch(cluster, token, |token_file| {
-            static_config(job, target, token_file, rules)
+        Self::launch(cluster, token, Vec::new(), |dir| {
+            static_config(job, target, &dir.join(TOKEN_FILE), rules)
         })
         .await
     }
 
-    /// Runs Prometheus with the configuration `config` writes (given the file holding `token`).
+    /// Runs Prometheus with the configuration `config` writes, given the directory holding
+    /// [`TOKEN_FILE`] (with `token`) and `files` (name and contents).
     async fn launch(
         cluster: &TestCluster,
         token: String,
+        files: Vec<(&str, String)>,
         config: impl FnOnce(&Path) -> String,
     ) -> Result<Self> {
         let binary = cluster.state.bin_dir.join("prometheus");
@@ -93,11 +112,12 @@ impl Prometheus {
         }
         let dir = std::env::temp_dir().join(unique_name("e2e-prometheus"));
         std::fs::create_dir_all(&dir).map_err(Error::io("creating", &dir))?;
-        let token_file = dir.join("token");
-        std::fs::write(&token_file, &token).map_err(Error::io("writing", &token_file))?;
+        for (name, contents) in files.iter().chain([&(TOKEN_FILE, token.clone())]) {
+            let file = dir.join(name);
+            std::fs::write(&file, contents).map_err(Error::io("writing", &file))?;
+        }
         let config_file = dir.join("prometheus.yml");
-        std::fs::write(&config_file, config(&token_file))
-            .map_err(Error::io("writing", &config_file))?;
+        std::fs::write(&config_file, config(&dir)).map_err(Error::io("writing", &config_file))?;
 
         let logs = log_dir();
         std::fs::create_dir_all(&logs).map_err(Error::io("creating", &logs))?;
@@ -277,8 +297,9 @@ impl Drop for Prometheus {
 }
 
 /// The scrape configuration: pod discovery in one namespace, the `prometheus.io/*`
-/// annotations deciding what and where to scrape.
-fn scrape_config(kubeconfig: &Path, token_file: &Path, namespace: &str) -> String {
+/// annotations deciding what and where to scrape, certificates verified with the CA in
+/// [`CA_FILE`] of `dir` for the name `server_name`.
+fn scrape_config(kubeconfig: &Path, dir: &Path, namespace: &str, server_name: &str) -> String {
     format!(
         r#"global:
   scrape_interval: 2s
@@ -289,7 +310,8 @@ scrape_configs:
     authorization:
       credentials_file: {token_file}
     tls_config:
-      insecure_skip_verify: true
+      ca_file: {ca_file}
+      server_name: {server_name}
     kubernetes_sd_configs:
       - role: pod
         kubeconfig_file: {kubeconfig}
@@ -318,7 +340,8 @@ scrape_configs:
         target_label: pod
 "#,
         kubeconfig = kubeconfig.display(),
-        token_file = token_file.display(),
+        token_file = dir.join(TOKEN_FILE).display(),
+        ca_file = dir.join(CA_FILE).display(),
     )
 }
 
@@ -333,6 +356,8 @@ async fn identity(cluster: &TestCluster) -> Result<(crate::ServiceAccountKubecon
 }
 
 /// Scrapes one HTTPS target as `job` with the token in `token_file`, and evaluates `rules`.
+/// The target is a manager run as a local process, which serves no webhooks and so a
+/// self-signed metrics certificate: nothing to verify it with.
 fn static_config(job: &str, target: &str, token_file: &Path, rules: &Path) -> String {
     format!(
         r#"global:
@@ -478,14 +503,19 @@ mod tests {
 
     #[test]
     fn the_configuration_keeps_annotated_pods_of_one_namespace() {
-        let config = scrape_config(Path::new("/k"), Path::new("/t"), "ns");
+        let config = scrape_config(Path::new("/k"), Path::new("/d"), "ns", "metrics");
         assert!(config.contains("names: [ns]"));
         assert!(config.contains("__meta_kubernetes_pod_annotation_prometheus_io_scrape"));
         assert!(config.contains("kubeconfig_file: /k"));
         assert!(
-            config.contains("credentials_file: /t"),
+            config.contains("credentials_file: /d/token"),
             "scrapes with its token"
         );
+        assert!(
+            config.contains("ca_file: /d/ca.crt\n      server_name: metrics\n"),
+            "verifies the targets: {config}"
+        );
+        assert!(!config.contains("insecure_skip_verify"));
         assert!(
             config.contains("target_label: __scheme__"),
             "over HTTPS when annotated"

@@ -46,8 +46,12 @@ pub const MUTATING_CONFIGURATION: &str = "operator-manager-mutating";
 /// The generated ValidatingWebhookConfiguration, holding every validating webhook.
 pub const VALIDATING_CONFIGURATION: &str = "operator-manager-validating";
 /// The Secret in the manager's namespace holding the webhooks' CA and serving certificate,
-/// shared by every replica.
+/// shared by every replica. Its `ca.crt` is what the webhook configurations trust, and what a
+/// scraper of the secure metrics verifies them with.
 pub const CERT_SECRET_NAME: &str = "operator-manager-webhook-certs";
+/// The Service in front of the secure metrics endpoint: the provisioned serving certificate
+/// carries its names too, so the metrics are served with it.
+pub const METRICS_SERVICE_NAME: &str = "operator-manager-metrics";
 
 /// How long the API server waits for a webhook's answer (`timeoutSeconds` of every generated
 /// webhook). Past it, the API server applies the failure policy.
