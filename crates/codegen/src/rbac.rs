@@ -329,7 +329,7 @@ pub(crate) fn webhook_role() -> ClusterRole {
         api_groups: Some(vec![group.to_owned()]),
         resources: Some(vec![resource.to_owned()]),
         resource_names: Some(names),
-        verbs: ["get", "patch", "update"].map(String::from).to_vec(),
+        verbs: ["get", "update"].map(String::from).to_vec(),
         ..PolicyRule::default()
     };
     let mut rules = vec![
@@ -380,9 +380,7 @@ pub(crate) fn webhook_cert_role() -> Role {
                 api_groups: Some(vec![String::new()]),
                 resources: Some(vec!["secrets".to_owned()]),
                 resource_names: Some(vec![webhook::CERT_SECRET_NAME.to_owned()]),
-                verbs: ["get", "list", "patch", "update", "watch"]
-                    .map(String::from)
-                    .to_vec(),
+                verbs: ["get", "update"].map(String::from).to_vec(),
                 ..PolicyRule::default()
             },
         ]),
@@ -424,13 +422,11 @@ pub(crate) fn leader_election_role() -> Role {
     Role {
         metadata: meta(LEADER_ELECTION_ROLE, Some(NAMESPACE)),
         rules: Some(vec![
-            rule("", "events", &["create", "patch"]),
+            // Read, taken (create) and renewed or released (update); its Events, on the Lease.
             rule(
                 "coordination.k8s.io",
                 "leases",
-                &[
-                    "create", "delete", "get", "list", "patch", "update", "watch",
-                ],
+                &["create", "get", "update"],
             ),
             rule("events.k8s.io", "events", &["create", "patch"]),
         ]),

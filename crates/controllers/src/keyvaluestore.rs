@@ -43,7 +43,8 @@ const CLEANUP_RECHECK: Duration = Duration::from_secs(2);
 pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::pin(run(ctx)))
     .with_samples(crate::samples::keyvaluestore);
 
-static RULES: [PolicyRule; 9] = kube_operator_runtime::controller_rules!(
+static RULES: [PolicyRule; 8] = kube_operator_runtime::controller_rules!(
+    finalizer,
     "cache.example.com",
     "keyvaluestores",
     rbac::owns::<StatefulSet>(),

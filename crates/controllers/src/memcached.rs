@@ -121,7 +121,7 @@ pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::
     .with_conversion(crate::admission::memcached::conversion)
     .with_samples(crate::samples::memcached);
 
-static RULES: [PolicyRule; 9] = kube_operator_runtime::controller_rules!(
+static RULES: [PolicyRule; 8] = kube_operator_runtime::controller_rules!(
     "cache.example.com",
     "memcacheds",
     rbac::DEPLOYMENTS,
@@ -797,9 +797,13 @@ mod tests {
     fn rbac_rules_cover_what_the_controller_does() {
         let rules = CONTROLLER.rbac_rules;
         crate::testing::assert_deployment_owner_rules(rules, "cache.example.com", "memcacheds");
-        for verb in ["get", "list", "watch"] {
+        for verb in ["list", "watch"] {
             assert!(rbac::allows(rules, "", "pods", verb), "pods {verb}");
         }
+        assert!(
+            !rbac::allows(rules, "", "pods", "get"),
+            "pods are only cached"
+        );
         for verb in rbac::MANAGE {
             assert!(rbac::allows(rules, "", "services", verb), "services {verb}");
             let budgets = "poddisruptionbudgets";

@@ -43,7 +43,7 @@ pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::
     .with_samples(crate::samples::tenant)
     .cluster_wide();
 
-static RULES: [PolicyRule; 10] = kube_operator_runtime::controller_rules!(
+static RULES: [PolicyRule; 9] = kube_operator_runtime::controller_rules!(
     "platform.example.com",
     "tenants",
     rbac::owns::<Namespace>(),

@@ -1,32 +1,37 @@
 //! What the controllers' tests share.
 
 use kube_operator_runtime::PolicyRule;
-use kube_operator_runtime::rbac::{MANAGE, STATUS, allows};
+use kube_operator_runtime::rbac::{MANAGE, READ, STATUS, allows};
 
 /// Asserts that `rules` cover what every controller of a custom resource that owns a Deployment
-/// does: manage the resource (`plural` in `group`), its status and finalizers, its Deployments,
-/// and Events, all without wildcards.
+/// does, and no more: watch the resource (`plural` in `group`), patch its status, update its
+/// finalizers, manage its Deployments, and record Events, all without wildcards.
 pub fn assert_deployment_owner_rules(rules: &[PolicyRule], group: &str, plural: &str) {
-    for verb in MANAGE {
+    for verb in READ {
         assert!(allows(rules, group, plural, verb), "{plural} {verb}");
+    }
+    for verb in ["get", "create", "update", "patch", "delete"] {
+        assert!(!allows(rules, group, plural, verb), "{plural} {verb}");
+    }
+    for verb in MANAGE {
         assert!(
             allows(rules, "apps", "deployments", verb),
             "deployments {verb}"
         );
     }
+    assert!(!allows(rules, "apps", "deployments", "update"));
     for verb in STATUS {
         let status = format!("{plural}/status");
         assert!(allows(rules, group, &status, verb), "{status} {verb}");
     }
     let finalizers = format!("{plural}/finalizers");
     assert!(allows(rules, group, &finalizers, "update"), "{finalizers}");
-    for group in ["", "events.k8s.io"] {
-        for verb in ["create", "patch"] {
-            assert!(
-                allows(rules, group, "events", verb),
-                "events {verb} in {group:?}"
-            );
-        }
+    for verb in ["create", "patch"] {
+        assert!(
+            allows(rules, "events.k8s.io", "events", verb),
+            "events {verb}"
+        );
+        assert!(!allows(rules, "", "events", verb), "core events {verb}");
     }
     let words = rules
         .iter()

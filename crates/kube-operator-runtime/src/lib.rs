@@ -39,7 +39,7 @@
 //! // What the controller may do: its own resource (with status, finalizers, Events) and
 //! // ConfigMaps. The ClusterRole is rendered from this, and the builder refuses to start when
 //! // it misses what the controller declares.
-//! static RULES: [PolicyRule; 6] =
+//! static RULES: [PolicyRule; 5] =
 //!     kube_operator_runtime::controller_rules!("example.com", "greetings", rbac::owns::<ConfigMap>());
 //!
 //! pub const CONTROLLER: Registration =

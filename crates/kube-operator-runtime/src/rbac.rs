@@ -25,16 +25,21 @@ pub struct PolicyRule {
     pub resource_names: &'static [&'static str],
 }
 
-/// Every verb a controller uses on a resource it fully manages.
-pub const MANAGE: &[&str] = &[
-    "get", "list", "watch", "create", "update", "patch", "delete",
-];
+/// The verbs a controller uses on a kind of child it owns: watched through a shared cache
+/// (`list`, `watch`), created, server-side applied (`patch`), deleted, and read once (`get`)
+/// when a create finds the name taken and the cache has not seen who holds it. Never `update`:
+/// every write is a create or an apply.
+pub const MANAGE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
 
-/// The verbs on a status subresource.
-pub const STATUS: &[&str] = &["get", "update", "patch"];
+/// The verbs on a status subresource: the status is written with a patch.
+pub const STATUS: &[&str] = &["patch"];
 
-/// The verbs on a kind a controller only reads, through a shared cache.
-pub const READ: &[&str] = &["get", "list", "watch"];
+/// The verbs on a kind a controller only reads, through a shared cache (a list, then a watch).
+pub const READ: &[&str] = &["list", "watch"];
+
+/// The verbs on the custom resources of a controller that holds a finalizer: it adds and
+/// removes it with a patch.
+pub const FINALIZED: &[&str] = &["list", "watch", "patch"];
 
 /// The group and resource of a Kubernetes type, as the slices a [`PolicyRule`] holds.
 struct Kind<K>(PhantomData<K>);
@@ -81,38 +86,40 @@ pub const fn reads<K: k8s_openapi::Resource>() -> PolicyRule {
 /// Owned Deployments: watched through the shared cache, applied, deleted.
 pub const DEPLOYMENTS: PolicyRule = owns::<k8s_openapi::api::apps::v1::Deployment>();
 
-/// Events through `events.k8s.io/v1` (what kube's `Recorder` uses) and the core group (what
-/// `kubectl describe` and older tooling read and write).
-pub const EVENTS: [PolicyRule; 2] = [
-    PolicyRule {
-        api_groups: &["events.k8s.io"],
-        resources: &["events"],
-        verbs: &["create", "patch"],
-        resource_names: &[],
-    },
-    PolicyRule {
-        api_groups: &[""],
-        resources: &["events"],
-        verbs: &["create", "patch"],
-        resource_names: &[],
-    },
-];
+/// Events, through `events.k8s.io/v1` (what kube's `Recorder` and this crate's use; `kubectl
+/// describe` shows them as well as core ones).
+pub const EVENTS: PolicyRule = PolicyRule {
+    api_groups: &["events.k8s.io"],
+    resources: &["events"],
+    verbs: &["create", "patch"],
+    resource_names: &[],
+};
 
-/// The rules of a controller of the custom resource `plural` in API `group`: manage it, write its
-/// status and finalizers, and record Events (every controller's [`crate::builder::Builder`]
-/// has a recorder); then the `extra` rules for what else it watches or owns.
+/// The rules of a controller of the custom resource `plural` in API `group`: watch it, patch its
+/// status, update its finalizers (which an owner reference that blocks the owner's deletion
+/// needs, where the API server enforces it) and record Events; then the `extra` rules for what
+/// else it watches or owns. Written `controller_rules!(finalizer, ..)`, it may also patch the
+/// resource, to add and remove the finalizer of
+/// [`Builder::run_with_finalizer`](crate::builder::Builder::run_with_finalizer). Nothing more:
+/// a controller never creates, updates or deletes the resources it reconciles.
 ///
 /// ```ignore
 /// static RULES: &[PolicyRule] = &controller_rules!("cache.example.com", "memcacheds", DEPLOYMENTS);
 /// ```
 #[macro_export]
 macro_rules! controller_rules {
+    (finalizer, $group:literal, $plural:literal $(, $extra:expr)* $(,)?) => {
+        $crate::controller_rules!(@verbs $crate::rbac::FINALIZED, $group, $plural $(, $extra)*)
+    };
     ($group:literal, $plural:literal $(, $extra:expr)* $(,)?) => {
+        $crate::controller_rules!(@verbs $crate::rbac::READ, $group, $plural $(, $extra)*)
+    };
+    (@verbs $verbs:expr, $group:literal, $plural:literal $(, $extra:expr)*) => {
         [
             $crate::rbac::PolicyRule {
                 api_groups: &[$group],
                 resources: &[$plural],
-                verbs: $crate::rbac::MANAGE,
+                verbs: $verbs,
                 resource_names: &[],
             },
             $crate::rbac::PolicyRule {
@@ -127,8 +134,7 @@ macro_rules! controller_rules {
                 verbs: &["update"],
                 resource_names: &[],
             },
-            $crate::rbac::EVENTS[0],
-            $crate::rbac::EVENTS[1],
+            $crate::rbac::EVENTS,
             $($extra),*
         ]
     };
