@@ -1,7 +1,9 @@
 //! `cargo xtask test`: the whole test suite, end-to-end tests included, on a local cluster.
 //!
 //! Builds the manager (the end-to-end tests run the real binary), brings the local control plane
-//! up, runs `cargo test --workspace`, and tears the cluster down again, even when tests fail, if
+//! up, runs `cargo test --workspace`, then checks in the API server's audit log that the suite
+//! used every verb the generated RBAC grants the manager (the ignored `rbac_audit` test), and
+//! tears the cluster down again, even when tests fail, if
 //! this command was the one that started it: by crashing it and checking that `down` still
 //! removes everything (the ignored `crash_cleanup` test). A cluster you started yourself is left
 //! running, unless it has no real node (the bench starts it without one): the in-cluster tests
@@ -59,9 +61,28 @@ pub fn run(test_args: &[String]) -> anyhow::Result<()> {
     args.push("--show-output");
     let tests = cargo(&args).context("tests failed");
 
+    // On a cluster this command started, for the whole suite, the audit log holds exactly the
+    // suite's requests: every verb the generated RBAC grants the manager must be among them.
+    let whole_suite = !already_running && test_args.is_empty();
+    let audited = if whole_suite {
+        cargo(&[
+            "test",
+            "--package",
+            "e2e",
+            "--test",
+            "rbac_audit",
+            "--",
+            "--ignored",
+            "--show-output",
+        ])
+        .context("a grant of the generated RBAC went unused in the suite")
+    } else {
+        Ok(())
+    };
+
     // The last test crashes the cluster this command started and checks that `down` still
     // removes everything; a cluster you started, or a filtered run, is left alone.
-    let crash = if already_running || !test_args.is_empty() {
+    let crash = if !whole_suite {
         Ok(())
     } else {
         cargo(&[
@@ -80,7 +101,7 @@ pub fn run(test_args: &[String]) -> anyhow::Result<()> {
     if !already_running && let Err(error) = cluster::run(ClusterCommand::Down) {
         eprintln!("warning: stopping the local cluster failed: {error:#}");
     }
-    tests.and(crash)
+    tests.and(audited).and(crash)
 }
 
 fn cargo(args: &[&str]) -> anyhow::Result<()> {

@@ -47,7 +47,7 @@ static RULES: [PolicyRule; 8] = kube_operator_runtime::controller_rules!(
     finalizer,
     "cache.example.com",
     "keyvaluestores",
-    rbac::owns::<StatefulSet>(),
+    rbac::owns_and_deletes::<StatefulSet>(),
     rbac::owns::<ConfigMap>(),
     rbac::owns::<Service>(),
     rbac::uses::<PersistentVolumeClaim>(&["list", "delete"]),
@@ -61,6 +61,7 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
         .owns_kind::<ConfigMap>()
         .owns_kind::<Service>()
         .uses::<PersistentVolumeClaim>(&["list", "delete"])
+        .uses::<StatefulSet>(&["delete"])
         .run_with_finalizer(FINALIZER, with_status_writer, reconcile, cleanup)
         .await
 }
@@ -198,10 +199,8 @@ async fn cleanup(kvs: Arc<KeyValueStore>, ctx: Arc<Context>) -> Result<Outcome, 
     let (tools, namespace, name) = (&ctx.0, kvs.namespace().unwrap_or_default(), kvs.name_any());
     tools.remove::<StatefulSet>(&kvs, &namespace, &name).await?;
     let claims = labels::instance(NAME, &name);
-    let left = tools
-        .delete_labelled::<PersistentVolumeClaim>(&namespace, &claims)
-        .await?;
-    Ok(Outcome::done_or_recheck(left == 0, CLEANUP_RECHECK))
+    let left = tools.delete_labelled::<PersistentVolumeClaim>(&namespace, &claims);
+    Ok(Outcome::done_or_recheck(left.await? == 0, CLEANUP_RECHECK))
 }
 
 #[cfg(test)]

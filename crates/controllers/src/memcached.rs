@@ -133,8 +133,9 @@ static RULES: [PolicyRule; 8] = kube_operator_runtime::controller_rules!(
 /// The Service in front of each `Memcached`'s pods, owned and applied.
 const SERVICES: PolicyRule = rbac::owns::<Service>();
 
-/// The PodDisruptionBudget of each `Memcached` of more than one pod, owned and applied.
-const POD_DISRUPTION_BUDGETS: PolicyRule = rbac::owns::<PodDisruptionBudget>();
+/// The PodDisruptionBudget of each `Memcached` of more than one pod, owned and applied, and
+/// deleted when the `Memcached` shrinks to one.
+const POD_DISRUPTION_BUDGETS: PolicyRule = rbac::owns_and_deletes::<PodDisruptionBudget>();
 
 /// What every reconcile of this controller uses: the runtime's tools, its status writer, and
 /// the pods by `Memcached`.
@@ -157,6 +158,7 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
         .owns_one_as::<Deployment, DeploymentView>(watches::managed_deployments())
         .owns_kind::<Service>()
         .owns_kind_as::<PodDisruptionBudget, MetaView<PodDisruptionBudget>>(budgets)
+        .uses::<PodDisruptionBudget>(&["delete"])
         .watches(
             &pods,
             move |memcacheds: &Store<Memcached>, pod: &PodMeta| {

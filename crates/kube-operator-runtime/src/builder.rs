@@ -187,7 +187,8 @@ impl<K: Resource<DynamicType = ()> + 'static> Tools<K> {
     }
 
     /// Deletes `owner`'s child of kind `C` called `name` in `namespace` (empty for a
-    /// cluster-scoped kind), if there is one; returns whether it did.
+    /// cluster-scoped kind), if there is one; returns whether it did. Declare the `delete` it
+    /// needs with [`Builder::uses`].
     ///
     /// # Errors
     /// [`Error::UndeclaredChild`] when `C` was not declared with [`Builder::owns_kind`]; as
@@ -648,7 +649,7 @@ mod tests {
         assert!(matches!(error, Error::RbacMissing { .. }), "{message}");
         for expected in [
             "create apps/deployments",
-            "delete apps/deployments",
+            "patch apps/deployments",
             "list pods",
             "watch pods",
             "rbac::owns::<K>()",

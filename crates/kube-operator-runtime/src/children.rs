@@ -635,16 +635,24 @@ where
     }
 
     /// Whether the object of `desired`'s name, read from the API server, is controlled by the
-    /// owner with `owner_uid`.
+    /// owner with `owner_uid`. Read with a list selecting that one name, as metadata: `list` is
+    /// granted for the cache already, so owning a kind needs no `get`.
     async fn controlled(&self, desired: &C, owner_uid: &str) -> Result<bool, Error> {
         let api = C::Scope::api::<C>(self.client.clone(), desired.namespace().as_deref());
-        let existing = api.get_opt(&desired.name_any()).await?;
-        Ok(existing.is_some_and(|obj| is_controlled_by(&obj, owner_uid)))
+        let by_name = format!("metadata.name={}", desired.name_any());
+        let found = api
+            .list_metadata(&kube::api::ListParams::default().fields(&by_name))
+            .await?;
+        Ok(found
+            .items
+            .iter()
+            .any(|obj| is_controlled_by(obj, owner_uid)))
     }
 
     /// Deletes the child `namespace/name` (`name` when `namespace` is empty: a cluster-scoped
     /// kind) if the cache has it and the owner with `owner_uid` controls it; returns whether it
-    /// did.
+    /// did. Owning a kind does not grant `delete`: declare it with
+    /// [`Builder::uses`](crate::builder::Builder::uses) and `rbac::uses::<C>(&["delete"])`.
     ///
     /// # Errors
     /// [`Error::Kube`] when the API server refuses (a child already gone is no error).

@@ -26,10 +26,11 @@ pub struct PolicyRule {
 }
 
 /// The verbs a controller uses on a kind of child it owns: watched through a shared cache
-/// (`list`, `watch`), created, server-side applied (`patch`), deleted, and read once (`get`)
-/// when a create finds the name taken and the cache has not seen who holds it. Never `update`:
-/// every write is a create or an apply.
-pub const MANAGE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
+/// (`list`, `watch`; a list by name also tells who holds a name a create found taken), created
+/// and server-side applied (`patch`). Never `update`, since every write is a create or an
+/// apply, and never `delete` unless the controller deletes children itself (the garbage
+/// collector deletes the rest with their owner): grant that with [`owns_and_deletes`].
+pub const MANAGE: &[&str] = &["list", "watch", "create", "patch"];
 
 /// The verbs on a status subresource: the status is written with a patch.
 pub const STATUS: &[&str] = &["patch"];
@@ -50,13 +51,26 @@ impl<K: k8s_openapi::Resource> Kind<K> {
 }
 
 /// The rule for a kind of child a controller owns: watched through a shared cache, created,
-/// applied, deleted.
+/// applied ([`MANAGE`]).
 pub const fn owns<K: k8s_openapi::Resource>() -> PolicyRule {
     PolicyRule {
         api_groups: Kind::<K>::GROUPS,
         resources: Kind::<K>::RESOURCES,
         verbs: MANAGE,
         resource_names: &[],
+    }
+}
+
+/// [`MANAGE`], and `delete`: for a kind of child the controller deletes itself
+/// ([`crate::builder::Tools::remove`]; declare it with `Builder::uses::<K>(&["delete"])`).
+pub const MANAGE_AND_DELETE: &[&str] = &["list", "watch", "create", "patch", "delete"];
+
+/// The rule for a kind of child a controller owns and also deletes itself: a budget it no
+/// longer wants, a StatefulSet it removes before the volume claims it leaves behind.
+pub const fn owns_and_deletes<K: k8s_openapi::Resource>() -> PolicyRule {
+    PolicyRule {
+        verbs: MANAGE_AND_DELETE,
+        ..owns::<K>()
     }
 }
 
@@ -83,7 +97,7 @@ pub const fn reads<K: k8s_openapi::Resource>() -> PolicyRule {
     }
 }
 
-/// Owned Deployments: watched through the shared cache, applied, deleted.
+/// Owned Deployments: watched through the shared cache, created, applied.
 pub const DEPLOYMENTS: PolicyRule = owns::<k8s_openapi::api::apps::v1::Deployment>();
 
 /// Events, through `events.k8s.io/v1` (what kube's `Recorder` and this crate's use; `kubectl

@@ -13,8 +13,9 @@ use crate::{Error, Paths, Result};
 ///   (a request body alone does not: a patch that leaves the holder alone omits it).
 /// - Every other write at `Metadata` level: who (user, user agent), what (verb, object) and
 ///   when, without bodies, so the log stays small and holds no Secret data.
-/// - Reads (get, list, watch) not at all: they are most of the traffic and say nothing about
-///   who changed what.
+/// - Reads (get, list, watch) by ServiceAccounts at `Metadata` level: the manager runs as one,
+///   and a test compares every verb it used with what its RBAC grants. Nobody else's reads:
+///   they are most of the traffic and say nothing about who changed what.
 ///
 /// `RequestReceived` is omitted: every request would otherwise be logged twice, and the
 /// `ResponseComplete` event already carries `requestReceivedTimestamp`.
@@ -31,6 +32,9 @@ rules:
         resources: [leases]
   - level: Metadata
     verbs: [create, update, patch, delete, deletecollection]
+  - level: Metadata
+    verbs: [get, list, watch]
+    userGroups: [\"system:serviceaccounts\"]
   - level: None
 ";
 

@@ -29,6 +29,8 @@ pub struct AuditEvent {
     /// The authenticated user's name (`system:serviceaccount:<namespace>:<name>` for a
     /// ServiceAccount).
     pub user: String,
+    /// The resource's API group, empty for the core group.
+    pub group: String,
     /// The resource (plural), empty for non-resource requests.
     pub resource: String,
     /// The subresource (`status`, `binding`, ...), empty for the object itself.
@@ -116,7 +118,10 @@ struct RawUser {
 }
 
 #[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RawObjectRef {
+    #[serde(default)]
+    api_group: String,
     #[serde(default)]
     resource: String,
     #[serde(default)]
@@ -170,6 +175,7 @@ fn parse_line(path: &Path, number: usize, line: &str) -> Result<Option<AuditEven
         request_uri: raw.request_uri,
         user_agent: raw.user_agent,
         user: raw.user.map(|u| u.username).unwrap_or_default(),
+        group: object.api_group,
         resource: object.resource,
         subresource: object.subresource,
         namespace: object.namespace,
@@ -469,6 +475,7 @@ mod tests {
             request_uri: "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l".into(),
             user_agent: agent.into(),
             user: String::new(),
+            group: String::new(),
             resource: "leases".into(),
             subresource: String::new(),
             namespace: "ns".into(),
@@ -487,6 +494,7 @@ mod tests {
             request_uri: "/apis/apps/v1/namespaces/app/deployments/web".into(),
             user_agent: agent.into(),
             user: String::new(),
+            group: String::new(),
             resource: "deployments".into(),
             subresource: String::new(),
             namespace: "app".into(),

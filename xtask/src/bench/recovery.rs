@@ -475,6 +475,7 @@ mod tests {
                 request_uri: String::new(),
                 user_agent: String::new(),
                 user: user.into(),
+                group: String::new(),
                 resource: "deployments".into(),
                 subresource: String::new(),
                 namespace: "ns".into(),

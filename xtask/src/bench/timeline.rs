@@ -285,6 +285,7 @@ mod tests {
             request_uri: String::new(),
             user_agent: String::new(),
             user: String::new(),
+            group: String::new(),
             resource: resource.into(),
             subresource: subresource.into(),
             namespace: "ns".into(),
