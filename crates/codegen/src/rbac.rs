@@ -422,11 +422,12 @@ pub(crate) fn leader_election_role() -> Role {
     Role {
         metadata: meta(LEADER_ELECTION_ROLE, Some(NAMESPACE)),
         rules: Some(vec![
-            // Read, taken (create) and renewed or released (update); its Events, on the Lease.
+            // Read and watched (every candidate watches the one Lease), taken (create), and
+            // renewed or released (update); never patched or deleted. Its Events, on the Lease.
             rule(
                 "coordination.k8s.io",
                 "leases",
-                &["create", "get", "update"],
+                &["create", "get", "list", "update", "watch"],
             ),
             rule("events.k8s.io", "events", &["create", "patch"]),
         ]),
