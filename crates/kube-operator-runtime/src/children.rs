@@ -1015,6 +1015,7 @@ mod ensure_tests {
     use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher::Event;
+    use std::time::Duration;
 
     /// The budget a controller wants, and the metadata the fake API server answers its
     /// writes with.
@@ -1181,6 +1182,121 @@ mod ensure_tests {
             "written whatever the view"
         );
         assert!(children.writer::<PodDisruptionBudget>().is_err());
+    }
+
+    /// A Deployment as the fake API server answers a write of it, and as its cache shows it.
+    fn deployment(generation: i64, observed: Option<i64>, replicas: i32) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "uid": "d1",
+                         "resourceVersion": format!("{generation}"), "generation": generation},
+            "spec": {"replicas": replicas, "selector": {},
+                     "template": {"spec": {"containers": [{"name": "app", "image": "nginx"}]}}},
+            "status": {"observedGeneration": observed},
+        })
+    }
+
+    fn desired_deployment(replicas: i32) -> k8s_openapi::api::apps::v1::Deployment {
+        let mut desired: k8s_openapi::api::apps::v1::Deployment =
+            serde_json::from_value(deployment(1, None, replicas)).expect("a Deployment");
+        desired.metadata = ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("ns".into()),
+            ..ObjectMeta::default()
+        };
+        desired.status = None;
+        desired
+    }
+
+    #[tokio::test]
+    async fn a_workload_reads_as_written_until_its_controller_has_seen_the_spec() {
+        use crate::deployment_view::DeploymentView;
+        use k8s_openapi::api::apps::v1::Deployment;
+        let server = ApiServer::answering(|request| match request.method.as_str() {
+            "PATCH" => (200, deployment(2, Some(1), 3)),
+            _ => (201, deployment(1, None, 2)),
+        });
+        let mut cache = Writer::<DeploymentView>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let children: OwnedChildren<Deployment, DeploymentView> =
+            OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
+        let (events, publisher) = Events::start(server.client(), "test", "test");
+        let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
+        let mut ensure = async |shown: Option<serde_json::Value>, replicas| {
+            if let Some(shown) = shown {
+                let view: DeploymentView = serde_json::from_value(shown).expect("a view");
+                cache.apply_watcher_event(&Event::Apply(view));
+            }
+            let desired = desired_deployment(replicas);
+            children
+                .ensure(&desired, &regarding, &events)
+                .await
+                .expect("answered")
+        };
+        assert_eq!(ensure(None, 2).await, Child::Written, "created");
+        assert_eq!(
+            ensure(Some(deployment(1, None, 2)), 2).await,
+            Child::Written,
+            "in the cache, not yet seen by the Deployment controller"
+        );
+        assert_eq!(
+            ensure(Some(deployment(1, Some(1), 2)), 2).await,
+            Child::Current
+        );
+        assert_eq!(ensure(None, 3).await, Child::Written, "scaled");
+        drop(events);
+        publisher.finish(Duration::from_secs(5)).await;
+        let reasons: Vec<String> = server
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("/events"))
+            .filter_map(|r| r.body["reason"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(reasons, ["Created", "Scaled"]);
+    }
+
+    #[tokio::test]
+    async fn a_name_held_outside_the_cache_is_foreign_without_a_request_and_reported_once() {
+        use crate::deployment_view::DeploymentView;
+        use k8s_openapi::api::apps::v1::Deployment;
+        let server = ApiServer::answering(|_| (500, serde_json::json!({})));
+        let mut cache = Writer::<DeploymentView>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let mut namesakes = Writer::<MetaView<Deployment>>::default();
+        namesakes.apply_watcher_event(&Event::InitDone);
+        namesakes.apply_watcher_event(&Event::Apply(MetaView::new(ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("ns".into()),
+            uid: Some("theirs".into()),
+            ..ObjectMeta::default()
+        })));
+        let children: OwnedChildren<Deployment, DeploymentView> =
+            OwnedChildren::new(server.client(), cache.as_reader(), "test".into())
+                .with_namesakes(namesakes.as_reader());
+        let (events, publisher) = Events::start(server.client(), "test", "test");
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            uid: Some("owner".into()),
+            kind: Some("MyApp".into()),
+            ..Default::default()
+        };
+        for _ in 0..3 {
+            let child = children
+                .ensure(&desired_deployment(2), &regarding, &events)
+                .await;
+            assert_eq!(child.expect("no request"), Child::Foreign);
+        }
+        drop(events);
+        publisher.finish(Duration::from_secs(5)).await;
+        let requests = server.requests();
+        assert!(
+            requests.iter().all(|r| r.path.contains("/events")),
+            "nothing but Events sent: {requests:?}"
+        );
+        let reasons: Vec<&str> = requests
+            .iter()
+            .filter_map(|r| r.body["reason"].as_str())
+            .collect();
+        assert_eq!(reasons, ["DeploymentNotOwned"], "one Warning");
     }
 
     #[tokio::test]

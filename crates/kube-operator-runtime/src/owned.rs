@@ -17,8 +17,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::Error;
 use crate::builder::Tools;
-use crate::children::is_controlled_by;
-use crate::children::{self as ownership, Child, ChildObject, ChildView, OBSERVE_GRACE};
+use crate::children::{
+    self as ownership, Child, ChildObject, ChildView, OBSERVE_GRACE, is_controlled_by,
+};
 use crate::deployment_view::DeploymentView;
 use crate::driver::Outcome;
 use crate::pod_security;
