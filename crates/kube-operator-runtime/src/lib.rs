@@ -84,6 +84,7 @@ pub mod backoff;
 pub mod builder;
 pub mod children;
 pub mod conditions;
+mod deployment_child;
 pub mod deployment_view;
 pub mod driver;
 pub mod error;
