@@ -104,13 +104,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policy_logs_lease_bodies_other_writes_as_metadata_and_no_reads() {
+    fn policy_logs_lease_bodies_other_writes_as_metadata_and_only_service_accounts_reads() {
         let policy: serde_json::Value = yaml_serde::from_str(POLICY).expect("valid YAML");
         assert_eq!(policy["apiVersion"], "audit.k8s.io/v1");
         assert_eq!(policy["kind"], "Policy");
         assert_eq!(policy["omitStages"], serde_json::json!(["RequestReceived"]));
         let rules = policy["rules"].as_array().expect("rules");
-        assert_eq!(rules.len(), 3);
+        assert_eq!(rules.len(), 4);
         assert_eq!(rules[0]["level"], "RequestResponse");
         assert_eq!(
             rules[0]["resources"],
@@ -126,8 +126,16 @@ mod tests {
             serde_json::json!(["create", "update", "patch", "delete", "deletecollection"])
         );
         assert!(rules[1].get("resources").is_none());
-        // The catch-all: whatever is not a write.
-        assert_eq!(rules[2], serde_json::json!({ "level": "None" }));
+        assert_eq!(
+            rules[2],
+            serde_json::json!({
+                "level": "Metadata",
+                "verbs": ["get", "list", "watch"],
+                "userGroups": ["system:serviceaccounts"],
+            })
+        );
+        // The catch-all: everybody else's reads.
+        assert_eq!(rules[3], serde_json::json!({ "level": "None" }));
     }
 
     #[test]
