@@ -29,7 +29,8 @@
 //! anything on a noisy machine. A count whose phases last only seconds is measured a few times
 //! (`--min-measured-seconds`), and its ratios compare medians.
 //!
-//! The manager runs as a release build with only the generated RBAC. Numbers are printed and
+//! The manager runs as a release build with only the generated RBAC (the reference also gets
+//! what its own RBAC markers grant, [`reference::extra_rbac`]). Numbers are printed and
 //! written as JSON; nothing is asserted about them.
 
 mod baseline;
@@ -346,6 +347,10 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
     let kubeconfig = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir())
         .await
         .context("installing the generated CRDs and RBAC")?;
+    let extra = reference::extra_rbac(&kubeconfig.service_account, &kubeconfig.namespace)?;
+    testkit::apply_objects(&cluster.client, extra, None)
+        .await
+        .context("granting the reference what its RBAC markers ask for")?;
     for crd in crds::serve_storage_versions_only(&cluster.client).await? {
         println!(
             "{crd}: served at its storage version only, without conversion (see bench/crds.rs)"

@@ -73,6 +73,41 @@ pub fn build(progress: impl Fn(&str)) -> anyhow::Result<PathBuf> {
     MODULE.build(progress)
 }
 
+/// What the reference may do besides what the generated RBAC grants our manager, bound to the
+/// same ServiceAccount so both are counted as one client: the grants of its `+kubebuilder:rbac`
+/// markers (`get` and `update` for its Get-then-Update writes, `Status().Update`) and of
+/// Kubebuilder's leader-election Role (every verb on Leases, core Events). Our manager has
+/// no use for them.
+pub fn extra_rbac(account: &str, namespace: &str) -> anyhow::Result<Vec<kube::api::DynamicObject>> {
+    let name = "operator-manager-bench-reference";
+    let every = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| serde_json::json!({"apiGroups": [group], "resources": resources, "verbs": verbs});
+    let subjects =
+        serde_json::json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}]);
+    let objects = serde_json::json!([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name},
+         "rules": [
+            rule("cache.example.com", &["memcacheds"], &every),
+            rule("cache.example.com", &["memcacheds/status"], &["get", "update", "patch"]),
+            rule("apps", &["deployments"], &every),
+            rule("", &["pods"], &["get", "list", "watch"]),
+            rule("", &["services"], &every),
+            rule("policy", &["poddisruptionbudgets"], &every),
+            rule("events.k8s.io", &["events"], &["create", "patch"]),
+            rule("", &["events"], &["create", "patch"]),
+            rule("coordination.k8s.io", &["leases"], &every),
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": subjects},
+    ]);
+    Ok(serde_json::from_value(objects)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
