@@ -249,6 +249,12 @@ where
             .extend(rbac::missing(self.ctx.rules, &group, &resource, verbs));
     }
 
+    /// The server-side apply field manager of what this controller writes:
+    /// `operator-manager/<controller>`.
+    fn field_manager(&self) -> String {
+        format!("{}/{}", crate::labels::MANAGER, self.name)
+    }
+
     /// The count of the triggers that changes of `C` give this controller.
     fn triggers_from<C: Resource<DynamicType = ()>>(&self) -> prometheus::IntCounter {
         self.ctx
@@ -385,7 +391,7 @@ where
         C: ChildObject + Send + Sync + 'static,
         V: ChildView<C>,
     {
-        let field_manager = format!("{}/{}", crate::labels::MANAGER, self.name);
+        let field_manager = self.field_manager();
         let (mut builder, children) = self.owns_children::<C, V>(spec, field_manager);
         builder.children.insert(children);
         builder
@@ -406,7 +412,7 @@ where
         V: ChildView<C>,
     {
         self.require::<C>("", rbac::MANAGE);
-        let field_manager = format!("{}/{}", crate::labels::MANAGER, self.name);
+        let field_manager = self.field_manager();
         let managed = self.ctx.watches.watch(spec);
         let others = self
             .ctx
