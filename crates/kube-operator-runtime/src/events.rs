@@ -157,12 +157,13 @@ impl Events {
         let event = Queued {
             regarding: regarding.clone(),
             type_,
-            reason: reason.clone(),
+            reason,
             action,
             note: truncate(note, MAX_NOTE_BYTES),
         };
-        if self.queue.try_send(event).is_err() {
+        if let Err(full) = self.queue.try_send(event) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            let reason = full.into_inner().reason;
             tracing::debug!(%reason, "event queue full; dropping the event");
         }
     }
