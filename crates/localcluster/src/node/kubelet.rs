@@ -60,8 +60,9 @@ impl Kubelet {
     /// - `failCgroupV1: false` and `cgroupDriver: cgroupfs`: many development machines and CI
     ///   runners still have cgroup v1 and no systemd; since Kubernetes 1.35 the kubelet refuses
     ///   cgroup v1 unless told otherwise.
-    /// - eviction and image garbage collection thresholds are relaxed so a busy developer disk
-    ///   never evicts the pods or removes the images that cannot be pulled again.
+    /// - no disk eviction threshold (the kubelet reads "0%" as none) and no image garbage
+    ///   collection: on a nearly full developer disk the kubelet would otherwise reclaim space by
+    ///   removing the loaded images, which this node cannot pull again, and evicting the pods.
     fn config(
         node: &NodeState,
         client_ca: &Path,
@@ -94,8 +95,11 @@ impl Kubelet {
             "failSwapOn": false,
             "evictionHard": {
                 "memory.available": "100Mi",
-                "nodefs.available": "1%",
-                "imagefs.available": "1%",
+                "nodefs.available": "0%",
+                "imagefs.available": "0%",
+                // Unset signals would get the kubelet's defaults, so these are named too.
+                "nodefs.inodesFree": "0%",
+                "imagefs.inodesFree": "0%",
             },
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
