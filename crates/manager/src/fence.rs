@@ -16,11 +16,21 @@
 //! ValidatingAdmissionPolicy that takes the Lease as its parameter.
 //! Reads are never fenced: a standby's caches stay warm.
 //!
+//!
+//! Every write that passes runs to its end on a task of its own, even when the reconcile that
+//! sent it is cancelled or aborted, and the fence counts it until then. At shutdown the manager
+//! closes the fence to new writes, waits for those in flight to be answered, and only then
+//! releases the Lease, so a standby never leads while a write of this replica may still land.
+//! A write given up without an answer ([`WriteFence::writes_ended`] counts them) makes the
+//! manager leave the Lease to expire instead.
+//!
 //! It is a tower layer on the controllers' client only; the elector's own client must write the
 //! Lease to become leader at all.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{Method, Request};
@@ -32,18 +42,116 @@ use crate::leader::LeaderStatus;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// How long after a write was given up unanswered the API server may still apply it: its
+/// default `--request-timeout`, the longest a request other than a watch runs there.
+const SERVER_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The layer: checks every write against `status`, counts refusals in `refused`
-/// (`leader_election_fenced_writes_total`).
+/// (`leader_election_fenced_writes_total`), and keeps count of the writes in flight.
 #[derive(Clone, Debug)]
 pub struct WriteFence {
     status: Arc<LeaderStatus>,
     refused: IntCounter,
+    writes: Arc<Writes>,
+}
+
+/// The writes that passed the fence and have not ended.
+#[derive(Debug, Default)]
+struct Writes {
+    in_flight: AtomicUsize,
+    /// Set at shutdown: no new write passes; those in flight go on.
+    closed: AtomicBool,
+    /// When a write was last given up after it was sent and before it was answered.
+    last_unanswered: Mutex<Option<Instant>>,
+    ended: tokio::sync::Notify,
+}
+
+/// Counts one write in flight from the fence's check until it ends, however it ends.
+struct InFlight {
+    writes: Arc<Writes>,
+    sent: bool,
+    answered: bool,
+}
+
+impl InFlight {
+    fn start(writes: Arc<Writes>) -> Self {
+        writes.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self {
+            writes,
+            sent: false,
+            answered: false,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.sent && !self.answered {
+            *self
+                .writes
+                .last_unanswered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        }
+        self.writes.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.writes.ended.notify_waiters();
+    }
+}
+
+/// What [`WriteFence::writes_ended`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritesEnded {
+    /// Every write was answered (or never sent): none can land later.
+    Answered,
+    /// Some writes were sent and are unanswered (still in flight when the wait ended, or
+    /// given up less than the API server's request timeout ago): they may still land.
+    Unanswered {
+        /// Writes still waiting for their answer.
+        in_flight: usize,
+    },
 }
 
 impl WriteFence {
     /// A fence that opens while `status` says this replica leads on time.
     pub fn new(status: Arc<LeaderStatus>, refused: IntCounter) -> Self {
-        Self { status, refused }
+        Self {
+            status,
+            refused,
+            writes: Arc::default(),
+        }
+    }
+
+    /// Lets no new write pass from now on, for good; writes in flight go on.
+    pub fn close_to_new_writes(&self) {
+        self.writes.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits, at most `bound`, until no write is in flight, and says whether any sent write
+    /// may still land.
+    pub async fn writes_ended(&self, bound: Duration) -> WritesEnded {
+        let give_up = Instant::now() + bound;
+        loop {
+            let ended = self.writes.ended.notified();
+            let mut ended = std::pin::pin!(ended);
+            ended.as_mut().enable();
+            if self.writes.in_flight.load(Ordering::SeqCst) == 0
+                || tokio::time::timeout_at(give_up, ended).await.is_err()
+            {
+                break;
+            }
+        }
+        let in_flight = self.writes.in_flight.load(Ordering::SeqCst);
+        let recently_unanswered = self
+            .writes
+            .last_unanswered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < SERVER_REQUEST_TIMEOUT);
+        if in_flight == 0 && !recently_unanswered {
+            WritesEnded::Answered
+        } else {
+            WritesEnded::Unanswered { in_flight }
+        }
     }
 
     /// The leadership it checks against.
@@ -114,6 +222,11 @@ where
         }
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
+        if self.fence.writes.closed.load(Ordering::SeqCst) {
+            let reason = "the manager is shutting down".to_owned();
+            let refused = self.fence.refuse(method, path, reason);
+            return Box::pin(std::future::ready(Err(refused)));
+        }
         let mut deadline = match self.fence.status.write_deadline(Instant::now()) {
             Ok(deadline) => deadline,
             Err(reason) => {
@@ -126,7 +239,11 @@ where
         // send the write when it wakes, so every poll checks the deadline before the request.
         let response = self.inner.call(request);
         let fence = self.fence.clone();
-        Box::pin(async move {
+        let in_flight = InFlight::start(fence.writes.clone());
+        let write = async move {
+            // Moved in whole (a closure would copy only the flags it sets), so it counts the
+            // write until this future ends.
+            let mut in_flight = in_flight;
             let status = fence.status.clone();
             let mut response = std::pin::pin!(response);
             let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
@@ -155,7 +272,9 @@ where
                         }
                     }
                 }
+                in_flight.sent = true;
                 if let Poll::Ready(answered) = response.as_mut().poll(cx) {
+                    in_flight.answered = true;
                     return Poll::Ready(answered.map_err(Into::into));
                 }
                 if timer.as_mut().poll(cx).is_ready() {
@@ -165,7 +284,12 @@ where
                 Poll::Pending
             })
             .await
-        })
+        };
+        // A write runs to its answer even when its caller is gone (a reconcile cancelled or
+        // aborted at shutdown): dropping it would leave the API server free to apply it after
+        // the Lease is released.
+        let write = tokio::spawn(write);
+        Box::pin(async move { write.await.map_err(|e| -> BoxError { Box::new(e) })? })
     }
 }
 
@@ -183,6 +307,7 @@ mod tests {
     struct Server {
         delay: Option<Duration>,
         sent: Arc<std::sync::atomic::AtomicUsize>,
+        answered: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl tower::Service<Request<()>> for Server {
@@ -195,7 +320,7 @@ mod tests {
         }
 
         fn call(&mut self, _: Request<()>) -> Self::Future {
-            let (delay, sent) = (self.delay, self.sent.clone());
+            let (delay, sent, answered) = (self.delay, self.sent.clone(), self.answered.clone());
             // Like a connection pool, it sends when the answer future is first polled.
             Box::pin(async move {
                 sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -203,6 +328,7 @@ mod tests {
                     Some(delay) => tokio::time::sleep(delay).await,
                     None => std::future::pending().await,
                 }
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok("answered")
             })
         }
@@ -212,6 +338,8 @@ mod tests {
         status: Arc<LeaderStatus>,
         refused: IntCounter,
         sent: Arc<std::sync::atomic::AtomicUsize>,
+        answered: Arc<std::sync::atomic::AtomicUsize>,
+        fence: WriteFence,
         service: Fenced<Server>,
     }
 
@@ -220,15 +348,20 @@ mod tests {
         let status = Arc::new(LeaderStatus::new(gauge, renew_deadline));
         let refused = IntCounter::new("refused", "h").unwrap();
         let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let server = Server {
             delay: answer_after,
             sent: sent.clone(),
+            answered: answered.clone(),
         };
-        let service = WriteFence::new(status.clone(), refused.clone()).layer(server);
+        let fence = WriteFence::new(status.clone(), refused.clone());
+        let service = fence.layer(server);
         Setup {
             status,
             refused,
             sent,
+            answered,
+            fence,
             service,
         }
     }
@@ -358,5 +491,68 @@ mod tests {
         renewing.abort();
         assert_eq!(answered.unwrap(), "answered");
         assert_eq!(s.refused.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_whose_caller_is_aborted_runs_to_its_answer_before_writes_end() {
+        let mut s = setup(Duration::from_secs(10), Some(Duration::from_secs(2)));
+        s.status.renewed(Instant::now());
+        let caller = tokio::spawn(s.service.call(request(Method::PATCH)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // As a reconcile aborted at the shutdown timeout.
+        caller.abort();
+        let _ = caller.await;
+        s.fence.close_to_new_writes();
+        let error = s.service.call(request(Method::POST)).await.unwrap_err();
+        assert!(error.to_string().contains("shutting down"), "{error}");
+
+        let waited = Instant::now();
+        let ended = s.fence.writes_ended(Duration::from_secs(5)).await;
+        assert_eq!(ended, WritesEnded::Answered);
+        assert_eq!(
+            s.answered.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the aborted caller's write was answered, not dropped"
+        );
+        let waited = waited.elapsed();
+        assert!(
+            waited >= Duration::from_millis(1800) && waited < Duration::from_secs(5),
+            "waited {waited:?} for the answer"
+        );
+        assert_eq!((sent(&s), s.refused.get()), (1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_unanswered_when_the_wait_ends_may_still_land() {
+        let mut s = setup(Duration::from_secs(60), None);
+        s.status.renewed(Instant::now());
+        let write = tokio::spawn(s.service.call(request(Method::PUT)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.fence.close_to_new_writes();
+        let ended = s.fence.writes_ended(Duration::from_secs(3)).await;
+        assert_eq!(ended, WritesEnded::Unanswered { in_flight: 1 });
+
+        // Stepping down abandons it; the API server may apply it until its request timeout.
+        s.status.stepped_down();
+        assert!(write.await.unwrap().is_err());
+        let ended = s.fence.writes_ended(Duration::from_secs(3)).await;
+        assert_eq!(ended, WritesEnded::Unanswered { in_flight: 0 });
+        tokio::time::advance(SERVER_REQUEST_TIMEOUT).await;
+        let ended = s.fence.writes_ended(Duration::ZERO).await;
+        assert_eq!(ended, WritesEnded::Answered);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_abandoned_before_it_was_sent_leaves_nothing_to_wait_for() {
+        let mut s = setup(Duration::from_secs(4), Some(Duration::ZERO));
+        s.status.renewed(Instant::now());
+        let write = s.service.call(request(Method::PATCH));
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(write.await.is_err());
+        assert_eq!(sent(&s), 0);
+        assert_eq!(
+            s.fence.writes_ended(Duration::ZERO).await,
+            WritesEnded::Answered
+        );
     }
 }

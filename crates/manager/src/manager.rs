@@ -4,8 +4,10 @@
 //! Start: signal handlers, metrics registry, HTTP endpoints, cluster connection, the webhook
 //! server (readiness turns on once it serves), leader election, controllers. Stop on
 //! SIGTERM/SIGINT: readiness turns off, controllers finish in-flight reconciles (bounded by
-//! the shutdown timeout, then aborted) while the Lease is still renewed, the Lease is released
-//! once every controller task has returned, the webhooks keep answering until [`WEBHOOK_DRAIN`]
+//! the shutdown timeout, then aborted) while the Lease is still renewed, the fence closes to new
+//! writes, and the Lease is released once every controller task has returned and every write
+//! in flight has been answered (at most [`WRITE_DRAIN`]; a write that may still land leaves the
+//! Lease to expire instead), the webhooks keep answering until [`WEBHOOK_DRAIN`]
 //! after the signal, the HTTP endpoints close; exit 0. A second signal exits at once with
 //! status 1.
 //! Lost leadership aborts the controllers at once (a standby may lead already) and, like a
@@ -23,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client_metrics::RequestMetrics;
 use crate::config::Config;
-use crate::fence::WriteFence;
+use crate::fence::{WriteFence, WritesEnded};
 use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
 use crate::leader_thread::ElectorThread;
 use crate::metrics_auth::MetricsAuth;
@@ -42,6 +44,10 @@ pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
 
 /// How long releasing the Lease may take, retries included.
 const RELEASE_BUDGET: Duration = Duration::from_secs(5);
+
+/// How long the controllers' writes in flight get to be answered at shutdown, after the
+/// controllers have stopped or were aborted, before the Lease is left to expire.
+pub const WRITE_DRAIN: Duration = Duration::from_secs(3);
 
 /// Runs the manager until a signal (`Ok`) or a failure (`Err`).
 ///
@@ -284,7 +290,7 @@ async fn run_connected(
             .build();
         Ok(LeaderElector::new(client, settings, status).with_events(events))
     })?;
-    let result = runner.run_elected(elector, shutdown).await;
+    let result = runner.run_elected(elector, &fence, shutdown).await;
     publisher
         .finish(kube_operator_runtime::events::EVENTS_FLUSH)
         .await;
@@ -485,10 +491,12 @@ impl Runner {
     }
 
     /// With leader election: stand by until the Lease is won, run the controllers while it is
-    /// held, keep renewing it while they drain at shutdown, and release it once they are gone.
+    /// held, keep renewing it while they drain at shutdown, and release it once they and their
+    /// writes are gone.
     async fn run_elected(
         self,
         mut elector: ElectorThread,
+        fence: &WriteFence,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
         if !elector.acquire(shutdown).await || shutdown.is_cancelled() {
@@ -499,54 +507,76 @@ impl Runner {
         }
         let stop = CancellationToken::new();
         let (mut task, timeout) = self.start(stop.clone());
-        let mut returned = false;
+        let mut returned = None;
         let end = loop {
             tokio::select! {
                 end = elector.hold(shutdown) => break end,
-                joined = &mut task, if !returned => {
-                    if let Err(error) = flatten(joined) {
-                        // The controllers failed: hand over to a standby at once.
+                joined = &mut task, if returned.is_none() => {
+                    let result = flatten(joined);
+                    if result.is_err() {
+                        // The controllers failed: hand over to a standby as soon as their
+                        // writes are answered.
                         stop.cancel();
-                        elector.release(RELEASE_BUDGET).await;
-                        return Err(error);
+                        returned = Some(result);
+                        break LeadershipEnd::Stopped;
                     }
                     tracing::info!("controllers returned; holding the lease until shutdown");
-                    returned = true;
+                    returned = Some(result);
                 }
             }
         };
         stop.cancel();
         if let LeadershipEnd::Lost(reason) = end {
             // A standby may lead already, and the fence is closed: stop everything now.
-            if !returned {
-                abort_controllers(task).await;
-            }
+            abort_controllers(task).await;
             return Err(Error::LeadershipLost(reason));
         }
-        let result = if returned {
-            Ok(())
-        } else {
+        if returned.is_none() {
             tracing::info!("shutting down: stopping controllers while renewing the lease");
-            let drained = {
-                let renewing = CancellationToken::new();
-                tokio::select! {
-                    result = stop_controllers(&mut task, timeout) => Ok(result),
-                    end = elector.hold(&renewing) => Err(end),
-                }
+        }
+        // Renew while the controllers stop and their writes are answered: until the Lease is
+        // released, this replica is the one that may write.
+        let drained = {
+            let renewing = CancellationToken::new();
+            let drain = async {
+                let result = match returned {
+                    Some(result) => result,
+                    None => stop_controllers(&mut task, timeout).await,
+                };
+                fence.close_to_new_writes();
+                (result, fence.writes_ended(WRITE_DRAIN).await)
             };
-            match drained {
-                Ok(result) => result,
-                Err(end) => {
-                    abort_controllers(task).await;
-                    let reason = match end {
-                        LeadershipEnd::Lost(reason) => reason,
-                        LeadershipEnd::Stopped => "stopped renewing while draining".to_owned(),
-                    };
-                    return Err(Error::LeadershipLost(reason));
-                }
+            tokio::select! {
+                drained = drain => Ok(drained),
+                end = elector.hold(&renewing) => Err(end),
             }
         };
-        elector.release(RELEASE_BUDGET).await;
+        let (result, writes) = match drained {
+            Ok(drained) => drained,
+            Err(end) => {
+                abort_controllers(task).await;
+                let reason = match end {
+                    LeadershipEnd::Lost(reason) => reason,
+                    LeadershipEnd::Stopped => "stopped renewing while draining".to_owned(),
+                };
+                return Err(Error::LeadershipLost(reason));
+            }
+        };
+        match writes {
+            WritesEnded::Answered => {
+                elector.release(RELEASE_BUDGET).await;
+            }
+            WritesEnded::Unanswered { in_flight } => {
+                // Stepping down abandons what is still in flight; a standby leads once the
+                // Lease expires, by when the API server has dealt with those writes.
+                fence.status().stepped_down();
+                tracing::warn!(
+                    in_flight,
+                    "writes of this replica may still be applied: not releasing the leader \
+                     lease, a standby takes it when it expires"
+                );
+            }
+        }
         result
     }
 }
@@ -586,6 +616,10 @@ async fn stop_controllers(task: &mut ControllersTask, timeout: Duration) -> Resu
 /// Aborts the controllers and waits until the abort has taken effect. Dropping their runner
 /// also cancels every reconcile it spawned.
 async fn abort_controllers(task: ControllersTask) {
+    // A task that has finished (and may have been awaited already) has nothing left to stop.
+    if task.is_finished() {
+        return;
+    }
     task.abort();
     let _ = task.await;
     tracing::info!("controllers aborted");
