@@ -174,7 +174,11 @@ mod tests {
     #[test]
     fn the_validator_uses_operator_framework_api_v0_45_0() {
         let go_mod = MODULE.go_mod();
-        assert!(go_mod.starts_with("module operator-manager.dev/validate/bundle\n"));
+        assert!(go_mod.starts_with(concat!(
+            "module ",
+            product::name!(),
+            ".dev/validate/bundle\n"
+        )));
         assert!(
             go_mod.lines().any(
                 |l| l.trim() == "require github.com/operator-framework/api v0.45.0"
@@ -320,7 +324,10 @@ mod tests {
     fn write_bundle(dir: &Path, csv: &str) {
         let files = [
             ("metadata/annotations.yaml", ANNOTATIONS),
-            ("manifests/cache.example.com_memcacheds.yaml", CRD),
+            (
+                concat!("manifests/", product::group!(cache), "_memcacheds.yaml"),
+                CRD,
+            ),
             (
                 "manifests/memcached-operator.clusterserviceversion.yaml",
                 csv,

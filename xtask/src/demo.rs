@@ -40,10 +40,10 @@ const STORE_SAMPLE_FILE: &str = "samples/cache_v1alpha1_keyvaluestore.yaml";
 const STORE_SAMPLE: &str = "keyvaluestore-sample";
 const DEMO_NAMESPACE: &str = "memcached-demo";
 /// The manager's Deployment, as generated in `deploy/manager`.
-const MANAGER_DEPLOYMENT: &str = "operator-manager";
+const MANAGER_DEPLOYMENT: &str = product::name!();
 /// The manager's ServiceAccount and namespace, as generated in `deploy/rbac`.
-const SERVICE_ACCOUNT: &str = "operator-manager";
-const MANAGER_NAMESPACE: &str = "operator-system";
+const SERVICE_ACCOUNT: &str = product::name!();
+const MANAGER_NAMESPACE: &str = product::namespace!();
 /// How long the sample may take to converge.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long a local manager may take to serve its admission webhooks.
@@ -117,10 +117,11 @@ pub fn run() -> anyhow::Result<()> {
     let manager_hint = if state.node.is_some() {
         format!(
             "  logs:    kubectl logs -n {MANAGER_NAMESPACE} deployment/{MANAGER_DEPLOYMENT}
-  metrics: served over HTTPS to scrapers granted operator-manager-metrics-reader; to read them as the manager's own account:
-           kubectl create clusterrolebinding metrics-demo --clusterrole=operator-manager-metrics-reader --serviceaccount={MANAGER_NAMESPACE}:operator-manager
-           curl -sk -H \"Authorization: Bearer $(kubectl create token operator-manager -n {MANAGER_NAMESPACE})\" https://$(kubectl get pod -n {MANAGER_NAMESPACE} -l app.kubernetes.io/name=operator-manager -o jsonpath='{{.items[0].status.podIP}}'):8443/metrics | grep -E '^(controller_runtime|workqueue)'
-  leader:  kubectl get lease -n {MANAGER_NAMESPACE}"
+  metrics: served over HTTPS to scrapers granted {name}-metrics-reader; to read them as the manager's own account:
+           kubectl create clusterrolebinding metrics-demo --clusterrole={name}-metrics-reader --serviceaccount={MANAGER_NAMESPACE}:{name}
+           curl -sk -H \"Authorization: Bearer $(kubectl create token {name} -n {MANAGER_NAMESPACE})\" https://$(kubectl get pod -n {MANAGER_NAMESPACE} -l app.kubernetes.io/name={name} -o jsonpath='{{.items[0].status.podIP}}'):8443/metrics | grep -E '^(controller_runtime|workqueue)'
+  leader:  kubectl get lease -n {MANAGER_NAMESPACE}",
+            name = product::NAME
         )
     } else {
         format!(
@@ -207,11 +208,11 @@ pub fn stop() -> anyhow::Result<()> {
         for (kind, name) in [
             (
                 "mutatingwebhookconfiguration",
-                kube_operator_runtime::webhook::MUTATING_CONFIGURATION,
+                product::MUTATING_CONFIGURATION,
             ),
             (
                 "validatingwebhookconfiguration",
-                kube_operator_runtime::webhook::VALIDATING_CONFIGURATION,
+                product::VALIDATING_CONFIGURATION,
             ),
         ] {
             kubectl.run(&["delete", kind, name, "--ignore-not-found"])?;
@@ -242,7 +243,7 @@ fn in_cluster(kubectl: &Kubectl, deploy: &Path, files: &DemoFiles) -> anyhow::Re
         "Building the manager's image and the memcached and redis images, and loading them into the real node",
     );
     crate::image::run(crate::image::ImageArgs::all_loaded())?;
-    let memcached_image = loaded_image("operator-manager.local/memcached:")?;
+    let memcached_image = loaded_image(concat!(product::name!(), ".local/memcached:"))?;
 
     step(&format!(
         "Installing with `kubectl apply -k deploy/` ({MANAGER_NAMESPACE} marked for the real node first)"
@@ -328,7 +329,7 @@ fn key_value_store(
     files: &DemoFiles,
     manager_ready: impl Fn() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let image = loaded_image("operator-manager.local/redis:")?;
+    let image = loaded_image(concat!(product::name!(), ".local/redis:"))?;
     step(&format!(
         "Applying the KeyValueStore sample (3 redis servers, a volume each) in namespace \
          {DEMO_NAMESPACE}, with image {image}"
@@ -432,7 +433,7 @@ fn local_process(
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
-        "crd/memcacheds.cache.example.com",
+        concat!("crd/memcacheds.", product::group!(cache)),
     ])?;
 
     step("Building the manager");

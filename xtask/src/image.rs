@@ -24,13 +24,13 @@ use serde::Deserialize;
 const MEMCACHED_BINARY: &str = "/usr/bin/memcached";
 /// The memcached image's repository: a registry domain no one serves, so nothing tries to pull
 /// it and it cannot be mistaken for an upstream image.
-const MEMCACHED_REPOSITORY: &str = "operator-manager.local/memcached";
+const MEMCACHED_REPOSITORY: &str = concat!(product::name!(), ".local/memcached");
 /// The user name memcached runs as, as in the distribution's package.
 const MEMCACHED_USER: &str = "memcache";
 /// Where the distribution's package installs the redis server; the image keeps it there.
 const REDIS_BINARY: &str = "/usr/bin/redis-server";
 /// The redis image's repository, named like memcached's.
-const REDIS_REPOSITORY: &str = "operator-manager.local/redis";
+const REDIS_REPOSITORY: &str = concat!(product::name!(), ".local/redis");
 /// The manager's user, as the generated Deployment's `runAsUser` names it.
 const MANAGER_USER: u32 = codegen::MANAGER_USER;
 /// `PATH` in both images: the memcached Deployment names its program without a directory.
@@ -452,12 +452,15 @@ mod tests {
     #[test]
     fn archives_are_named_after_the_image() {
         let manager = manager_reference("0.1.0").unwrap();
-        assert_eq!(archive_name(&manager), "operator-manager-0.1.0.oci.tar");
+        assert_eq!(
+            archive_name(&manager),
+            concat!(product::name!(), "-0.1.0.oci.tar")
+        );
         let memcached = memcached_reference("1.6.18").unwrap();
         assert_eq!(archive_name(&memcached), "memcached-1.6.18.oci.tar");
         assert_eq!(
             memcached.normalized(),
-            "operator-manager.local/memcached:1.6.18"
+            concat!(product::name!(), ".local/memcached:1.6.18")
         );
     }
 

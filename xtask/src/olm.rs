@@ -58,7 +58,7 @@ const OLM_CLUSTER_ROLE: &str = "system:controller:operator-lifecycle-manager";
 const OLM_CLUSTER_ROLE_BINDING: &str = "olm-operator-binding-olm";
 /// A registry domain no one serves: nothing tries to pull the image, and it cannot be mistaken
 /// for OLM's published one.
-const OLM_REPOSITORY: &str = "operator-manager.local/olm";
+const OLM_REPOSITORY: &str = concat!(product::name!(), ".local/olm");
 /// The binary's path in the image, as in OLM's published image.
 const OLM_BINARY: &str = "/bin/olm";
 /// A numeric non-root user, so the kubelet can check `runAsNonRoot`.
@@ -844,12 +844,12 @@ mod tests {
         let bundle = Bundle::read(&crate::workspace_root().join("bundle")).unwrap();
         assert_eq!(
             bundle.csv_name(),
-            format!("operator-manager.v{}", env!("CARGO_PKG_VERSION"))
+            format!("{}.v{}", product::NAME, env!("CARGO_PKG_VERSION"))
         );
-        assert_eq!(bundle.deployment_names(), ["operator-manager"]);
+        assert_eq!(bundle.deployment_names(), [product::name!()]);
         assert_eq!(
             bundle.images(),
-            [format!("operator-manager:{}", env!("CARGO_PKG_VERSION"))]
+            [format!("{}:{}", product::NAME, env!("CARGO_PKG_VERSION"))]
         );
         assert!(!bundle.crds.is_empty());
         assert!(
@@ -858,7 +858,10 @@ mod tests {
                 .iter()
                 .all(|o| kind(o) != "CustomResourceDefinition")
         );
-        assert_eq!(bundle.operator_group_name(), "operator-manager-group");
+        assert_eq!(
+            bundle.operator_group_name(),
+            concat!(product::name!(), "-group")
+        );
         let rbac = bundle.rbac("ns", "uid-1").unwrap();
         let kinds: Vec<&str> = rbac.iter().map(kind).collect();
         assert_eq!(

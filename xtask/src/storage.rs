@@ -54,8 +54,8 @@ const CONFIG_MAP: &str = "local-path-config";
 const BUSYBOX_BINARY: &str = "/bin/busybox";
 /// Registry domains no one serves: nothing tries to pull these images, and they cannot be
 /// mistaken for the published ones.
-const PROVISIONER_REPOSITORY: &str = "operator-manager.local/local-path-provisioner";
-const HELPER_REPOSITORY: &str = "operator-manager.local/busybox";
+const PROVISIONER_REPOSITORY: &str = concat!(product::name!(), ".local/local-path-provisioner");
+const HELPER_REPOSITORY: &str = concat!(product::name!(), ".local/busybox");
 const PROVISIONER_BINARY: &str = "/usr/bin/local-path-provisioner";
 /// The provisioner only talks to the API server: a numeric non-root user.
 const PROVISIONER_USER: u32 = 65532;

@@ -58,7 +58,11 @@ fn check_fails_and_lists_stale_files_then_passes_after_writing() {
     let err = stderr(&stale);
     assert!(
         err.contains("not up to date")
-            && err.contains("deploy/crds/cache.example.com_memcacheds.yaml"),
+            && err.contains(concat!(
+                "deploy/crds/",
+                product::group!(cache),
+                "_memcacheds.yaml"
+            )),
         "{err}"
     );
 

@@ -26,15 +26,15 @@ use serde_json::{Value, json};
 use testkit::{PodSecurity, TestCluster, TestNamespace};
 
 /// The release, and the namespace `deploy/` installs into.
-const RELEASE: &str = "operator-manager";
-const NAMESPACE: &str = "operator-system";
+const RELEASE: &str = product::name!();
+const NAMESPACE: &str = product::namespace!();
 /// The Lease the replicas elect a leader with.
-const LEASE: &str = "operator-manager-leader";
+const LEASE: &str = concat!(product::name!(), "-leader");
 /// Pods of the manager.
-const MANAGER_PODS: &str = "app.kubernetes.io/name=operator-manager";
+const MANAGER_PODS: &str = concat!("app.kubernetes.io/name=", product::name!());
 /// The images `cargo xtask image --load` puts on the real node.
-const MANAGER_IMAGE: &str = "operator-manager";
-const MEMCACHED_IMAGE: &str = "operator-manager.local/memcached";
+const MANAGER_IMAGE: &str = product::name!();
+const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
 /// Generous: real containers start on a loaded two-core machine.
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -201,7 +201,7 @@ fn values_land_where_they_should() {
             "replicas=1",
             "controllers={memcached}",
             "serviceMonitor.enabled=true",
-            "image.repository=registry.example/operator-manager",
+            concat!("image.repository=registry.example/", product::name!()),
             "image.tag=dev",
             "image.pullPolicy=Always",
             "resources.limits.memory=512Mi",
@@ -216,13 +216,16 @@ fn values_land_where_they_should() {
     assert_eq!(
         container["args"],
         json!([
-            "--leader-election-id=operator-manager-leader",
+            concat!("--leader-election-id=", product::name!(), "-leader"),
             "--metrics-bind-address=:8080",
             "--health-probe-bind-address=:8081",
             "--controllers=memcached",
         ])
     );
-    assert_eq!(container["image"], "registry.example/operator-manager:dev");
+    assert_eq!(
+        container["image"],
+        concat!("registry.example/", product::name!(), ":dev")
+    );
     assert_eq!(container["imagePullPolicy"], "Always");
     assert_eq!(container["resources"]["limits"]["memory"], "512Mi");
     assert_eq!(container["resources"]["requests"]["memory"], "64Mi");
@@ -239,7 +242,12 @@ fn values_land_where_they_should() {
         (&json!("8080"), &json!("http"))
     );
 
-    let service = get(&objects, "Service", NAMESPACE, "operator-manager-metrics");
+    let service = get(
+        &objects,
+        "Service",
+        NAMESPACE,
+        concat!(product::name!(), "-metrics"),
+    );
     assert_eq!(
         service["spec"]["ports"][0],
         json!({"name": "http", "port": 8080, "protocol": "TCP", "targetPort": "http"})
@@ -248,7 +256,7 @@ fn values_land_where_they_should() {
         &objects,
         "NetworkPolicy",
         NAMESPACE,
-        "operator-manager-allow-metrics",
+        concat!(product::name!(), "-allow-metrics"),
     );
     assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 8080);
 
@@ -261,9 +269,12 @@ fn values_land_where_they_should() {
 
     // Plain HTTP metrics check no tokens: the roles for that go.
     for (kind, name) in [
-        ("ClusterRole", "operator-manager-metrics-auth"),
-        ("ClusterRoleBinding", "operator-manager-metrics-auth"),
-        ("ClusterRole", "operator-manager-metrics-reader"),
+        ("ClusterRole", concat!(product::name!(), "-metrics-auth")),
+        (
+            "ClusterRoleBinding",
+            concat!(product::name!(), "-metrics-auth"),
+        ),
+        ("ClusterRole", concat!(product::name!(), "-metrics-reader")),
     ] {
         assert!(has(&defaults, kind, name), "{kind} {name} by default");
         assert!(
@@ -458,7 +469,11 @@ async fn scenario(release: &Release, memcached_image: &str) -> Result<()> {
             &Patch::Apply(&namespace),
         )
         .await
-        .context("marking operator-system for the real node")?;
+        .context(concat!(
+            "marking ",
+            product::namespace!(),
+            " for the real node"
+        ))?;
 
     let chart = chart_dir();
     release.helm.ok(
@@ -519,7 +534,7 @@ async fn scenario(release: &Release, memcached_image: &str) -> Result<()> {
         cluster,
         &[
             "get",
-            "memcacheds.v1alpha1.cache.example.com",
+            concat!("memcacheds.v1alpha1.", product::group!(cache)),
             "-n",
             ns.name(),
             "-o",

@@ -26,11 +26,14 @@ use testkit::{PodSecurity, TestCluster, TestNamespace};
 /// Where `run-bundle` installs the operator by default: OLM's namespace for operators of every
 /// namespace.
 const NAMESPACE: &str = "operators";
-const MANAGER: &str = "operator-manager";
-const CSV: &str = concat!("operator-manager.v", env!("CARGO_PKG_VERSION"));
+const MANAGER: &str = product::name!();
+const CSV: &str = concat!(concat!(product::name!(), ".v"), env!("CARGO_PKG_VERSION"));
 /// The label OLM puts on what it creates for a ClusterServiceVersion.
-const OWNED: &str = concat!("olm.owner=operator-manager.v", env!("CARGO_PKG_VERSION"));
-const MEMCACHED_IMAGE: &str = "operator-manager.local/memcached";
+const OWNED: &str = concat!(
+    concat!("olm.owner=", product::name!(), ".v"),
+    env!("CARGO_PKG_VERSION")
+);
+const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
 /// Generous: real containers start on a loaded two-core machine.
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -79,7 +82,7 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
     // OLM serves the webhooks through its own Service and certificate.
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
     let conversion = crds
-        .get("memcacheds.cache.example.com")
+        .get(concat!("memcacheds.", product::group!(cache)))
         .await?
         .spec
         .conversion
@@ -109,7 +112,9 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
             left.push("the Deployment".to_owned());
         }
         let manager_pods = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=operator-manager"))
+            .list(
+                &ListParams::default().labels(concat!("app.kubernetes.io/name=", product::name!())),
+            )
             .await?;
         if !manager_pods.items.is_empty() {
             left.push(format!("{} pods", manager_pods.items.len()));
@@ -121,7 +126,9 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
         if !webhooks.is_empty() {
             left.push(format!("webhook configurations {webhooks:?}"));
         }
-        let crd = crds.get("memcacheds.cache.example.com").await?;
+        let crd = crds
+            .get(concat!("memcacheds.", product::group!(cache)))
+            .await?;
         let strategy = crd.spec.conversion.map(|c| c.strategy).unwrap_or_default();
         if strategy != "None" {
             left.push(format!("conversion strategy {strategy}"));
@@ -204,7 +211,7 @@ async fn sample_converges(cluster: &TestCluster, ns: &TestNamespace, image: &str
         cluster,
         &[
             "get",
-            "memcacheds.v1alpha1.cache.example.com",
+            concat!("memcacheds.v1alpha1.", product::group!(cache)),
             "memcached-sample",
             "--namespace",
             ns.name(),
@@ -212,7 +219,10 @@ async fn sample_converges(cluster: &TestCluster, ns: &TestNamespace, image: &str
             "jsonpath={.apiVersion} {.spec.size}",
         ],
     )?;
-    ensure!(alpha == "cache.example.com/v1alpha1 3", "{alpha}");
+    ensure!(
+        alpha == concat!(product::group!(cache), "/v1alpha1 3"),
+        "{alpha}"
+    );
     Ok(())
 }
 
@@ -352,7 +362,7 @@ fn report(cluster: &TestCluster) -> String {
             "logs",
             "--namespace",
             NAMESPACE,
-            "deployment/operator-manager",
+            concat!("deployment/", product::name!()),
             "--tail=40",
         ],
         vec!["get", "events", "--namespace", NAMESPACE],

@@ -11,70 +11,72 @@ use serde::{Deserialize, Serialize};
 
 /// The image used when `spec.image` is not set: the distribution's redis server, as
 /// `cargo xtask image` packages it for the local cluster.
-pub const DEFAULT_IMAGE: &str = "operator-manager.local/redis:7.0.15";
+pub const DEFAULT_IMAGE: &str = concat!(product::name!(), ".local/redis:7.0.15");
 /// The memory the server keeps its data in when `spec.maxMemory` is not set.
 pub const DEFAULT_MAX_MEMORY: &str = "64Mi";
 /// The size of each replica's volume when `spec.storage` is not set.
 pub const DEFAULT_STORAGE: &str = "1Gi";
 
-/// Desired state of a key-value store.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "cache.example.com",
-    version = "v1alpha1",
-    kind = "KeyValueStore",
-    plural = "keyvaluestores",
-    shortname = "kvs",
-    namespaced,
-    status = "KeyValueStoreStatus",
-    derive = "PartialEq",
-    doc = "A key-value server speaking the redis protocol: a StatefulSet of `spec.replicas` pods, each with a volume of `spec.storage`, configured from a ConfigMap (a change rolls the pods), behind a headless Service. Deleting it deletes the volumes too.",
-    printcolumn(
-        name = "Replicas",
-        type_ = "integer",
-        json_path = ".spec.replicas",
-        description = "Desired number of pods"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Whether every pod runs the current configuration and is ready"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct KeyValueStoreSpec {
-    /// Number of pods, 1 to 7. Defaults to 1.
-    #[serde(default = "default_replicas")]
-    #[schemars(range(min = 1, max = 7))]
-    pub replicas: i32,
+product::custom_resource! {
+    cache,
+    /// Desired state of a key-value store.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        version = "v1alpha1",
+        kind = "KeyValueStore",
+        plural = "keyvaluestores",
+        shortname = "kvs",
+        namespaced,
+        status = "KeyValueStoreStatus",
+        derive = "PartialEq",
+        doc = "A key-value server speaking the redis protocol: a StatefulSet of `spec.replicas` pods, each with a volume of `spec.storage`, configured from a ConfigMap (a change rolls the pods), behind a headless Service. Deleting it deletes the volumes too.",
+        printcolumn(
+            name = "Replicas",
+            type_ = "integer",
+            json_path = ".spec.replicas",
+            description = "Desired number of pods"
+        ),
+        printcolumn(
+            name = "Ready",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+            description = "Whether every pod runs the current configuration and is ready"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct KeyValueStoreSpec {
+        /// Number of pods, 1 to 7. Defaults to 1.
+        #[serde(default = "default_replicas")]
+        #[schemars(range(min = 1, max = 7))]
+        pub replicas: i32,
 
-    /// Container image of the server; it must run `redis-server`.
-    #[serde(default = "default_image")]
-    #[schemars(length(min = 1))]
-    pub image: String,
+        /// Container image of the server; it must run `redis-server`.
+        #[serde(default = "default_image")]
+        #[schemars(length(min = 1))]
+        pub image: String,
 
-    /// The memory the server keeps its data in (its `maxmemory`), a quantity such as `64Mi`.
-    #[serde(default = "default_max_memory")]
-    pub max_memory: Quantity,
+        /// The memory the server keeps its data in (its `maxmemory`), a quantity such as `64Mi`.
+        #[serde(default = "default_max_memory")]
+        pub max_memory: Quantity,
 
-    /// Extra lines of the server's configuration, by directive (`maxmemory-policy:
-    /// allkeys-lru`). A change rolls the pods.
-    #[serde(default)]
-    pub config: BTreeMap<String, String>,
+        /// Extra lines of the server's configuration, by directive (`maxmemory-policy:
+        /// allkeys-lru`). A change rolls the pods.
+        #[serde(default)]
+        pub config: BTreeMap<String, String>,
 
-    /// The size of each pod's volume, a quantity such as `1Gi`.
-    #[serde(default = "default_storage")]
-    pub storage: Quantity,
+        /// The size of each pod's volume, a quantity such as `1Gi`.
+        #[serde(default = "default_storage")]
+        pub storage: Quantity,
 
-    /// The StorageClass of the volumes; the cluster's default when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage_class_name: Option<String>,
+        /// The StorageClass of the volumes; the cluster's default when unset.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub storage_class_name: Option<String>,
+    }
 }
 
 fn default_replicas() -> i32 {
@@ -127,7 +129,10 @@ mod tests {
     #[test]
     fn short_name_bounds_and_defaults() {
         let crd = serde_json::to_value(KeyValueStore::crd()).expect("CRD serializes");
-        assert_eq!(crd["metadata"]["name"], "keyvaluestores.cache.example.com");
+        assert_eq!(
+            crd["metadata"]["name"],
+            concat!("keyvaluestores.", product::group!(cache))
+        );
         assert_eq!(crd["spec"]["names"]["shortNames"], json!(["kvs"]));
         let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
         let replicas = &spec["properties"]["replicas"];

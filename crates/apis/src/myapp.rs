@@ -5,57 +5,59 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Desired state of an application.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "myscheme.example.com",
-    version = "v1",
-    kind = "MyApp",
-    plural = "myapps",
-    namespaced,
-    status = "MyAppStatus",
-    derive = "PartialEq",
-    doc = "An application managed by the platform: a Deployment of `spec.replicas` pods running `spec.image`.",
-    printcolumn(
-        name = "Replicas",
-        type_ = "integer",
-        json_path = ".spec.replicas",
-        description = "Desired number of pods"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "Pods that are ready"
-    ),
-    printcolumn(
-        name = "Image",
-        type_ = "string",
-        json_path = ".spec.image",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Available",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Available\")].status",
-        description = "Whether every desired pod is ready"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct MyAppSpec {
-    /// Number of pods to run (0 or more). Defaults to 1.
-    #[serde(default = "default_replicas")]
-    #[schemars(range(min = 0))]
-    pub replicas: i32,
+product::custom_resource! {
+    myscheme,
+    /// Desired state of an application.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        version = "v1",
+        kind = "MyApp",
+        plural = "myapps",
+        namespaced,
+        status = "MyAppStatus",
+        derive = "PartialEq",
+        doc = "An application managed by the platform: a Deployment of `spec.replicas` pods running `spec.image`.",
+        printcolumn(
+            name = "Replicas",
+            type_ = "integer",
+            json_path = ".spec.replicas",
+            description = "Desired number of pods"
+        ),
+        printcolumn(
+            name = "Ready",
+            type_ = "integer",
+            json_path = ".status.readyReplicas",
+            description = "Pods that are ready"
+        ),
+        printcolumn(
+            name = "Image",
+            type_ = "string",
+            json_path = ".spec.image",
+            priority = 1
+        ),
+        printcolumn(
+            name = "Available",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Available\")].status",
+            description = "Whether every desired pod is ready"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct MyAppSpec {
+        /// Number of pods to run (0 or more). Defaults to 1.
+        #[serde(default = "default_replicas")]
+        #[schemars(range(min = 0))]
+        pub replicas: i32,
 
-    /// Container image the application runs, for example `nginx:1.29`.
-    #[schemars(length(min = 1))]
-    pub image: String,
+        /// Container image the application runs, for example `nginx:1.29`.
+        #[schemars(length(min = 1))]
+        pub image: String,
+    }
 }
 
 fn default_replicas() -> i32 {
@@ -105,7 +107,10 @@ mod tests {
     #[test]
     fn group_version_and_status_subresource() {
         let crd = serde_json::to_value(MyApp::crd()).expect("CRD serializes");
-        assert_eq!(crd["metadata"]["name"], "myapps.myscheme.example.com");
+        assert_eq!(
+            crd["metadata"]["name"],
+            concat!("myapps.", product::group!(myscheme))
+        );
         assert_eq!(crd["spec"]["versions"][0]["name"], "v1");
         assert_eq!(crd["spec"]["scope"], "Namespaced");
         assert_eq!(

@@ -9,60 +9,62 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Desired state of a tenant.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "platform.example.com",
-    version = "v1alpha1",
-    kind = "Tenant",
-    plural = "tenants",
-    status = "TenantStatus",
-    derive = "PartialEq",
-    doc = "A team's namespace, made and kept by the platform: a ResourceQuota from `spec.quota`, a LimitRange giving containers default requests and limits, and a RoleBinding of `spec.group` to the `edit` ClusterRole. Deleting the Tenant deletes the namespace and all it holds.",
-    printcolumn(
-        name = "Namespace",
-        type_ = "string",
-        json_path = ".status.namespace",
-        description = "The tenant's namespace"
-    ),
-    printcolumn(
-        name = "Group",
-        type_ = "string",
-        json_path = ".spec.group",
-        description = "The group given edit access"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Whether the namespace and everything in it are in place"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct TenantSpec {
-    /// The namespace to make, a DNS label; defaults to the Tenant's name. A namespace that
-    /// exists and is not this Tenant's is never taken over: the Tenant reports it and waits.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(min = 1, max = 63),
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+product::custom_resource! {
+    platform,
+    /// Desired state of a tenant.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        version = "v1alpha1",
+        kind = "Tenant",
+        plural = "tenants",
+        status = "TenantStatus",
+        derive = "PartialEq",
+        doc = "A team's namespace, made and kept by the platform: a ResourceQuota from `spec.quota`, a LimitRange giving containers default requests and limits, and a RoleBinding of `spec.group` to the `edit` ClusterRole. Deleting the Tenant deletes the namespace and all it holds.",
+        printcolumn(
+            name = "Namespace",
+            type_ = "string",
+            json_path = ".status.namespace",
+            description = "The tenant's namespace"
+        ),
+        printcolumn(
+            name = "Group",
+            type_ = "string",
+            json_path = ".spec.group",
+            description = "The group given edit access"
+        ),
+        printcolumn(
+            name = "Ready",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+            description = "Whether the namespace and everything in it are in place"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
     )]
-    pub namespace: Option<String>,
+    #[serde(rename_all = "camelCase")]
+    pub struct TenantSpec {
+        /// The namespace to make, a DNS label; defaults to the Tenant's name. A namespace that
+        /// exists and is not this Tenant's is never taken over: the Tenant reports it and waits.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )]
+        pub namespace: Option<String>,
 
-    /// The group (as the API server's authenticator names it) given the `edit` ClusterRole in
-    /// the namespace.
-    #[schemars(length(min = 1))]
-    pub group: String,
+        /// The group (as the API server's authenticator names it) given the `edit` ClusterRole in
+        /// the namespace.
+        #[schemars(length(min = 1))]
+        pub group: String,
 
-    /// The namespace's ResourceQuota: resource names (`requests.cpu`, `limits.memory`, `pods`,
-    /// `persistentvolumeclaims`, ...) to the most the namespace may hold. Empty sets no limit.
-    #[serde(default)]
-    pub quota: BTreeMap<String, Quantity>,
+        /// The namespace's ResourceQuota: resource names (`requests.cpu`, `limits.memory`, `pods`,
+        /// `persistentvolumeclaims`, ...) to the most the namespace may hold. Empty sets no limit.
+        #[serde(default)]
+        pub quota: BTreeMap<String, Quantity>,
+    }
 }
 
 impl Tenant {
@@ -110,7 +112,10 @@ mod tests {
     #[test]
     fn cluster_scoped_with_a_status_subresource() {
         let crd = serde_json::to_value(Tenant::crd()).expect("CRD serializes");
-        assert_eq!(crd["metadata"]["name"], "tenants.platform.example.com");
+        assert_eq!(
+            crd["metadata"]["name"],
+            concat!("tenants.", product::group!(platform))
+        );
         assert_eq!(crd["spec"]["scope"], "Cluster");
         assert_eq!(
             crd["spec"]["versions"][0]["subresources"]["status"],

@@ -81,10 +81,7 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
     let mut service = to_value(&manager::metrics_service())?;
     installed_by_olm(&mut service);
     files.push(document(
-        &format!(
-            "manifests/{}_v1_service.yaml",
-            kube_operator_runtime::webhook::METRICS_SERVICE_NAME
-        ),
+        &format!("manifests/{}_v1_service.yaml", product::METRICS_SERVICE),
         &service,
     )?);
     let mut budget = to_value(&manager::pod_disruption_budget())?;
@@ -473,7 +470,7 @@ mod tests {
             .iter()
             .find(|f| {
                 f.path
-                    .ends_with("operator-manager.clusterserviceversion.yaml")
+                    .ends_with(concat!(product::name!(), ".clusterserviceversion.yaml"))
             })
             .expect("a CSV");
         yaml_serde::from_str(&csv.contents).expect("the CSV is YAML")
@@ -500,7 +497,7 @@ mod tests {
                 + kube_operator_runtime::conversions(&controllers::all()).len()
         );
         assert!(webhooks.iter().any(|w| w["type"] == "ConversionWebhook"
-            && w["conversionCRDs"] == json!(["memcacheds.cache.example.com"])));
+            && w["conversionCRDs"] == json!([concat!("memcacheds.", product::group!(cache))])));
         assert!(webhooks.iter().all(|w| w["deploymentName"] == MANAGER_NAME));
         assert_eq!(rendered["image"], expected_container["image"]);
         assert_eq!(

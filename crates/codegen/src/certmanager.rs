@@ -14,9 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kube_operator_runtime::webhook::{
-    MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION,
-};
+use product::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, WEBHOOK_SERVICE as SERVICE_NAME};
 use serde_json::{Value, json};
 
 use crate::manager::labels;
@@ -24,9 +22,9 @@ use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, WEBHOOK_CERT_DIR, yam
 
 /// The Certificate, and the Secret cert-manager keeps it in (not the one the manager
 /// provisions, so switching between the two never mixes them).
-pub const CERTIFICATE: &str = "operator-manager-webhook-serving-cert";
+pub const CERTIFICATE: &str = concat!(product::name!(), "-webhook-serving-cert");
 /// The self-signed Issuer.
-pub const ISSUER: &str = "operator-manager-selfsigned";
+pub const ISSUER: &str = concat!(product::name!(), "-selfsigned");
 /// The pod volume holding the certificate.
 const VOLUME: &str = "webhook-certs";
 
@@ -132,8 +130,14 @@ mod tests {
         assert_eq!(
             names,
             json!([
-                "operator-manager-webhook.operator-system.svc",
-                "operator-manager-webhook.operator-system.svc.cluster.local"
+                concat!(
+                    product::name!(),
+                    concat!("-webhook.", product::namespace!(), ".svc")
+                ),
+                concat!(
+                    product::name!(),
+                    concat!("-webhook.", product::namespace!(), ".svc.cluster.local")
+                )
             ])
         );
     }

@@ -254,7 +254,7 @@ impl Template {
 
     /// The values' fields, in the objects they concern.
     fn customized(mut self, defaults: &mut Defaults) -> Result<Self, Error> {
-        let metrics_service = kube_operator_runtime::webhook::METRICS_SERVICE_NAME;
+        let metrics_service = product::METRICS_SERVICE;
         let metrics_policy = format!("{MANAGER_NAME}-allow-metrics");
         let (kind, name) = self.kind_and_name();
         match (kind, name) {
@@ -339,7 +339,7 @@ impl Template {
         arg(
             self,
             &format!("--metrics-bind-address=:{METRICS_PORT}"),
-            inline(r#"--metrics-bind-address=:{{ include "operator-manager.metricsPort" . }}"#),
+            inline(r#"--metrics-bind-address=:{{ include "$CHART.metricsPort" . }}"#),
         )?;
         arg(
             self,
@@ -377,7 +377,7 @@ impl Template {
         self.replace(
             &format!("{pointer}/prometheus.io~1port"),
             &json!(METRICS_PORT.to_string()),
-            inline(r#"{{ include "operator-manager.metricsPort" . | quote }}"#),
+            inline(r#"{{ include "$CHART.metricsPort" . | quote }}"#),
         )?;
         self.metrics_scheme(&format!("{pointer}/prometheus.io~1scheme"))
     }
@@ -386,7 +386,7 @@ impl Template {
         self.replace(
             pointer,
             &json!(METRICS_PORT),
-            inline(r#"{{ include "operator-manager.metricsPort" . }}"#),
+            inline(r#"{{ include "$CHART.metricsPort" . }}"#),
         )
     }
 
@@ -394,7 +394,7 @@ impl Template {
         self.replace(
             pointer,
             &json!(METRICS_PORT_NAME),
-            inline(r#"{{ include "operator-manager.metricsPortName" . }}"#),
+            inline(r#"{{ include "$CHART.metricsPortName" . }}"#),
         )
     }
 
@@ -402,7 +402,7 @@ impl Template {
         self.replace(
             pointer,
             &json!("https"),
-            inline(r#"{{ include "operator-manager.metricsScheme" . }}"#),
+            inline(r#"{{ include "$CHART.metricsScheme" . }}"#),
         )
     }
 
@@ -421,8 +421,9 @@ impl Template {
     }
 }
 
+/// `text` as it is, with the chart's name put in for `$CHART` (its template names' prefix).
 fn inline(text: &str) -> Fill {
-    Fill::Inline(text.to_owned())
+    Fill::Inline(text.replace("$CHART", product::NAME))
 }
 
 /// `value` only with secure metrics, written as JSON (which YAML reads as it is).
@@ -580,7 +581,7 @@ fn values_yaml(defaults: &Defaults) -> Result<GeneratedFile, Error> {
     let names = controller_names();
     let example = names.last().copied().unwrap_or("name");
     let text = format!(
-        r#"{header}# The operator-manager chart's values. With these defaults, `helm template` renders the
+        r#"{header}# The {chart} chart's values. With these defaults, `helm template` renders the
 # objects `kubectl kustomize deploy/` does, but the Namespace: install with --create-namespace.
 # Install into `{NAMESPACE}`: the CRDs, which Helm installs unchanged, convert their
 # older versions through the webhook Service there.
@@ -619,6 +620,7 @@ serviceMonitor:
 controllers: []
 "#,
         header = yaml::HEADER,
+        chart = product::NAME,
         names = names.join(", "),
     );
     Ok(GeneratedFile {
@@ -646,7 +648,7 @@ fn values_schema() -> Result<GeneratedFile, Error> {
     });
     let schema = json!({
         "$comment": yaml::HEADER.trim_start_matches("# ").trim_end(),
-        "title": "Values of the operator-manager chart",
+        "title": concat!("Values of the ", product::name!(), " chart"),
         "type": "object",
         "additionalProperties": false,
         "required": ["image", "replicas", "resources", "leaderElection", "metrics",
@@ -699,9 +701,10 @@ fn values_schema() -> Result<GeneratedFile, Error> {
 fn helpers() -> GeneratedFile {
     let define = |name: &str, secure: &str, insecure: &str| {
         format!(
-            "{{{{- define \"operator-manager.{name}\" -}}}}\n\
+            "{{{{- define \"{chart}.{name}\" -}}}}\n\
              {{{{- if .Values.metrics.secure }}}}{secure}{{{{ else }}}}{insecure}{{{{ end }}}}\n\
-             {{{{- end }}}}\n"
+             {{{{- end }}}}\n",
+            chart = product::NAME
         )
     };
     let contents = [
@@ -828,8 +831,11 @@ mod tests {
             }
         }
         assert!(
-            rendered("templates/rbac/cluster_role_binding.yaml")
-                .contains("  name: operator-manager\n  namespace: {{ .Release.Namespace }}\n")
+            rendered("templates/rbac/cluster_role_binding.yaml").contains(concat!(
+                "  name: ",
+                product::name!(),
+                "\n  namespace: {{ .Release.Namespace }}\n"
+            ))
         );
     }
 
@@ -842,7 +848,11 @@ mod tests {
             "        {{- if .Values.image.pullPolicy }}\n        imagePullPolicy: {{ .Values.image.pullPolicy }}\n        {{- end }}\n",
             "        resources:\n          {{- toYaml .Values.resources | nindent 10 }}\n",
             "        {{- if .Values.leaderElection.enabled }}\n        - --leader-elect\n",
-            "        - --metrics-bind-address=:{{ include \"operator-manager.metricsPort\" . }}\n",
+            concat!(
+                "        - --metrics-bind-address=:{{ include \"",
+                product::name!(),
+                ".metricsPort\" . }}\n"
+            ),
             "        - --controllers={{ join \",\" .Values.controllers }}\n",
         ] {
             assert!(text.contains(expected), "{expected:?} not in\n{text}");

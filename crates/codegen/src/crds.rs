@@ -50,7 +50,7 @@ fn conversion(target: &WebhookTarget) -> CustomResourceConversion {
     let client_config = match target {
         WebhookTarget::Service { namespace } => WebhookClientConfig {
             service: Some(ServiceReference {
-                name: kube_operator_runtime::webhook::SERVICE_NAME.to_owned(),
+                name: product::WEBHOOK_SERVICE.to_owned(),
                 namespace: namespace.clone(),
                 path: Some(CONVERSION_PATH.to_owned()),
                 port: Some(SERVICE_PORT),

@@ -38,7 +38,7 @@ use kube_operator_runtime::ManagedController;
 use crate::{Error, LEADER_ELECTION_ID, MANAGER_NAME, NAMESPACE, manager::meta, rbac};
 
 /// The name of the policy and of its binding.
-pub const POLICY_NAME: &str = "operator-manager-leader-fence";
+pub const POLICY_NAME: &str = concat!(product::name!(), "-leader-fence");
 
 /// The key of a bound ServiceAccount token's pod name in the user's extra.
 const POD_NAME_KEY: &str = "authentication.kubernetes.io/pod-name";
@@ -181,7 +181,7 @@ mod tests {
     fn the_fence_covers_what_the_controllers_write() {
         assert!(resources_of("apps").contains(&"deployments".to_owned()));
         assert!(resources_of("apps").contains(&"statefulsets".to_owned()));
-        assert!(resources_of("cache.example.com").contains(&"memcacheds/status".to_owned()));
+        assert!(resources_of(product::group!(cache)).contains(&"memcacheds/status".to_owned()));
         assert!(resources_of("").contains(&"persistentvolumeclaims".to_owned()));
     }
 

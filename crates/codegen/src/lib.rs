@@ -30,13 +30,13 @@ pub use project::Project;
 pub use webhooks::{WebhookTarget, webhook_configurations};
 
 /// Namespace the manager is installed into.
-pub const NAMESPACE: &str = "operator-system";
+pub const NAMESPACE: &str = product::namespace!();
 /// Name shared by the manager's ServiceAccount, Deployment, ClusterRole and their bindings.
-pub const MANAGER_NAME: &str = "operator-manager";
+pub const MANAGER_NAME: &str = product::name!();
 /// The Lease the manager replicas compete for.
-pub const LEADER_ELECTION_ID: &str = "operator-manager-leader";
+pub const LEADER_ELECTION_ID: &str = concat!(product::name!(), "-leader");
 /// Image reference in the generated Deployment; override it with `kustomize edit set image`.
-pub const MANAGER_IMAGE: &str = "operator-manager";
+pub const MANAGER_IMAGE: &str = product::name!();
 /// The user (and group) the manager runs as: the `nonroot` user of distroless images, named by
 /// number so the kubelet can verify `runAsNonRoot`; the image built by `cargo xtask image` has it.
 pub const MANAGER_USER: u32 = 65532;

@@ -24,7 +24,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
-use kube_operator_runtime::webhook;
 use serde_json::json;
 
 use crate::{
@@ -313,11 +312,7 @@ pub(crate) fn pod_disruption_budget() -> PodDisruptionBudget {
 }
 
 pub(crate) fn metrics_service() -> Service {
-    let mut service = service_to_pods(
-        webhook::METRICS_SERVICE_NAME,
-        METRICS_PORT,
-        METRICS_PORT_NAME,
-    );
+    let mut service = service_to_pods(product::METRICS_SERVICE, METRICS_PORT, METRICS_PORT_NAME);
     service.metadata.annotations = Some(scrape_annotations());
     service
 }
@@ -392,8 +387,8 @@ fn service_monitor() -> serde_json::Value {
                 "interval": "30s",
                 "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
                 "tlsConfig": {
-                    "ca": {"secret": {"name": webhook::CERT_SECRET_NAME, "key": "ca.crt"}},
-                    "serverName": webhook::METRICS_SERVICE_NAME,
+                    "ca": {"secret": {"name": product::WEBHOOK_CERT_SECRET, "key": "ca.crt"}},
+                    "serverName": product::METRICS_SERVICE,
                 },
             }],
         },

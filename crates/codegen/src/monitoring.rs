@@ -13,7 +13,12 @@ use crate::manager::labels;
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, yaml};
 
 /// The job a ServiceMonitor of the metrics Service gives the manager's series.
-pub const JOB: &str = "operator-manager-metrics";
+pub const JOB: &str = concat!(product::name!(), "-metrics");
+
+/// `text` with the product's names put in for `$JOB` and `$NAME`.
+fn named(text: &str) -> String {
+    text.replace("$JOB", JOB).replace("$NAME", product::NAME)
+}
 
 /// The label a Grafana sidecar looks for on dashboard ConfigMaps.
 pub const DASHBOARD_LABEL: (&str, &str) = ("grafana_dashboard", "1");
@@ -187,23 +192,27 @@ struct Alert {
 const ALERTS: &[Alert] = &[
     Alert {
         name: "OperatorManagerDown",
-        expr: r#"absent(up{job="operator-manager-metrics"} == 1)"#,
+        expr: r#"absent(up{job="$JOB"} == 1)"#,
         for_: "1m",
         severity: "critical",
-        summary: "No operator-manager replica can be scraped",
-        description: "Prometheus has scraped no operator-manager replica for a minute: the Memcached and MyApp resources are not reconciled.",
+        summary: concat!("No ", product::name!(), " replica can be scraped"),
+        description: concat!(
+            "Prometheus has scraped no ",
+            product::name!(),
+            " replica for a minute: the Memcached and MyApp resources are not reconciled."
+        ),
     },
     Alert {
         name: "OperatorManagerNoLeader",
-        expr: r#"max by (name) (leader_election_master_status{job="operator-manager-metrics"}) < 1"#,
+        expr: r#"max by (name) (leader_election_master_status{job="$JOB"}) < 1"#,
         for_: "5m",
         severity: "critical",
-        summary: "No operator-manager replica leads",
-        description: "Replicas of operator-manager run, but none has held the Lease {{ $labels.name }} for five minutes: nothing reconciles.",
+        summary: concat!("No ", product::name!(), " replica leads"),
+        description: "Replicas of $NAME run, but none has held the Lease {{ $labels.name }} for five minutes: nothing reconciles.",
     },
     Alert {
         name: "OperatorManagerReconcileErrors",
-        expr: r#"sum by (controller) (rate(controller_runtime_reconcile_errors_total{job="operator-manager-metrics"}[5m])) / sum by (controller) (rate(controller_runtime_reconcile_total{job="operator-manager-metrics"}[5m])) > 0.1"#,
+        expr: r#"sum by (controller) (rate(controller_runtime_reconcile_errors_total{job="$JOB"}[5m])) / sum by (controller) (rate(controller_runtime_reconcile_total{job="$JOB"}[5m])) > 0.1"#,
         for_: "10m",
         severity: "warning",
         summary: "Reconciles of {{ $labels.controller }} keep failing",
@@ -211,7 +220,7 @@ const ALERTS: &[Alert] = &[
     },
     Alert {
         name: "OperatorManagerReconcilePanics",
-        expr: r#"increase(controller_runtime_reconcile_panics_total{job="operator-manager-metrics"}[10m]) > 0"#,
+        expr: r#"increase(controller_runtime_reconcile_panics_total{job="$JOB"}[10m]) > 0"#,
         for_: "0m",
         severity: "warning",
         summary: "A reconcile of {{ $labels.controller }} panicked",
@@ -219,7 +228,7 @@ const ALERTS: &[Alert] = &[
     },
     Alert {
         name: "OperatorManagerWorkQueueBacklog",
-        expr: r#"sum by (name) (workqueue_depth{job="operator-manager-metrics"}) > 100"#,
+        expr: r#"sum by (name) (workqueue_depth{job="$JOB"}) > 100"#,
         for_: "15m",
         severity: "warning",
         summary: "The {{ $labels.name }} work queue is backing up",
@@ -227,7 +236,7 @@ const ALERTS: &[Alert] = &[
     },
     Alert {
         name: "OperatorManagerStuckReconcile",
-        expr: r#"max by (name) (workqueue_longest_running_processor_seconds{job="operator-manager-metrics"}) > 300"#,
+        expr: r#"max by (name) (workqueue_longest_running_processor_seconds{job="$JOB"}) > 300"#,
         for_: "5m",
         severity: "warning",
         summary: "A {{ $labels.name }} reconcile has run for over five minutes",
@@ -239,12 +248,12 @@ pub(crate) fn render() -> Result<Vec<GeneratedFile>, Error> {
     let dashboards = [
         (
             "controller-runtime-metrics",
-            "operator-manager: controller-runtime",
+            concat!(product::name!(), ": controller-runtime"),
             RUNTIME_PANELS,
         ),
         (
             "controller-resources-metrics",
-            "operator-manager: resources",
+            concat!(product::name!(), ": resources"),
             RESOURCE_PANELS,
         ),
     ]
@@ -314,7 +323,7 @@ fn dashboard(uid: &str, title: &str, panels: &[Panel]) -> Value {
     json!({
         "uid": uid,
         "title": title,
-        "tags": ["operator-manager", "controller-runtime"],
+        "tags": [product::name!(), "controller-runtime"],
         "schemaVersion": 39,
         "time": {"from": "now-1h", "to": "now"},
         "refresh": "30s",
@@ -346,10 +355,13 @@ fn prometheus_rule() -> Value {
         .map(|alert| {
             json!({
                 "alert": alert.name,
-                "expr": alert.expr,
+                "expr": named(alert.expr),
                 "for": alert.for_,
                 "labels": {"severity": alert.severity},
-                "annotations": {"summary": alert.summary, "description": alert.description},
+                "annotations": {
+                    "summary": named(alert.summary),
+                    "description": named(alert.description),
+                },
             })
         })
         .collect();
@@ -357,7 +369,7 @@ fn prometheus_rule() -> Value {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": MANAGER_NAME, "namespace": NAMESPACE, "labels": labels()},
-        "spec": {"groups": [{"name": "operator-manager", "rules": rules}]},
+        "spec": {"groups": [{"name": product::name!(), "rules": rules}]},
     })
 }
 
@@ -374,7 +386,7 @@ mod tests {
         }
         for alert in ALERTS {
             assert!(
-                alert.expr.contains(&format!(r#"job="{JOB}""#)),
+                named(alert.expr).contains(&format!(r#"job="{JOB}""#)),
                 "{}",
                 alert.name
             );

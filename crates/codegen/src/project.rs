@@ -115,6 +115,15 @@ struct OperatorTable {
     #[serde(default)]
     channels: Vec<String>,
     min_kube_version: Option<String>,
+    // The product's other names: the `product` crate's build reads and checks them.
+    #[serde(rename = "namespace")]
+    _namespace: Option<serde::de::IgnoredAny>,
+    #[serde(rename = "part-of")]
+    _part_of: Option<serde::de::IgnoredAny>,
+    #[serde(rename = "domain")]
+    _domain: Option<serde::de::IgnoredAny>,
+    #[serde(rename = "api-groups")]
+    _api_groups: Option<serde::de::IgnoredAny>,
 }
 
 /// OperatorHub's capability levels, lowest first.

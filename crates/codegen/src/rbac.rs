@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
-use kube_operator_runtime::{ManagedController, webhook};
+use kube_operator_runtime::ManagedController;
 
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, leader_fence, manager::meta, yaml};
 
 /// Name of the namespaced Role that lets the manager hold its Lease and record Events.
-pub const LEADER_ELECTION_ROLE: &str = "operator-manager-leader-election";
+pub const LEADER_ELECTION_ROLE: &str = concat!(product::name!(), "-leader-election");
 
 pub(crate) fn render(
     controllers: &[Box<dyn ManagedController>],
@@ -266,9 +266,9 @@ fn cluster_role_binding() -> ClusterRoleBinding {
 }
 
 /// Name of the ClusterRole that lets the manager check the tokens of its metrics scrapers.
-pub const METRICS_AUTH_ROLE: &str = "operator-manager-metrics-auth";
+pub const METRICS_AUTH_ROLE: &str = concat!(product::name!(), "-metrics-auth");
 /// Name of the ClusterRole a scraper needs to read the manager's secure `/metrics`.
-pub const METRICS_READER_ROLE: &str = "operator-manager-metrics-reader";
+pub const METRICS_READER_ROLE: &str = concat!(product::name!(), "-metrics-reader");
 
 /// What `--metrics-secure` asks of the API server for each scraper: a TokenReview and a
 /// SubjectAccessReview (both cluster-wide APIs, so a ClusterRole even for a namespaced install).
@@ -316,9 +316,9 @@ pub(crate) fn metrics_reader_role() -> ClusterRole {
 }
 
 /// Name of the ClusterRole that lets the manager put its CA into its webhook configurations.
-pub const WEBHOOK_ROLE: &str = "operator-manager-webhook";
+pub const WEBHOOK_ROLE: &str = concat!(product::name!(), "-webhook");
 /// Name of the Role that lets the manager keep its webhook certificates in a Secret.
-pub const WEBHOOK_CERT_ROLE: &str = "operator-manager-webhook-certs";
+pub const WEBHOOK_CERT_ROLE: &str = concat!(product::name!(), "-webhook-certs");
 
 /// The manager's own webhook configurations, and the CRDs that convert through its webhook
 /// ([`kube_operator_runtime::conversions`], the ones it injects its CA into), by name: it reads them and
@@ -336,12 +336,12 @@ pub(crate) fn webhook_role() -> ClusterRole {
         named(
             "admissionregistration.k8s.io",
             "mutatingwebhookconfigurations",
-            vec![webhook::MUTATING_CONFIGURATION.to_owned()],
+            vec![product::MUTATING_CONFIGURATION.to_owned()],
         ),
         named(
             "admissionregistration.k8s.io",
             "validatingwebhookconfigurations",
-            vec![webhook::VALIDATING_CONFIGURATION.to_owned()],
+            vec![product::VALIDATING_CONFIGURATION.to_owned()],
         ),
     ];
     let crds: Vec<String> = kube_operator_runtime::conversions(&controllers::all())
@@ -379,7 +379,7 @@ pub(crate) fn webhook_cert_role() -> Role {
             PolicyRule {
                 api_groups: Some(vec![String::new()]),
                 resources: Some(vec!["secrets".to_owned()]),
-                resource_names: Some(vec![webhook::CERT_SECRET_NAME.to_owned()]),
+                resource_names: Some(vec![product::WEBHOOK_CERT_SECRET.to_owned()]),
                 verbs: ["get", "update"].map(String::from).to_vec(),
                 ..PolicyRule::default()
             },
@@ -632,7 +632,7 @@ mod tests {
             if rule.verbs != ["create"] {
                 assert_eq!(
                     rule.resource_names,
-                    Some(vec![webhook::CERT_SECRET_NAME.to_owned()])
+                    Some(vec![product::WEBHOOK_CERT_SECRET.to_owned()])
                 );
             }
         }

@@ -18,9 +18,9 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_operator_runtime::webhook::{
-    AdmissionKind, AdmissionWebhook, MUTATING_CONFIGURATION, PORT, PORT_NAME, SERVICE_NAME,
-    TIMEOUT_SECONDS, VALIDATING_CONFIGURATION,
+    AdmissionKind, AdmissionWebhook, PORT, PORT_NAME, TIMEOUT_SECONDS,
 };
+use product::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, WEBHOOK_SERVICE as SERVICE_NAME};
 
 use crate::manager::{meta, selector_labels, service_to_pods};
 use crate::{Error, GeneratedFile, MANAGER_NAME, NAMESPACE, yaml};
@@ -305,9 +305,12 @@ mod tests {
         .expect("rendered");
         let entry = &mutating.webhooks.expect("webhooks")[0];
         assert_eq!(entry.client_config.service, None);
+        let group = product::group!(cache).replace('.', "-");
         assert_eq!(
-            entry.client_config.url.as_deref(),
-            Some("https://127.0.0.1:19443/mutate-cache-example-com-v1beta1-memcached")
+            entry.client_config.url,
+            Some(format!(
+                "https://127.0.0.1:19443/mutate-{group}-v1beta1-memcached"
+            ))
         );
     }
 

@@ -25,7 +25,7 @@ use kube_operator_runtime::{desired, owned_metadata, pod_security, quantity, wit
 /// The controller's name: metrics label, configuration key, log field.
 pub const NAME: &str = "keyvaluestore";
 /// The finalizer that keeps a store until its volumes are gone.
-pub const FINALIZER: &str = "cache.example.com/volumes";
+pub const FINALIZER: &str = concat!(product::group!(cache), "/volumes");
 /// The port the servers listen on.
 pub const PORT: i32 = 6379;
 /// The server program, found on the image's `PATH`.
@@ -33,7 +33,7 @@ pub const PROGRAM: &str = "redis-server";
 /// The user the server runs as (the distribution package's `redis` user).
 pub const RUN_AS_USER: i64 = 999;
 /// The pod template annotation holding the configuration's hash.
-pub const CONFIG_HASH: &str = "cache.example.com/config-hash";
+pub const CONFIG_HASH: &str = concat!(product::group!(cache), "/config-hash");
 /// The name of each pod's volume claim template (the claims are `data-<store>-<ordinal>`).
 pub const DATA: &str = "data";
 /// How often a deletion looks again for the volume claims it is waiting on.
@@ -45,7 +45,7 @@ pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::
 
 static RULES: [PolicyRule; 8] = kube_operator_runtime::controller_rules!(
     finalizer,
-    "cache.example.com",
+    product::group!(cache),
     "keyvaluestores",
     rbac::owns_and_deletes::<StatefulSet>(),
     rbac::owns::<ConfigMap>(),
@@ -125,7 +125,8 @@ pub fn desired_stateful_set(kvs: &KeyValueStore, config: &str) -> Result<Statefu
         "name": "server",
         "image": kvs.spec.image,
         "command": [PROGRAM, "/etc/redis/redis.conf"],
-        "ports": [{"name": "redis", "containerPort": PORT}],
+        // Ready once it serves: loading a large dataset from the volume takes a while.
+        "ports": [{"name": "redis", "containerPort": PORT}], "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
         "volumeMounts": [{"name": DATA, "mountPath": "/data"}, {"name": "config", "mountPath": "/etc/redis"}],
         "securityContext": pod_security::restricted_container_security(RUN_AS_USER),
     });

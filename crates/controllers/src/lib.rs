@@ -51,7 +51,8 @@ mod tests {
 
     #[test]
     fn field_managers_are_the_ones_the_runtime_writes_with() {
-        let runtime = kube_operator_runtime::labels::MANAGER;
+        // The manager names the runtime's writers after the product at start.
+        let runtime = product::NAME;
         for (name, field_manager) in [
             (memcached::NAME, memcached::FIELD_MANAGER),
             (myapp::NAME, myapp::FIELD_MANAGER),
@@ -102,10 +103,10 @@ mod tests {
         assert_eq!(
             names,
             [
-                "mmemcached-v1beta1.cache.example.com",
-                "vmemcached-v1beta1.cache.example.com",
-                "mmyapp-v1.myscheme.example.com",
-                "vmyapp-v1.myscheme.example.com",
+                concat!("mmemcached-v1beta1.", product::group!(cache)),
+                concat!("vmemcached-v1beta1.", product::group!(cache)),
+                concat!("mmyapp-v1.", product::group!(myscheme)),
+                concat!("vmyapp-v1.", product::group!(myscheme)),
             ]
         );
         let twice: Vec<Box<dyn ManagedController>> = vec![
@@ -114,7 +115,7 @@ mod tests {
         ];
         let error = webhooks(&twice).expect_err("declared twice").to_string();
         assert!(
-            error.contains("mmemcached-v1beta1.cache.example.com"),
+            error.contains(concat!("mmemcached-v1beta1.", product::group!(cache))),
             "{error}"
         );
     }

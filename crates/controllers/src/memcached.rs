@@ -65,7 +65,7 @@ use kube_operator_runtime::{StatusWriter, Tools, labels, owned, rbac};
 pub const NAME: &str = "memcached";
 /// The server-side apply field manager of the objects this controller writes (the runtime's
 /// `operator-manager/<controller>`).
-pub const FIELD_MANAGER: &str = "operator-manager/memcached";
+pub const FIELD_MANAGER: &str = concat!(product::name!(), "/memcached");
 /// Label on the Deployment and its pods: `app: memcached`.
 pub const LABEL_APP: &str = "app";
 /// The value of [`LABEL_APP`] (also `app.kubernetes.io/name`).
@@ -122,7 +122,7 @@ pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::
     .with_samples(crate::samples::memcached);
 
 static RULES: [PolicyRule; 8] = kube_operator_runtime::controller_rules!(
-    "cache.example.com",
+    product::group!(cache),
     "memcacheds",
     rbac::DEPLOYMENTS,
     rbac::PODS_READ,
@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(labels["memcached_cr"], "memcached-sample");
         assert_eq!(labels["app.kubernetes.io/name"], "memcached");
         assert_eq!(labels["app.kubernetes.io/instance"], "memcached-sample");
-        assert_eq!(labels["app.kubernetes.io/managed-by"], "operator-manager");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], labels::manager());
 
         let spec = &d.spec;
         assert_eq!(spec.replicas, Some(3));
@@ -789,7 +789,7 @@ mod tests {
                     .labels
                     .as_ref()
                     .and_then(|l| l.get(labels::MANAGED_BY)),
-                Some(&labels::MANAGER.to_owned()),
+                Some(&labels::manager().to_owned()),
                 "the shared watch of managed children sees it"
             );
         }
@@ -798,7 +798,7 @@ mod tests {
     #[test]
     fn rbac_rules_cover_what_the_controller_does() {
         let rules = CONTROLLER.rbac_rules;
-        crate::testing::assert_deployment_owner_rules(rules, "cache.example.com", "memcacheds");
+        crate::testing::assert_deployment_owner_rules(rules, product::group!(cache), "memcacheds");
         for verb in ["list", "watch"] {
             assert!(rbac::allows(rules, "", "pods", verb), "pods {verb}");
         }

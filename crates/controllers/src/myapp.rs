@@ -34,7 +34,7 @@ use kube_operator_runtime::{labels, owned, rbac, watches, with_status_writer};
 pub const NAME: &str = "myapp";
 /// The server-side apply field manager of the Deployments this controller writes (the
 /// runtime's `operator-manager/<controller>`).
-pub const FIELD_MANAGER: &str = "operator-manager/myapp";
+pub const FIELD_MANAGER: &str = concat!(product::name!(), "/myapp");
 /// The value of `app.kubernetes.io/name` on the Deployment and its pods.
 pub const APP: &str = "myapp";
 /// The application container's name.
@@ -48,7 +48,11 @@ pub const RUN_AS_USER: i64 = 65532;
 /// The MyApp controller, as registered in [`crate::all`].
 pub const CONTROLLER: Registration = Registration::new(
     NAME,
-    &kube_operator_runtime::controller_rules!("myscheme.example.com", "myapps", rbac::DEPLOYMENTS),
+    &kube_operator_runtime::controller_rules!(
+        product::group!(myscheme),
+        "myapps",
+        rbac::DEPLOYMENTS
+    ),
     |ctx| Box::pin(run(ctx)),
 )
 .with_webhooks(crate::admission::myapp::webhooks)
@@ -230,7 +234,7 @@ mod tests {
     fn rbac_rules_cover_what_the_controller_does() {
         crate::testing::assert_deployment_owner_rules(
             CONTROLLER.rbac_rules,
-            "myscheme.example.com",
+            product::group!(myscheme),
             "myapps",
         );
     }

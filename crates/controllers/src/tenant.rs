@@ -44,7 +44,7 @@ pub const CONTROLLER: Registration = Registration::new(NAME, &RULES, |ctx| Box::
     .cluster_wide();
 
 static RULES: [PolicyRule; 9] = kube_operator_runtime::controller_rules!(
-    "platform.example.com",
+    product::group!(platform),
     "tenants",
     rbac::owns::<Namespace>(),
     rbac::owns::<ResourceQuota>(),
@@ -314,7 +314,11 @@ mod tests {
             ),
             (
                 "PATCH",
-                "/apis/platform.example.com/v1alpha1/tenants/team-a/status",
+                concat!(
+                    "/apis/",
+                    product::group!(platform),
+                    "/v1alpha1/tenants/team-a/status"
+                ),
             ),
         ];
         let expected: Vec<(String, String)> = expected

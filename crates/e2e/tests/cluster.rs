@@ -30,7 +30,7 @@ fn output_text(out: &Output) -> String {
 
 fn memcached_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cache.example.com", "v1beta1", "Memcached"),
+        &GroupVersionKind::gvk(product::group!(cache), "v1beta1", "Memcached"),
         "memcacheds",
     )
 }
@@ -305,14 +305,14 @@ async fn the_namespaced_overlay_grants_a_role_and_watches_its_own_namespace() ->
             !hooks.is_empty()
                 && hooks.iter().all(|hook| {
                     hook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
-                        == "operator-system"
+                        == product::namespace!()
                 }),
             "the webhooks are called for the manager's namespace only: {hooks:?}"
         );
     }
     let manager_role = objects
         .iter()
-        .find(|o| kind(o) == "Role" && o.metadata.name.as_deref() == Some("operator-manager"));
+        .find(|o| kind(o) == "Role" && o.metadata.name.as_deref() == Some(product::name!()));
     ensure!(manager_role.is_some(), "the manager's Role: {kinds:?}");
     let deployment = objects
         .iter()
@@ -374,7 +374,8 @@ async fn the_cert_manager_component_mounts_its_certificate_and_asks_for_injectio
         );
         for configuration in objects.iter().filter(|o| {
             kind(o).ends_with("WebhookConfiguration")
-                || o.metadata.name.as_deref() == Some("memcacheds.cache.example.com")
+                || o.metadata.name.as_deref()
+                    == Some(concat!("memcacheds.", product::group!(cache)))
         }) {
             let annotations = configuration
                 .metadata
@@ -385,7 +386,12 @@ async fn the_cert_manager_component_mounts_its_certificate_and_asks_for_injectio
                 annotations
                     .get("cert-manager.io/inject-ca-from")
                     .map(String::as_str)
-                    == Some("operator-system/operator-manager-webhook-serving-cert"),
+                    == Some(concat!(
+                        product::namespace!(),
+                        "/",
+                        product::name!(),
+                        "-webhook-serving-cert"
+                    )),
                 "{:?} asks for the CA: {annotations:?}",
                 configuration.metadata.name
             );
@@ -405,7 +411,7 @@ async fn create_memcached(
     spec: Option<Value>,
 ) -> kube::Result<DynamicObject> {
     let mut body = json!({
-        "apiVersion": "cache.example.com/v1beta1",
+        "apiVersion": concat!(product::group!(cache), "/v1beta1"),
         "kind": "Memcached",
         "metadata": { "name": name },
     });

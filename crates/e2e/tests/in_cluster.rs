@@ -21,17 +21,17 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, P
 use testkit::{PodSecurity, TestCluster, TestNamespace};
 
 /// Where the generated manifests install the manager.
-const NAMESPACE: &str = "operator-system";
+const NAMESPACE: &str = product::namespace!();
 /// The manager's Deployment (and its pods' `app.kubernetes.io/name`).
-const MANAGER: &str = "operator-manager";
+const MANAGER: &str = product::name!();
 /// The Lease the replicas elect a leader with.
-const LEASE: &str = "operator-manager-leader";
+const LEASE: &str = concat!(product::name!(), "-leader");
 /// The image `cargo xtask image manager --load` builds.
-const MANAGER_IMAGE: &str = "operator-manager";
+const MANAGER_IMAGE: &str = product::name!();
 /// The memcached image built from the distribution's package.
-const MEMCACHED_IMAGE: &str = "operator-manager.local/memcached";
+const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
 /// Pods of the manager.
-const MANAGER_PODS: &str = "app.kubernetes.io/name=operator-manager";
+const MANAGER_PODS: &str = concat!("app.kubernetes.io/name=", product::name!());
 /// The generated Deployment's secure metrics port.
 const METRICS_PORT: u16 = 8443;
 /// Generous: real containers start on a loaded two-core machine.
@@ -58,7 +58,9 @@ async fn the_manager_runs_in_cluster_as_users_install_it() -> Result<()> {
 /// How a scraper verifies the replicas' metrics, as the generated ServiceMonitor's `tlsConfig`
 /// says: the `ca.crt` of the Secret the manager provisions, and the metrics Service's name.
 async fn metrics_tls(cluster: &TestCluster) -> Result<testkit::TargetTls> {
-    use kube_operator_runtime::webhook::{CERT_SECRET_NAME, METRICS_SERVICE_NAME};
+    use product::{
+        METRICS_SERVICE as METRICS_SERVICE_NAME, WEBHOOK_CERT_SECRET as CERT_SECRET_NAME,
+    };
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let secret = secrets.get(CERT_SECRET_NAME).await?;
     let ca = secret
@@ -472,7 +474,11 @@ async fn install(cluster: &TestCluster) -> Result<()> {
             &Patch::Apply(&marked),
         )
         .await
-        .context("marking operator-system for the real node")?;
+        .context(concat!(
+            "marking ",
+            product::namespace!(),
+            " for the real node"
+        ))?;
     let deploy = testkit::deploy_dir();
     cluster_kubectl(cluster, &["apply", "-k", &deploy.to_string_lossy()])?;
 
@@ -511,9 +517,9 @@ async fn uninstall(cluster: &TestCluster) -> Result<()> {
         "validatingwebhookconfiguration",
     ] {
         let name = if kind.starts_with("mutating") {
-            kube_operator_runtime::webhook::MUTATING_CONFIGURATION
+            product::MUTATING_CONFIGURATION
         } else {
-            kube_operator_runtime::webhook::VALIDATING_CONFIGURATION
+            product::VALIDATING_CONFIGURATION
         };
         cluster_kubectl(cluster, &["delete", kind, name, "--ignore-not-found"])?;
     }

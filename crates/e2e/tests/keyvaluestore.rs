@@ -66,7 +66,7 @@ fn config_hash(set: &StatefulSet) -> Option<String> {
     template
         .annotations
         .as_ref()?
-        .get("cache.example.com/config-hash")
+        .get(concat!(product::group!(cache), "/config-hash"))
         .cloned()
 }
 
@@ -187,7 +187,7 @@ async fn a_store_rollout_writes_no_more_statuses_than_a_memcached_rollout() -> R
             .await?;
         let memcached_image = env
             .cluster
-            .loaded_image("operator-manager.local/memcached", "memcached")?;
+            .loaded_image(concat!(product::name!(), ".local/memcached"), "memcached")?;
         let mc = Memcached::new("cache", MemcachedSpec::new(3, memcached_image));
         env.api::<Memcached>()
             .create(&PostParams::default(), &mc)
@@ -304,7 +304,7 @@ async fn settled(env: &Env) -> Result<()> {
 }
 
 /// The repository of the redis image built from the distribution's package.
-const REDIS_IMAGE: &str = "operator-manager.local/redis";
+const REDIS_IMAGE: &str = concat!(product::name!(), ".local/redis");
 
 #[tokio::test]
 async fn a_store_on_the_real_node_serves_keys_from_real_volumes_that_go_with_it() -> Result<()> {

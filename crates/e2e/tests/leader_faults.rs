@@ -480,7 +480,7 @@ impl Harness {
 
 fn memcached_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cache.example.com", "v1beta1", "Memcached"),
+        &GroupVersionKind::gvk(product::group!(cache), "v1beta1", "Memcached"),
         "memcacheds",
     )
 }

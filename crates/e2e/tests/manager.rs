@@ -525,7 +525,7 @@ fn metric_sum(text: &str, prefix: &str) -> f64 {
 
 fn memcached_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cache.example.com", "v1beta1", "Memcached"),
+        &GroupVersionKind::gvk(product::group!(cache), "v1beta1", "Memcached"),
         "memcacheds",
     )
 }

@@ -411,7 +411,7 @@ async fn a_foreign_deployment_is_left_alone_and_reported() -> Result<()> {
             .filter_map(|m| m.manager)
             .collect();
         ensure!(
-            !managers.iter().any(|m| m.starts_with("operator-manager")),
+            !managers.iter().any(|m| m.starts_with(product::name!())),
             "field managers {managers:?}"
         );
 

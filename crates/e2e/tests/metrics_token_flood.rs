@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 /// Where the manager keeps its Lease (its leader election namespace).
-const MANAGER_NAMESPACE: &str = "operator-system";
+const MANAGER_NAMESPACE: &str = product::namespace!();
 /// Scrapes sent, each with a new token.
 const REQUESTS: usize = 100_000;
 /// Connections sending them, each keeping its connection open.

@@ -14,7 +14,7 @@ use testkit::TestNamespace;
 
 /// The scrape job a ServiceMonitor of the metrics Service gives the manager, which the
 /// generated alerts and dashboards select.
-const JOB: &str = "operator-manager-metrics";
+const JOB: &str = concat!(product::name!(), "-metrics");
 
 /// How long anything may take on a loaded two-core machine.
 const TIMEOUT: Duration = Duration::from_secs(120);

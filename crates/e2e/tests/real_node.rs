@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use workloads::{Env, TIMEOUT};
 
 /// The repository of the memcached image built from the distribution's package.
-const MEMCACHED_IMAGE: &str = "operator-manager.local/memcached";
+const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
 
 #[tokio::test]
 async fn memcached_pods_on_the_real_node_store_and_return_keys() -> Result<()> {
@@ -31,11 +31,18 @@ async fn memcached_pods_on_the_real_node_store_and_return_keys() -> Result<()> {
 async fn an_image_that_is_not_loaded_is_named_with_the_command_that_loads_it() -> Result<()> {
     let cluster = testkit::cluster().await?;
     let error = cluster
-        .loaded_image("operator-manager.local/never-built", "never-built")
+        .loaded_image(
+            concat!(product::name!(), ".local/never-built"),
+            "never-built",
+        )
         .expect_err("nothing loads this image");
     let message = error.to_string();
     for expected in [
-        "no image operator-manager.local/never-built:* is loaded on the real node",
+        concat!(
+            "no image ",
+            product::name!(),
+            ".local/never-built:* is loaded on the real node"
+        ),
         // What the node does have, so a misspelt name is easy to see.
         &localcluster::node::pause_image(),
         "`cargo xtask image never-built --load`",

@@ -16,7 +16,6 @@ use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube_operator_runtime::webhook;
 use testkit::TestNamespace;
 use webhook_configurations::{
     MANAGER_NAMESPACE, install_configurations, provisioned_ca, remove_configurations,
@@ -63,7 +62,7 @@ async fn scenario(cluster: &testkit::TestCluster, ns: &TestNamespace) -> Result<
     while started.elapsed() < BEFORE + AFTER {
         if deleted.is_none() && started.elapsed() >= BEFORE {
             secrets
-                .delete(webhook::CERT_SECRET_NAME, &DeleteParams::default())
+                .delete(product::WEBHOOK_CERT_SECRET, &DeleteParams::default())
                 .await?;
             deleted = Some(Instant::now());
         }
@@ -85,7 +84,7 @@ async fn scenario(cluster: &testkit::TestCluster, ns: &TestNamespace) -> Result<
     let new_ca = String::from_utf8(provisioned_ca(cluster, MANAGER_NAMESPACE).await?)?;
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
     let live = configurations
-        .get(webhook::VALIDATING_CONFIGURATION)
+        .get(product::VALIDATING_CONFIGURATION)
         .await?
         .webhooks
         .unwrap_or_default()

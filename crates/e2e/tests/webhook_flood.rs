@@ -33,7 +33,7 @@ use tokio_rustls::TlsConnector;
 use webhook_configurations::{install_configurations, provisioned_ca, remove_configurations};
 
 /// Where the manager keeps its certificate Secret and Lease (its leader election namespace).
-const MANAGER_NAMESPACE: &str = "operator-system";
+const MANAGER_NAMESPACE: &str = product::namespace!();
 /// How long the flood lasts.
 const FLOOD: Duration = Duration::from_secs(20);
 /// Workers sending large reviews at once: enough that the manager before these limits (a body
@@ -207,14 +207,14 @@ fn large_review(namespace: &str, bytes: usize) -> Vec<u8> {
         "kind": "AdmissionReview",
         "request": {
             "uid": "flood",
-            "kind": {"group": "cache.example.com", "version": "v1beta1", "kind": "Memcached"},
-            "resource": {"group": "cache.example.com", "version": "v1beta1", "resource": "memcacheds"},
+            "kind": {"group": product::group!(cache), "version": "v1beta1", "kind": "Memcached"},
+            "resource": {"group": product::group!(cache), "version": "v1beta1", "resource": "memcacheds"},
             "name": "flood",
             "namespace": namespace,
             "operation": "CREATE",
             "userInfo": {"username": "flood"},
             "object": {
-                "apiVersion": "cache.example.com/v1beta1",
+                "apiVersion": concat!(product::group!(cache), "/v1beta1"),
                 "kind": "Memcached",
                 "metadata": {"name": "flood", "namespace": namespace, "annotations": {"padding": padding}},
                 "spec": {"size": 1, "image": "memcached:1.6"},

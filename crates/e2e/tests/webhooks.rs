@@ -28,7 +28,6 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube_operator_runtime::webhook;
 use serde_json::{Value, json};
 use testkit::{ManagerProcess, TestCluster, TestNamespace};
 use webhook_configurations::{
@@ -52,7 +51,7 @@ async fn webhooks_default_validate_survive_a_restart_and_fail_closed() -> Result
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
     gone(
         secrets
-            .delete(webhook::CERT_SECRET_NAME, &DeleteParams::default())
+            .delete(product::WEBHOOK_CERT_SECRET, &DeleteParams::default())
             .await,
     )?;
     install_configurations(&cluster, &ns, port).await?;
@@ -97,7 +96,7 @@ async fn scenario(
         "every webhook carries the Secret's CA bundle"
     );
     let crd = Api::<CustomResourceDefinition>::all(cluster.client.clone())
-        .get("memcacheds.cache.example.com")
+        .get(concat!("memcacheds.", product::group!(cache)))
         .await?;
     let crd_bundle = crd
         .spec
@@ -252,7 +251,7 @@ async fn scenario(
         rotation.serving.len()
     );
     let bundle = secrets
-        .get(webhook::CERT_SECRET_NAME)
+        .get(product::WEBHOOK_CERT_SECRET)
         .await?
         .data
         .and_then(|data| data.get("ca.crt").cloned())
@@ -323,7 +322,7 @@ async fn write_through_rotations(
                 .failed
                 .push(format!("at {:.1}s: {error}", start.elapsed().as_secs_f64()));
         }
-        if let Some(data) = secrets.get(webhook::CERT_SECRET_NAME).await?.data {
+        if let Some(data) = secrets.get(product::WEBHOOK_CERT_SECRET).await?.data {
             rotation
                 .signers
                 .extend(data.get("ca-signer.crt").map(|b| b.0.clone()));
@@ -404,10 +403,15 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
     let old = kubectl_json(
         cluster,
         ns,
-        &["get", "memcacheds.v1alpha1.cache.example.com", "converted"],
+        &[
+            "get",
+            concat!("memcacheds.v1alpha1.", product::group!(cache)),
+            "converted",
+        ],
     )?;
     ensure!(
-        old["apiVersion"] == "cache.example.com/v1alpha1" && old["spec"].get("memory").is_none(),
+        old["apiVersion"] == concat!(product::group!(cache), "/v1alpha1")
+            && old["spec"].get("memory").is_none(),
         "read through v1alpha1: {old}"
     );
     let kept = old["metadata"]["annotations"][apis::memcached::conversion::PRESERVED_FIELDS]
@@ -488,7 +492,7 @@ fn patch_v1alpha1(
     name: &str,
     patch: &str,
 ) -> Result<Output> {
-    let resource = "memcacheds.v1alpha1.cache.example.com";
+    let resource = concat!("memcacheds.v1alpha1.", product::group!(cache));
     let args = [
         "patch",
         resource,
@@ -521,10 +525,10 @@ fn kubectl_json(cluster: &TestCluster, ns: &TestNamespace, args: &[&str]) -> Res
 /// Every webhook's `caBundle`, from both configurations.
 async fn injected_bundles(cluster: &TestCluster) -> Result<Vec<Vec<u8>>> {
     let mutating = Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
-        .get(webhook::MUTATING_CONFIGURATION)
+        .get(product::MUTATING_CONFIGURATION)
         .await?;
     let validating = Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
-        .get(webhook::VALIDATING_CONFIGURATION)
+        .get(product::VALIDATING_CONFIGURATION)
         .await?;
     let bundles: Vec<Vec<u8>> = mutating
         .webhooks

@@ -250,9 +250,9 @@ where
     }
 
     /// The server-side apply field manager of what this controller writes:
-    /// `operator-manager/<controller>`.
+    /// `<manager>/<controller>` ([`crate::labels::manager`]).
     fn field_manager(&self) -> String {
-        format!("{}/{}", crate::labels::MANAGER, self.name)
+        format!("{}/{}", crate::labels::manager(), self.name)
     }
 
     /// The count of the triggers that changes of `C` give this controller.
@@ -353,7 +353,7 @@ where
 
     /// Declares that the custom resources own children of kind `C`, namespaced or
     /// cluster-scoped, written through [`Tools::ensure`] as the field manager
-    /// `operator-manager/<controller>`. Their metadata is watched in a cache shared with every
+    /// `<manager>/<controller>`. Their metadata is watched in a cache shared with every
     /// controller (the objects labelled as managed: [`crate::labels::managed`]); a change to one
     /// by anybody else triggers the resource that controls it. The rules must allow managing
     /// `C`.

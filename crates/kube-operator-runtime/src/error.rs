@@ -49,6 +49,13 @@ pub enum Error {
         reason: String,
     },
 
+    /// The manager or platform name given to [`crate::labels::set_product`] cannot be used.
+    #[error("cannot name the product: {reason}")]
+    ProductName {
+        /// What is wrong with the name.
+        reason: String,
+    },
+
     /// Two declared admission webhooks share a name or a path.
     #[error(
         "controller {controller} declares webhook {name} at {path}, but webhook {twin} already has that name or path"
@@ -201,6 +208,7 @@ impl Error {
             Error::Panicked { .. } => "panic",
             Error::Serialize { .. } => "serialize",
             Error::DuplicateWebhook { .. } => "duplicate_webhook",
+            Error::ProductName { .. } => "product_name",
             Error::Controller { source, .. } => source.metric_label(),
             Error::Cleanup { .. } => "cleanup",
             Error::TimedOut { .. } => "timeout",

@@ -97,9 +97,10 @@ pub struct Publisher {
 }
 
 impl Events {
-    /// Events reported by `operator-manager/<controller>` from `instance` (the pod name
-    /// in-cluster; empty for "unknown"), and the task that sends them: it runs until every
-    /// clone of the returned [`Events`] is dropped and the queue is empty.
+    /// Events reported by `<manager>/<controller>` ([`crate::labels::manager`]) from
+    /// `instance` (the pod name in-cluster; empty for "unknown"), and the task that sends
+    /// them: it runs until every clone of the returned [`Events`] is dropped and the queue is
+    /// empty.
     pub fn start(client: kube::Client, controller: &str, instance: &str) -> (Self, Publisher) {
         let controller = reporting_controller(controller);
         let recorder = Arc::new(Recorder {
@@ -374,7 +375,7 @@ impl Recorder {
 
 /// `reportingController` must be a qualified name (`prefix/name`).
 pub fn reporting_controller(controller: &str) -> String {
-    format!("{}/{controller}", labels::MANAGER)
+    format!("{}/{controller}", labels::manager())
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.
@@ -516,7 +517,10 @@ mod tests {
         assert_eq!(path, "/apis/events.k8s.io/v1/namespaces/default/events");
         assert_eq!(created["note"], "first");
         assert_eq!(created["type"], "Normal");
-        assert_eq!(created["reportingController"], "operator-manager/memcached");
+        assert_eq!(
+            created["reportingController"],
+            format!("{}/memcached", crate::labels::manager())
+        );
         assert_eq!(created["reportingInstance"], "pod-1");
         let name = created["metadata"]["name"].as_str().expect("named");
         assert!(name.starts_with("m."), "{name}");
@@ -578,7 +582,7 @@ mod tests {
     fn reporting_controller_is_a_qualified_name() {
         assert_eq!(
             reporting_controller("memcached"),
-            "operator-manager/memcached"
+            format!("{}/memcached", crate::labels::manager())
         );
     }
 }

@@ -2,11 +2,9 @@
 
 use std::collections::BTreeMap;
 
-/// `app.kubernetes.io/managed-by` on every object the controllers own. The shared Deployment and
-/// Pod watches select on it, so the manager caches only its own workloads.
+/// `app.kubernetes.io/managed-by` on every object the controllers own. The shared watches
+/// select on it, so the manager caches only its own children.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// The value of [`MANAGED_BY`].
-pub const MANAGER: &str = "operator-manager";
 /// `app.kubernetes.io/name`: the application (`memcached`, `myapp`).
 pub const NAME: &str = "app.kubernetes.io/name";
 /// `app.kubernetes.io/instance`: which custom resource the object belongs to, as a
@@ -14,14 +12,75 @@ pub const NAME: &str = "app.kubernetes.io/name";
 pub const INSTANCE: &str = "app.kubernetes.io/instance";
 /// `app.kubernetes.io/part-of`: the platform.
 pub const PART_OF: &str = "app.kubernetes.io/part-of";
-/// The value of [`PART_OF`].
-pub const PLATFORM: &str = "operator-platform";
+/// The manager's name and the platform's until [`set_product`] names them.
+pub const DEFAULT_PRODUCT: &str = "kube-operator-runtime";
+
+/// The names the process's controllers label and write with.
+#[derive(Debug, PartialEq, Eq)]
+struct Product {
+    manager: String,
+    part_of: String,
+}
+
+static PRODUCT: std::sync::OnceLock<Product> = std::sync::OnceLock::new();
+
+fn product() -> &'static Product {
+    PRODUCT.get_or_init(|| Product {
+        manager: DEFAULT_PRODUCT.to_owned(),
+        part_of: DEFAULT_PRODUCT.to_owned(),
+    })
+}
+
+/// Names the manager and the platform for the whole process: the [`MANAGED_BY`] and
+/// [`PART_OF`] values of everything the controllers own, which the shared watches select on,
+/// and the prefix of their field managers and Event reporters. Call it once, before the
+/// controllers are built; calling it again with the same names does nothing.
+///
+/// # Errors
+/// [`crate::Error::ProductName`] when a name is no valid label value, or when the process
+/// already uses other names (set earlier, or [`DEFAULT_PRODUCT`] once read).
+pub fn set_product(manager: &str, part_of: &str) -> Result<(), crate::Error> {
+    for (what, value) in [("manager", manager), ("part-of", part_of)] {
+        if value.is_empty() || value.len() > MAX_LABEL_VALUE || !is_valid_label_value(value) {
+            return Err(crate::Error::ProductName {
+                reason: format!("the {what} name {value:?} is no valid label value"),
+            });
+        }
+    }
+    let wanted = Product {
+        manager: manager.to_owned(),
+        part_of: part_of.to_owned(),
+    };
+    let used = PRODUCT.get_or_init(|| Product {
+        manager: manager.to_owned(),
+        part_of: part_of.to_owned(),
+    });
+    if *used != wanted {
+        return Err(crate::Error::ProductName {
+            reason: format!(
+                "the process already labels with manager {:?} and part-of {:?}",
+                used.manager, used.part_of
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The value of [`MANAGED_BY`]: the manager's name ([`set_product`]).
+pub fn manager() -> &'static str {
+    &product().manager
+}
+
+/// The value of [`PART_OF`]: the platform's name ([`set_product`]).
+pub fn part_of() -> &'static str {
+    &product().part_of
+}
 
 /// `labels` plus the labels of everything the controllers own: [`MANAGED_BY`] (which the
 /// shared watches select on) and [`PART_OF`].
 pub fn managed(mut labels: BTreeMap<String, String>) -> BTreeMap<String, String> {
-    labels.insert(MANAGED_BY.to_owned(), MANAGER.to_owned());
-    labels.insert(PART_OF.to_owned(), PLATFORM.to_owned());
+    labels.insert(MANAGED_BY.to_owned(), manager().to_owned());
+    labels.insert(PART_OF.to_owned(), part_of().to_owned());
     labels
 }
 
@@ -49,13 +108,13 @@ pub fn selector(labels: &BTreeMap<String, String>) -> String {
 
 /// The label selector of the shared watches: only objects these controllers manage.
 pub fn managed_selector() -> String {
-    format!("{MANAGED_BY}={MANAGER}")
+    format!("{MANAGED_BY}={}", manager())
 }
 
 /// The complement of [`managed_selector`]: every object these controllers do not manage,
 /// including those without the label.
 pub fn unmanaged_selector() -> String {
-    format!("{MANAGED_BY}!={MANAGER}")
+    format!("{MANAGED_BY}!={}", manager())
 }
 
 /// The longest label value Kubernetes accepts.
@@ -181,6 +240,25 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_product_is_named_once_with_valid_label_values() {
+        // Whatever this test process uses already, naming it again changes nothing.
+        let (manager, part_of) = (super::manager(), super::part_of());
+        assert!(super::set_product(manager, part_of).is_ok());
+        let error = super::set_product("another-name", part_of).unwrap_err();
+        assert!(
+            error.to_string().contains("already labels with manager"),
+            "{error}"
+        );
+        let error = super::set_product("not a label!", part_of).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "cannot name the product: the manager name \"not a label!\" is no valid label value"
+        );
+        assert_eq!(super::manager(), manager);
+    }
+
     use super::*;
 
     #[test]

@@ -11,7 +11,9 @@
 //! serves and renders into webhook configurations.
 //!
 //! The crate knows no custom resource type and no controller of its own: those live with the
-//! application that registers them.
+//! application that registers them. Nor does it know the application's name: the binary gives
+//! it once at start ([`labels::set_product`]), and every owned object is labelled
+//! `app.kubernetes.io/managed-by=<name>` and written by the field manager `<name>/<controller>`.
 //!
 //! # A controller
 //!
@@ -67,7 +69,9 @@
 //! }
 //!
 //! # async fn main_() -> Result<(), Box<dyn std::error::Error>> {
-//! // The application runs its registrations together, sharing one watch per resource type.
+//! // The application names itself before anything is labelled, then runs its registrations
+//! // together, sharing one watch per resource type.
+//! labels::set_product("greeting-operator", "greeting-platform")?;
 //! let client = kube::Client::try_default().await?;
 //! let metrics = Arc::new(kube_operator_runtime::Metrics::new()?);
 //! let shutdown = tokio_util::sync::CancellationToken::new();

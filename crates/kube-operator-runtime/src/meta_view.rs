@@ -526,7 +526,7 @@ mod tests {
                 "labels": {
                     "app": "memcached",
                     "app.kubernetes.io/instance": "bench-1234",
-                    "app.kubernetes.io/managed-by": "operator-manager",
+                    "app.kubernetes.io/managed-by": crate::labels::manager(),
                     "app.kubernetes.io/name": "memcached",
                     "memcached_cr": "bench-1234",
                     "pod-template-hash": "6d9f8b7c5d",

@@ -109,7 +109,8 @@ pub const EVENTS: PolicyRule = PolicyRule {
     resource_names: &[],
 };
 
-/// The rules of a controller of the custom resource `plural` in API `group`: watch it, patch its
+/// The rules of a controller of the custom resource `plural` in API `group` (a constant
+/// expression, such as a literal or a macro giving one): watch it, patch its
 /// status, update its finalizers (which an owner reference that blocks the owner's deletion
 /// needs, where the API server enforces it) and record Events; then the `extra` rules for what
 /// else it watches or owns. Written `controller_rules!(finalizer, ..)`, it may also patch the
@@ -122,13 +123,8 @@ pub const EVENTS: PolicyRule = PolicyRule {
 /// ```
 #[macro_export]
 macro_rules! controller_rules {
-    (finalizer, $group:literal, $plural:literal $(, $extra:expr)* $(,)?) => {
-        $crate::controller_rules!(@verbs $crate::rbac::FINALIZED, $group, $plural $(, $extra)*)
-    };
-    ($group:literal, $plural:literal $(, $extra:expr)* $(,)?) => {
-        $crate::controller_rules!(@verbs $crate::rbac::READ, $group, $plural $(, $extra)*)
-    };
-    (@verbs $verbs:expr, $group:literal, $plural:literal $(, $extra:expr)*) => {
+    // The inner arm comes first: a `$group:expr` arm would fail hard on `@verbs`.
+    (@verbs $verbs:expr, $group:expr, $plural:literal $(, $extra:expr)*) => {
         [
             $crate::rbac::PolicyRule {
                 api_groups: &[$group],
@@ -151,6 +147,12 @@ macro_rules! controller_rules {
             $crate::rbac::EVENTS,
             $($extra),*
         ]
+    };
+    (finalizer, $group:expr, $plural:literal $(, $extra:expr)* $(,)?) => {
+        $crate::controller_rules!(@verbs $crate::rbac::FINALIZED, $group, $plural $(, $extra)*)
+    };
+    ($group:expr, $plural:literal $(, $extra:expr)* $(,)?) => {
+        $crate::controller_rules!(@verbs $crate::rbac::READ, $group, $plural $(, $extra)*)
     };
 }
 

@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use crate::labels::{MANAGED_BY, MANAGER};
+use crate::labels::{MANAGED_BY, manager};
 
 /// Asserts that a child (its `metadata`) is controlled by its owner of `kind` with `uid`, and
 /// that garbage collection waits for it (`blockOwnerDeletion`).
@@ -42,7 +42,7 @@ pub fn assert_selects_its_pods(selector: &LabelSelector, template: &PodTemplateS
     );
     assert_eq!(
         labels.get(MANAGED_BY).map(String::as_str),
-        Some(MANAGER),
+        Some(manager()),
         "the shared pod watch sees the pods"
     );
 }

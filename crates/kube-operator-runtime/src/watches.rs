@@ -21,8 +21,9 @@
 //! - a subscriber that falls behind by more than the channel holds gets every cached object
 //!   again (a re-list for that subscriber alone), instead of silently missing changes.
 //!
-//! The Deployment and Pod watches select `app.kubernetes.io/managed-by=operator-manager`, so those
-//! caches hold only the workloads these controllers manage. Every other Deployment is watched as
+//! The Deployment and Pod watches select `app.kubernetes.io/managed-by=<manager>` (the name
+//! given to [`crate::labels::set_product`]), so those caches hold only the workloads these
+//! controllers manage. Every other Deployment is watched as
 //! metadata only ([`unmanaged_deployments`]): a custom resource must never take over a Deployment
 //! of its name that it does not control, and must notice at once when such a Deployment goes
 //! away. Pods are watched as metadata only too.
@@ -1099,7 +1100,7 @@ mod tests {
                 "name": "m-6d9f8b7c5d-x7k2p", "generateName": "m-6d9f8b7c5d-",
                 "namespace": "ns", "uid": "u-pod", "resourceVersion": "9",
                 "labels": {"app": "memcached", "memcached_cr": "m",
-                           "app.kubernetes.io/managed-by": "operator-manager"},
+                           "app.kubernetes.io/managed-by": crate::labels::manager()},
                 "annotations": {"note": "dropped"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                                      "name": "m-6d9f8b7c5d", "uid": "u-rs", "controller": true}],
@@ -1143,8 +1144,10 @@ mod tests {
         let list = &requests[0];
         assert_eq!(list.path, "/api/v1/pods");
         assert!(
-            list.query
-                .contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Doperator-manager"),
+            list.query.contains(&format!(
+                "labelSelector=app.kubernetes.io%2Fmanaged-by%3D{}",
+                crate::labels::manager()
+            )),
             "{}",
             list.query
         );

@@ -281,7 +281,7 @@ fn new_ca(policy: &Policy, now: SystemTime) -> Result<KeyedCert, Error> {
         .as_secs();
     params.distinguished_name.push(
         DnType::CommonName,
-        format!("operator-manager-webhook-ca@{made}"),
+        format!("{}-webhook-ca@{made}", product::NAME),
     );
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
@@ -477,7 +477,11 @@ mod tests {
     fn policy() -> Policy {
         Policy {
             names: vec![
-                "operator-manager-webhook.operator-system.svc".to_owned(),
+                concat!(
+                    product::name!(),
+                    concat!("-webhook.", product::namespace!(), ".svc")
+                )
+                .to_owned(),
                 "127.0.0.1".to_owned(),
             ],
             validity: 90 * DAY,
@@ -507,7 +511,11 @@ mod tests {
         assert_eq!(
             summary.names,
             BTreeSet::from([
-                "operator-manager-webhook.operator-system.svc".to_owned(),
+                concat!(
+                    product::name!(),
+                    concat!("-webhook.", product::namespace!(), ".svc")
+                )
+                .to_owned(),
                 "127.0.0.1".to_owned()
             ])
         );

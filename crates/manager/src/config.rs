@@ -219,7 +219,7 @@ impl Default for Config {
             webhook_cert_path: None,
             webhook_cert_validity: Duration::from_secs(365 * 24 * 60 * 60),
             leader_elect: false,
-            leader_election_id: "operator-manager-leader".to_owned(),
+            leader_election_id: concat!(product::name!(), "-leader").to_owned(),
             leader_election_namespace: None,
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
@@ -1097,7 +1097,10 @@ mod tests {
         assert_eq!(config.metrics_bind_address.to_string(), "0.0.0.0:8080");
         assert_eq!(config.health_probe_bind_address.to_string(), "0.0.0.0:8081");
         assert!(!config.leader_elect);
-        assert_eq!(config.leader_election_id, "operator-manager-leader");
+        assert_eq!(
+            config.leader_election_id,
+            concat!(product::name!(), "-leader")
+        );
         assert_eq!(
             (
                 config.lease_duration,

@@ -16,6 +16,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
+    // Before any controller is built: their watches select on these labels.
+    if let Err(error) = kube_operator_runtime::labels::set_product(product::NAME, product::PART_OF)
+    {
+        eprintln!("error: {error}");
+        return ExitCode::FAILURE;
+    }
     let all = controllers::all();
     let names: Vec<&str> = all.iter().map(|c| c.name()).collect();
     // Every registered controller's webhooks are served, enabled or not: the cluster calls

@@ -319,13 +319,14 @@ fn webhook_cert_settings(
     webhooks: &DeclaredWebhooks,
     also_metrics: bool,
 ) -> CertSettings {
-    use kube_operator_runtime::webhook::{
-        AdmissionKind, CERT_SECRET_NAME, METRICS_SERVICE_NAME, MUTATING_CONFIGURATION,
-        SERVICE_NAME, VALIDATING_CONFIGURATION,
+    use kube_operator_runtime::webhook::AdmissionKind;
+    use product::{
+        METRICS_SERVICE, MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, WEBHOOK_CERT_SECRET,
+        WEBHOOK_SERVICE,
     };
-    let mut names = service_names(SERVICE_NAME, namespace);
+    let mut names = service_names(WEBHOOK_SERVICE, namespace);
     if also_metrics {
-        for name in service_names(METRICS_SERVICE_NAME, namespace) {
+        for name in service_names(METRICS_SERVICE, namespace) {
             if !names.contains(&name) {
                 names.push(name);
             }
@@ -340,7 +341,7 @@ fn webhook_cert_settings(
         }
     };
     CertSettings {
-        secret_name: CERT_SECRET_NAME.to_owned(),
+        secret_name: WEBHOOK_CERT_SECRET.to_owned(),
         namespace: namespace.to_owned(),
         names,
         validity: config.webhook_cert_validity,
@@ -356,16 +357,17 @@ fn webhook_cert_settings(
     }
 }
 
-/// The user agent of leader election's Events: `operator-manager-leader-election/<version>
+/// The user agent of leader election's Events: `<product>-leader-election/<version>
 /// (<identity>)`.
 pub fn leader_election_user_agent(identity: &str) -> String {
     format!(
-        "operator-manager-leader-election/{}",
-        user_agent(identity).trim_start_matches("operator-manager/")
+        "{}-leader-election/{}",
+        product::NAME,
+        user_agent(identity).trim_start_matches(concat!(product::name!(), "/"))
     )
 }
 
-/// The user agent of every request: `operator-manager/<version> (<identity>)`, so the API
+/// The user agent of every request: `<product>/<version> (<identity>)`, so the API
 /// server's audit log attributes each request to a replica. Characters a header cannot carry
 /// become `_`.
 pub fn user_agent(identity: &str) -> String {
@@ -374,7 +376,8 @@ pub fn user_agent(identity: &str) -> String {
         .map(|c| if c.is_ascii_graphic() { c } else { '_' })
         .collect();
     format!(
-        "operator-manager/{} ({identity})",
+        "{}/{} ({identity})",
+        product::NAME,
         env!("CARGO_PKG_VERSION")
     )
 }
@@ -689,7 +692,8 @@ mod tests {
         assert_eq!(
             user_agent("manager-7d9f-x2"),
             format!(
-                "operator-manager/{} (manager-7d9f-x2)",
+                "{}/{} (manager-7d9f-x2)",
+                product::NAME,
                 env!("CARGO_PKG_VERSION")
             )
         );
@@ -700,7 +704,8 @@ mod tests {
         assert_eq!(
             leader_election_user_agent("manager-7d9f-x2"),
             format!(
-                "operator-manager-leader-election/{} (manager-7d9f-x2)",
+                "{}-leader-election/{} (manager-7d9f-x2)",
+                product::NAME,
                 env!("CARGO_PKG_VERSION")
             )
         );

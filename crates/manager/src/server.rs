@@ -363,8 +363,9 @@ mod tests {
             .unwrap();
         let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#;
         let request = format!(
-            "POST /validate-cache-example-com-v1beta1-memcached HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
+            "POST /validate-{group}-v1beta1-memcached HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len(),
+            group = product::group!(cache).replace('.', "-")
         );
         tls.write_all(request.as_bytes()).await.unwrap();
         tls.write_all(body).await.unwrap();

@@ -329,7 +329,7 @@ async fn sync_secret(
                         labels: Some(
                             [(
                                 "app.kubernetes.io/managed-by".to_owned(),
-                                "operator-manager".to_owned(),
+                                product::name!().to_owned(),
                             )]
                             .into(),
                         ),

@@ -308,14 +308,14 @@ mod tests {
             "kind": "AdmissionReview",
             "request": {
                 "uid": "uid-1",
-                "kind": {"group": "cache.example.com", "version": "v1beta1", "kind": "Memcached"},
-                "resource": {"group": "cache.example.com", "version": "v1beta1", "resource": "memcacheds"},
+                "kind": {"group": product::group!(cache), "version": "v1beta1", "kind": "Memcached"},
+                "resource": {"group": product::group!(cache), "version": "v1beta1", "resource": "memcacheds"},
                 "name": "m",
                 "namespace": "ns",
                 "operation": "CREATE",
                 "userInfo": {"username": "alice"},
                 "object": {
-                    "apiVersion": "cache.example.com/v1beta1",
+                    "apiVersion": concat!(product::group!(cache), "/v1beta1"),
                     "kind": "Memcached",
                     "metadata": {"name": "m", "namespace": "ns"},
                     "spec": {"size": 1, "image": image},
@@ -326,10 +326,16 @@ mod tests {
         .expect("JSON")
     }
 
+    /// The path of Memcached's v1beta1 webhook of `kind` (`mutate`, `validate`).
+    fn memcached_path(kind: &str) -> String {
+        let group = product::group!(cache).replace('.', "-");
+        format!("/{kind}-{group}-v1beta1-memcached")
+    }
+
     #[tokio::test]
     async fn each_declared_webhook_answers_on_its_path() {
         let (status, body) = post(
-            "/validate-cache-example-com-v1beta1-memcached",
+            &memcached_path("validate"),
             memcached_review("memcached:1.6 x"),
         )
         .await;
@@ -342,11 +348,7 @@ mod tests {
             "spec.image"
         );
 
-        let (status, body) = post(
-            "/mutate-cache-example-com-v1beta1-memcached",
-            memcached_review(""),
-        )
-        .await;
+        let (status, body) = post(&memcached_path("mutate"), memcached_review("")).await;
         assert_eq!(status, StatusCode::OK);
         let review: Value = serde_json::from_slice(&body).expect("JSON");
         assert_eq!(review["response"]["allowed"], true);
@@ -355,11 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_malformed_review_gets_400_with_the_reason() {
-        let (status, body) = post(
-            "/validate-cache-example-com-v1beta1-memcached",
-            b"{\"kind\": 3".to_vec(),
-        )
-        .await;
+        let (status, body) = post(&memcached_path("validate"), b"{\"kind\": 3".to_vec()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         let text = String::from_utf8(body).expect("text");
         assert!(text.contains("not an AdmissionReview"), "{text}");
@@ -369,7 +367,7 @@ mod tests {
     async fn unknown_paths_and_methods_are_refused() {
         let (status, _) = post("/validate-nothing", memcached_review("m:1")).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        let request = Request::get("/validate-cache-example-com-v1beta1-memcached")
+        let request = Request::get(memcached_path("validate"))
             .body(Body::empty())
             .expect("request");
         let response = router().oneshot(request).await.expect("answered");
@@ -378,7 +376,7 @@ mod tests {
 
     /// Posts `body` to Memcached's validating webhook through `router`.
     async fn validate(router: Router, body: Body) -> StatusCode {
-        let request = Request::post("/validate-cache-example-com-v1beta1-memcached")
+        let request = Request::post(memcached_path("validate"))
             .header("content-type", "application/json")
             .body(body)
             .expect("request");

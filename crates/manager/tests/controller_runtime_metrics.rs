@@ -138,7 +138,7 @@ fn manager_registry() -> prometheus::Registry {
     metrics.init_controller("memcached", 4);
     telemetry::leader_gauge(&registry)
         .expect("leader gauge")
-        .with_label_values(&["operator-manager-leader"])
+        .with_label_values(&[concat!(product::name!(), "-leader")])
         .set(1);
     let requests = RequestMetrics::register(&registry, "127.0.0.1:6443").expect("client metrics");
     let mut client = tower::Layer::layer(&requests, Answers);

@@ -456,7 +456,7 @@ pub fn identity_pod(identity: &str) -> &str {
 /// The leader-election identity in a manager's user agent, `operator-manager/<version>
 /// (<identity>)`.
 pub fn manager_identity(user_agent: &str) -> Option<String> {
-    let rest = user_agent.strip_prefix("operator-manager/")?;
+    let rest = user_agent.strip_prefix(concat!(product::name!(), "/"))?;
     let (_, identity) = rest.split_once(" (")?;
     identity.strip_suffix(')').map(str::to_owned)
 }
@@ -507,8 +507,8 @@ mod tests {
         }
     }
 
-    const A: &str = "operator-manager/0.1.0 (a)";
-    const B: &str = "operator-manager/0.1.0 (b)";
+    const A: &str = concat!(product::name!(), "/0.1.0 (a)");
+    const B: &str = concat!(product::name!(), "/0.1.0 (b)");
 
     #[test]
     fn the_pod_name_is_the_identity_before_its_suffix() {
@@ -520,11 +520,11 @@ mod tests {
     fn identities_come_from_the_user_agent() {
         assert_eq!(manager_identity(A).as_deref(), Some("a"));
         assert_eq!(
-            manager_identity("operator-manager/0.1.0 (pod-7f (x))").as_deref(),
+            manager_identity(concat!(product::name!(), "/0.1.0 (pod-7f (x))")).as_deref(),
             Some("pod-7f (x)")
         );
         assert_eq!(manager_identity("kubectl/v1.37.1 (linux/amd64)"), None);
-        assert_eq!(manager_identity("operator-manager/0.1.0"), None);
+        assert_eq!(manager_identity(concat!(product::name!(), "/0.1.0")), None);
     }
 
     #[test]

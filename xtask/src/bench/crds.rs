@@ -77,7 +77,7 @@ mod tests {
         serde_json::from_value(json!({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": "memcacheds.cache.example.com"},
+            "metadata": {"name": concat!("memcacheds.", product::group!(cache))},
             "spec": {
                 "conversion": {"strategy": "Webhook"},
                 "versions": versions,

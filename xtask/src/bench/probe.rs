@@ -18,7 +18,7 @@ use testkit::ServiceAccountKubeconfig;
 /// [`COUNTED_RESOURCES`] and [`COUNTED_VERBS`], and a catch-all for the rest. They route to
 /// `workload-low`, the priority level the built-in `service-accounts` schema would have chosen,
 /// so behaviour is unchanged.
-const FLOW_SCHEMA: &str = "bench-operator-manager";
+const FLOW_SCHEMA: &str = concat!("bench-", product::name!());
 const DISPATCHED_METRIC: &str = "apiserver_flowcontrol_dispatched_requests_total";
 /// Watch events the API server sent, to every client, by group, version and resource.
 const WATCH_EVENTS_METRIC: &str = "apiserver_watch_events_total";
@@ -763,7 +763,7 @@ apiserver_terminated_watchers_total{group=\"\",resource=\"pods\"} 2
                 );
             }
         }
-        assert_eq!(key_of("bench-operator-manager-x"), None);
+        assert_eq!(key_of(concat!("bench-", product::name!(), "-x")), None);
         assert_eq!(key_of("exempt"), None);
     }
 

@@ -487,7 +487,12 @@ mod tests {
                 response_object: None,
             }
         };
-        let manager = "system:serviceaccount:operator-system:operator-manager";
+        let manager = concat!(
+            "system:serviceaccount:",
+            product::namespace!(),
+            ":",
+            product::name!()
+        );
         let events = [
             // Before the API server was ready, and refused: neither counts.
             write(95, manager, 200),

@@ -79,7 +79,7 @@ pub fn build(progress: impl Fn(&str)) -> anyhow::Result<PathBuf> {
 /// Kubebuilder's leader-election Role (every verb on Leases, core Events). Our manager has
 /// no use for them.
 pub fn extra_rbac(account: &str, namespace: &str) -> anyhow::Result<Vec<kube::api::DynamicObject>> {
-    let name = "operator-manager-bench-reference";
+    let name = concat!(product::name!(), "-bench-reference");
     let every = [
         "get", "list", "watch", "create", "update", "patch", "delete",
     ];
@@ -90,8 +90,8 @@ pub fn extra_rbac(account: &str, namespace: &str) -> anyhow::Result<Vec<kube::ap
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": name},
          "rules": [
-            rule("cache.example.com", &["memcacheds"], &every),
-            rule("cache.example.com", &["memcacheds/status"], &["get", "update", "patch"]),
+            rule(product::group!(cache), &["memcacheds"], &every),
+            rule(product::group!(cache), &["memcacheds/status"], &["get", "update", "patch"]),
             rule("apps", &["deployments"], &every),
             rule("", &["pods"], &["get", "list", "watch"]),
             rule("", &["services"], &every),
@@ -124,7 +124,11 @@ mod tests {
     #[test]
     fn the_reference_uses_controller_runtime_v0_24_1() {
         let go_mod = MODULE.go_mod();
-        assert!(go_mod.starts_with("module operator-manager.dev/reference/memcached\n"));
+        assert!(go_mod.starts_with(concat!(
+            "module ",
+            product::name!(),
+            ".dev/reference/memcached\n"
+        )));
         assert!(
             go_mod
                 .lines()

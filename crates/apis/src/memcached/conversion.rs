@@ -13,10 +13,10 @@
 use serde_json::{Map, Value};
 
 /// The group both versions belong to.
-pub const GROUP: &str = "cache.example.com";
+pub const GROUP: &str = product::group!(cache);
 /// The annotation that carries v1beta1's own spec fields through v1alpha1. Reserved: set by
 /// the conversion, never by hand.
-pub const PRESERVED_FIELDS: &str = "cache.example.com/v1beta1-fields";
+pub const PRESERVED_FIELDS: &str = concat!(product::group!(cache), "/v1beta1-fields");
 
 /// The spec fields only v1beta1 has, in the order they are preserved.
 const V1BETA1_ONLY: [&str; 2] = ["memory", "resources"];
@@ -28,7 +28,7 @@ pub enum ConversionError {
     #[error("not a Memcached object: {0}")]
     NotAnObject(String),
     /// A version this type does not have.
-    #[error("cache.example.com has no Memcached version {0:?}; it has v1alpha1 and v1beta1")]
+    #[error("{GROUP} has no Memcached version {0:?}; it has v1alpha1 and v1beta1")]
     UnknownVersion(String),
 }
 
@@ -158,8 +158,8 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    const ALPHA: &str = "cache.example.com/v1alpha1";
-    const BETA: &str = "cache.example.com/v1beta1";
+    const ALPHA: &str = concat!(product::group!(cache), "/v1alpha1");
+    const BETA: &str = concat!(product::group!(cache), "/v1beta1");
 
     #[test]
     fn down_keeps_the_new_fields_in_the_annotation_and_up_restores_them() {
@@ -221,9 +221,9 @@ mod tests {
     fn unknown_versions_and_non_objects_are_named() {
         let object = json!({"apiVersion": ALPHA, "kind": "Memcached"});
         assert_eq!(
-            convert(object.clone(), "cache.example.com/v2"),
+            convert(object.clone(), concat!(product::group!(cache), "/v2")),
             Err(ConversionError::UnknownVersion(
-                "cache.example.com/v2".into()
+                concat!(product::group!(cache), "/v2").into()
             ))
         );
         assert_eq!(

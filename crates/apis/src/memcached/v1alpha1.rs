@@ -9,52 +9,54 @@ use serde::{Deserialize, Serialize};
 use super::DEFAULT_IMAGE;
 use super::{MemcachedStatus, default_image};
 
-/// Desired state of a memcached cluster.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "cache.example.com",
-    version = "v1alpha1",
-    kind = "Memcached",
-    plural = "memcacheds",
-    shortname = "mc",
-    namespaced,
-    status = "MemcachedStatus",
-    derive = "PartialEq",
-    doc = "A memcached cluster managed by the platform: a Deployment of `spec.size` memcached pods.",
-    printcolumn(
-        name = "Size",
-        type_ = "integer",
-        json_path = ".spec.size",
-        description = "Desired number of memcached pods"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "Memcached pods that are ready"
-    ),
-    printcolumn(
-        name = "Available",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Available\")].status",
-        description = "Whether every desired pod is ready"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct MemcachedSpec {
-    /// Number of memcached pods to run, from 0 to 100. 0 keeps the object but stops every pod.
-    #[schemars(range(min = 0, max = 100))]
-    pub size: i32,
+product::custom_resource! {
+    cache,
+    /// Desired state of a memcached cluster.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        version = "v1alpha1",
+        kind = "Memcached",
+        plural = "memcacheds",
+        shortname = "mc",
+        namespaced,
+        status = "MemcachedStatus",
+        derive = "PartialEq",
+        doc = "A memcached cluster managed by the platform: a Deployment of `spec.size` memcached pods.",
+        printcolumn(
+            name = "Size",
+            type_ = "integer",
+            json_path = ".spec.size",
+            description = "Desired number of memcached pods"
+        ),
+        printcolumn(
+            name = "Ready",
+            type_ = "integer",
+            json_path = ".status.readyReplicas",
+            description = "Memcached pods that are ready"
+        ),
+        printcolumn(
+            name = "Available",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Available\")].status",
+            description = "Whether every desired pod is ready"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct MemcachedSpec {
+        /// Number of memcached pods to run, from 0 to 100. 0 keeps the object but stops every pod.
+        #[schemars(range(min = 0, max = 100))]
+        pub size: i32,
 
-    /// Container image for the memcached pods. Defaults to a current memcached 1.6 Alpine image.
-    #[serde(default = "default_image")]
-    #[schemars(length(min = 1))]
-    pub image: String,
+        /// Container image for the memcached pods. Defaults to a current memcached 1.6 Alpine image.
+        #[serde(default = "default_image")]
+        #[schemars(length(min = 1))]
+        pub image: String,
+    }
 }
 
 #[cfg(test)]
@@ -74,8 +76,11 @@ mod tests {
     #[test]
     fn names_scope_and_version() {
         let crd = crd();
-        assert_eq!(crd["metadata"]["name"], "memcacheds.cache.example.com");
-        assert_eq!(crd["spec"]["group"], "cache.example.com");
+        assert_eq!(
+            crd["metadata"]["name"],
+            concat!("memcacheds.", product::group!(cache))
+        );
+        assert_eq!(crd["spec"]["group"], product::group!(cache));
         assert_eq!(crd["spec"]["scope"], "Namespaced");
         assert_eq!(crd["spec"]["names"]["kind"], "Memcached");
         assert_eq!(crd["spec"]["names"]["plural"], "memcacheds");
@@ -156,7 +161,7 @@ mod tests {
     #[test]
     fn a_new_object_round_trips_without_status() {
         let mc: Memcached = serde_json::from_value(json!({
-            "apiVersion": "cache.example.com/v1alpha1",
+            "apiVersion": concat!(product::group!(cache), "/v1alpha1"),
             "kind": "Memcached",
             "metadata": {"name": "m"},
             "spec": {"size": 3}

@@ -15,69 +15,71 @@ use super::{MemcachedStatus, default_image};
 /// The item memory when `spec.memory` is not set: the seed's `-m=64`.
 pub const DEFAULT_MEMORY: &str = "64Mi";
 
-/// Desired state of a memcached cluster.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "cache.example.com",
-    version = "v1beta1",
-    kind = "Memcached",
-    plural = "memcacheds",
-    shortname = "mc",
-    namespaced,
-    status = "MemcachedStatus",
-    derive = "PartialEq",
-    doc = "A memcached cluster managed by the platform: a Deployment of `spec.size` memcached pods, each with `spec.memory` for items.",
-    printcolumn(
-        name = "Size",
-        type_ = "integer",
-        json_path = ".spec.size",
-        description = "Desired number of memcached pods"
-    ),
-    printcolumn(
-        name = "Memory",
-        type_ = "string",
-        json_path = ".spec.memory",
-        description = "Memory each pod's memcached may use for items"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "Memcached pods that are ready"
-    ),
-    printcolumn(
-        name = "Available",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Available\")].status",
-        description = "Whether every desired pod is ready"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct MemcachedSpec {
-    /// Number of memcached pods to run, from 0 to 100. 0 keeps the object but stops every pod.
-    #[schemars(range(min = 0, max = 100))]
-    pub size: i32,
+product::custom_resource! {
+    cache,
+    /// Desired state of a memcached cluster.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(
+        version = "v1beta1",
+        kind = "Memcached",
+        plural = "memcacheds",
+        shortname = "mc",
+        namespaced,
+        status = "MemcachedStatus",
+        derive = "PartialEq",
+        doc = "A memcached cluster managed by the platform: a Deployment of `spec.size` memcached pods, each with `spec.memory` for items.",
+        printcolumn(
+            name = "Size",
+            type_ = "integer",
+            json_path = ".spec.size",
+            description = "Desired number of memcached pods"
+        ),
+        printcolumn(
+            name = "Memory",
+            type_ = "string",
+            json_path = ".spec.memory",
+            description = "Memory each pod's memcached may use for items"
+        ),
+        printcolumn(
+            name = "Ready",
+            type_ = "integer",
+            json_path = ".status.readyReplicas",
+            description = "Memcached pods that are ready"
+        ),
+        printcolumn(
+            name = "Available",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Available\")].status",
+            description = "Whether every desired pod is ready"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct MemcachedSpec {
+        /// Number of memcached pods to run, from 0 to 100. 0 keeps the object but stops every pod.
+        #[schemars(range(min = 0, max = 100))]
+        pub size: i32,
 
-    /// Container image for the memcached pods. Defaults to a current memcached 1.6 Alpine image.
-    #[serde(default = "default_image")]
-    #[schemars(length(min = 1))]
-    pub image: String,
+        /// Container image for the memcached pods. Defaults to a current memcached 1.6 Alpine image.
+        #[serde(default = "default_image")]
+        #[schemars(length(min = 1))]
+        pub image: String,
 
-    /// Memory each memcached may use for items (its `-m`), as a quantity such as `64Mi` or
-    /// `1Gi`, from 1Mi, in whole MiB. Defaults to 64Mi. Must fit in `resources.limits.memory`
-    /// when both are set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<Quantity>,
+        /// Memory each memcached may use for items (its `-m`), as a quantity such as `64Mi` or
+        /// `1Gi`, from 1Mi, in whole MiB. Defaults to 64Mi. Must fit in `resources.limits.memory`
+        /// when both are set.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub memory: Option<Quantity>,
 
-    /// CPU and memory of each memcached container. Without a memory request, the admission
-    /// webhook requests `memory` plus memcached's own overhead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
+        /// CPU and memory of each memcached container. Without a memory request, the admission
+        /// webhook requests `memory` plus memcached's own overhead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub resources: Option<ResourceRequirements>,
+    }
 }
 
 impl Default for MemcachedSpec {

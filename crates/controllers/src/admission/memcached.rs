@@ -252,8 +252,8 @@ mod tests {
         assert_eq!(
             names,
             [
-                "mmemcached-v1beta1.cache.example.com",
-                "vmemcached-v1beta1.cache.example.com"
+                concat!("mmemcached-v1beta1.", product::group!(cache)),
+                concat!("vmemcached-v1beta1.", product::group!(cache))
             ]
         );
     }

@@ -11,7 +11,6 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube_operator_runtime::webhook;
 use testkit::{TestCluster, TestNamespace};
 
 /// The generated configurations, calling `https://127.0.0.1:port`, for this test's
@@ -44,14 +43,14 @@ pub async fn install_configurations(
     let apply = PatchParams::apply("e2e-webhooks").force();
     Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
         .patch(
-            webhook::MUTATING_CONFIGURATION,
+            product::MUTATING_CONFIGURATION,
             &apply,
             &Patch::Apply(&mutating),
         )
         .await?;
     Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
         .patch(
-            webhook::VALIDATING_CONFIGURATION,
+            product::VALIDATING_CONFIGURATION,
             &apply,
             &Patch::Apply(&validating),
         )
@@ -62,12 +61,12 @@ pub async fn install_configurations(
 pub async fn remove_configurations(cluster: &TestCluster) -> Result<()> {
     gone(
         Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
-            .delete(webhook::MUTATING_CONFIGURATION, &DeleteParams::default())
+            .delete(product::MUTATING_CONFIGURATION, &DeleteParams::default())
             .await,
     )?;
     gone(
         Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
-            .delete(webhook::VALIDATING_CONFIGURATION, &DeleteParams::default())
+            .delete(product::VALIDATING_CONFIGURATION, &DeleteParams::default())
             .await,
     )
 }
@@ -77,7 +76,7 @@ pub async fn remove_configurations(cluster: &TestCluster) -> Result<()> {
 pub async fn provisioned_ca(cluster: &TestCluster, namespace: &str) -> Result<Vec<u8>> {
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), namespace);
     let ca = secrets
-        .get(webhook::CERT_SECRET_NAME)
+        .get(product::WEBHOOK_CERT_SECRET)
         .await?
         .data
         .and_then(|data| data.get("ca.crt").cloned())
@@ -87,7 +86,7 @@ pub async fn provisioned_ca(cluster: &TestCluster, namespace: &str) -> Result<Ve
 
 /// Where the managers under test keep their certificate Secret (their leader election
 /// namespace).
-pub const MANAGER_NAMESPACE: &str = "operator-system";
+pub const MANAGER_NAMESPACE: &str = product::namespace!();
 
 /// A manager serving its webhooks on `127.0.0.1:port`, without leader election, running the
 /// Memcached controller, with `extra` flags; returns once `/readyz` answers.

@@ -39,20 +39,6 @@ use serde_json::value::RawValue;
 pub const PORT: u16 = 9443;
 /// The name of [`PORT`] on the manager's container.
 pub const PORT_NAME: &str = "webhook-server";
-/// The Service the generated configurations call the manager through (port 443 to [`PORT`]).
-pub const SERVICE_NAME: &str = "operator-manager-webhook";
-/// The generated MutatingWebhookConfiguration, holding every defaulting webhook.
-pub const MUTATING_CONFIGURATION: &str = "operator-manager-mutating";
-/// The generated ValidatingWebhookConfiguration, holding every validating webhook.
-pub const VALIDATING_CONFIGURATION: &str = "operator-manager-validating";
-/// The Secret in the manager's namespace holding the webhooks' CA and serving certificate,
-/// shared by every replica. Its `ca.crt` is what the webhook configurations trust, and what a
-/// scraper of the secure metrics verifies them with.
-pub const CERT_SECRET_NAME: &str = "operator-manager-webhook-certs";
-/// The Service in front of the secure metrics endpoint: the provisioned serving certificate
-/// carries its names too, so the metrics are served with it.
-pub const METRICS_SERVICE_NAME: &str = "operator-manager-metrics";
-
 /// How long the API server waits for a webhook's answer (`timeoutSeconds` of every generated
 /// webhook). Past it, the API server applies the failure policy.
 pub const TIMEOUT_SECONDS: i32 = 10;
