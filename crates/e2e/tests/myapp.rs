@@ -177,8 +177,16 @@ fn both_controllers_in(metrics: &str) -> Result<(), String> {
             format!("{controller} concurrency: {workers:?}"),
         )?;
         let queue = format!("{{controller=\"{controller}\",name=\"{controller}\"");
-        let depth = workloads::sample(metrics, &format!("workqueue_depth{queue},priority=\"\"}}"));
-        check(depth.is_some(), format!("workqueue_depth for {controller}"))?;
+        for priority in ["0", "-100"] {
+            let depth = workloads::sample(
+                metrics,
+                &format!("workqueue_depth{queue},priority=\"{priority}\"}}"),
+            );
+            check(
+                depth.is_some(),
+                format!("workqueue_depth{{priority=\"{priority}\"}} for {controller}"),
+            )?;
+        }
         for series in [
             "workqueue_queue_duration_seconds_count",
             "workqueue_work_duration_seconds_count",

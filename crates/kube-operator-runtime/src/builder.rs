@@ -33,6 +33,7 @@ use crate::meta_view::MetaView;
 use crate::scope::ScopedApi;
 use crate::status_writer::{StatusWriter, WithStatus};
 use crate::watches::{Shared, WatchSpec};
+use crate::workqueue::Priority;
 use crate::{Error, RunContext, children, finalizer, rbac};
 
 /// Maps an object of a watched cache to the custom resource it concerns, given the cache of
@@ -535,7 +536,13 @@ where
         let client = self.ctx.client.clone();
         let driver = Driver::<K>::new(self.name, &self.ctx).with_finalizer(self.finalizer);
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
-        let mut triggers = self.triggers;
+        // Triggers from what the controller owns and watches are live changes; the custom
+        // resources' own watch tells a list's catch-up from a live change.
+        let mut triggers: Vec<_> = self
+            .triggers
+            .into_iter()
+            .map(|t| t.map(|key| (key, Priority::Live)).boxed())
+            .collect();
         triggers.insert(0, resources.inspect(move |_| counted.inc()).boxed());
         let (events, publisher) =
             Events::start(client.clone(), self.name, &self.ctx.options.instance);

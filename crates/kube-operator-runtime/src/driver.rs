@@ -45,7 +45,7 @@ use crate::backoff::Backoff;
 use crate::metrics::result;
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::watches::{Refusal, refusal_reason};
-use crate::workqueue::WorkQueue;
+use crate::workqueue::{Priority, WorkQueue};
 use crate::{Error, Metrics, RunContext};
 
 /// How long a successful reconcile waits before it runs again without any watch event: a
@@ -141,7 +141,7 @@ where
         client: &kube::Client,
         namespaces: &Namespaces,
         mut writer: kube::runtime::reflector::store::Writer<K>,
-    ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+    ) -> impl Stream<Item = (ObjectRef<K>, Priority)> + Send + 'static
     where
         K::Scope: ScopedApi,
     {
@@ -165,10 +165,16 @@ where
             .filter_map(move |event| {
                 let triggers = match event {
                     Ok(event) => {
-                        listed |= matches!(event, watcher::Event::InitDone);
+                        // A list's objects catch up; a change seen live goes ahead of them.
+                        let priority = if matches!(event, watcher::Event::InitDone) {
+                            listed = true;
+                            Priority::CatchUp
+                        } else {
+                            Priority::Live
+                        };
                         let triggers = relists.triggers(&event, &cached);
                         writer.apply_watcher_event(&event);
-                        triggers
+                        triggers.into_iter().map(|key| (key, priority)).collect()
                     }
                     Err(e) => {
                         match refusal_reason(&e).filter(|_| !listed) {
@@ -211,7 +217,7 @@ where
     /// The `Result` leaves room for a failure that must stop the manager.
     pub async fn run<C, F, Fut>(
         self,
-        triggers: Vec<BoxStream<'static, ObjectRef<K>>>,
+        triggers: Vec<BoxStream<'static, (ObjectRef<K>, Priority)>>,
         cache: Store<K>,
         reconcile: F,
         context: Arc<C>,
@@ -269,7 +275,7 @@ where
             }
             tokio::select! {
                 trigger = triggers.next(), if triggers_open && !stopping => match trigger {
-                    Some(key) => queue.trigger(key, Instant::now()),
+                    Some((key, priority)) => queue.trigger_with(key, Instant::now(), priority),
                     None => triggers_open = false,
                 },
                 Some((key, result)) = running.next(), if !running.is_empty() => {
@@ -763,8 +769,12 @@ mod tests {
                 }
             };
             let driver = Driver::<Memcached>::new("test", &ctx);
-            let running =
-                tokio::spawn(driver.run(vec![rx.boxed()], cache, recording, Arc::new(())));
+            let running = tokio::spawn(driver.run(
+                vec![rx.map(|key| (key, Priority::Live)).boxed()],
+                cache,
+                recording,
+                Arc::new(()),
+            ));
             Self {
                 triggers,
                 seen,
@@ -904,7 +914,7 @@ mod tests {
         };
         let driver = Driver::<Memcached>::new("test", &ctx);
         let running = tokio::spawn(driver.run(
-            vec![futures::stream::iter([key("a")]).boxed()],
+            vec![futures::stream::iter([(key("a"), Priority::Live)]).boxed()],
             cache,
             reconcile,
             Arc::new(()),

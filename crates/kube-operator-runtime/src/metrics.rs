@@ -5,6 +5,7 @@
 //! written for Kubebuilder operators work unchanged. They are recorded by the shared driver for
 //! every controller, never by hand in a reconcile.
 
+use crate::workqueue::Priority;
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
@@ -47,8 +48,9 @@ pub struct Metrics {
     /// `controller_runtime_terminal_reconcile_errors_total{controller}`: failures that a retry
     /// cannot fix ([`crate::Error::is_terminal`]); the object waits for its next change.
     pub terminal_reconcile_errors_total: IntCounterVec,
-    /// `workqueue_depth{name,controller,priority}`: objects waiting for a reconcile (see the
-    /// driver for how it is derived); `priority` is always empty (no priority queue).
+    /// `workqueue_depth{name,controller,priority}`: objects waiting for a reconcile, by
+    /// priority as controller-runtime's priority queue labels it: `0` for live changes,
+    /// `-100` for the catch-up of a list, a requeue or a retry (see [`crate::workqueue`]).
     pub workqueue_depth: IntGaugeVec,
     /// `workqueue_adds_total{name,controller}`: reconcile requests from watch events.
     pub workqueue_adds_total: IntCounterVec,
@@ -265,7 +267,8 @@ impl Metrics {
         self.terminal_reconcile_errors_total
             .with_label_values(&[controller]);
         let queue = self.queue(controller);
-        queue.depth.set(0);
+        queue.depth.live.set(0);
+        queue.depth.catch_up.set(0);
         self.workqueue_retries_total
             .with_label_values(&[controller, controller]);
     }
@@ -275,9 +278,18 @@ impl Metrics {
     pub fn queue(&self, controller: &str) -> QueueMetrics {
         let labels = [controller, controller];
         QueueMetrics {
-            depth: self
-                .workqueue_depth
-                .with_label_values(&[controller, controller, ""]),
+            depth: DepthGauges {
+                live: self.workqueue_depth.with_label_values(&[
+                    controller,
+                    controller,
+                    Priority::Live.label(),
+                ]),
+                catch_up: self.workqueue_depth.with_label_values(&[
+                    controller,
+                    controller,
+                    Priority::CatchUp.label(),
+                ]),
+            },
             adds: self.workqueue_adds_total.with_label_values(&labels),
             retries: self.workqueue_retries_total.with_label_values(&labels),
             queue_duration: self
@@ -305,11 +317,35 @@ fn queue_buckets() -> Result<Vec<f64>, prometheus::Error> {
     prometheus::exponential_buckets(10e-9, 10.0, 12)
 }
 
+/// One controller's `workqueue_depth`, one series per priority.
+#[derive(Clone, Debug)]
+pub struct DepthGauges {
+    /// Objects waiting with a live change (`priority="0"`).
+    pub live: IntGauge,
+    /// Objects waiting only to catch up (`priority="-100"`).
+    pub catch_up: IntGauge,
+}
+
+impl DepthGauges {
+    /// Objects waiting, whatever their priority.
+    pub fn get(&self) -> i64 {
+        self.live.get() + self.catch_up.get()
+    }
+
+    /// The series of `priority`.
+    pub fn of(&self, priority: Priority) -> &IntGauge {
+        match priority {
+            Priority::Live => &self.live,
+            Priority::CatchUp => &self.catch_up,
+        }
+    }
+}
+
 /// One controller's work-queue series.
 #[derive(Clone, Debug)]
 pub struct QueueMetrics {
-    /// `workqueue_depth`.
-    pub depth: IntGauge,
+    /// `workqueue_depth`, by priority.
+    pub depth: DepthGauges,
     /// `workqueue_adds_total`.
     pub adds: IntCounter,
     /// `workqueue_retries_total`.

@@ -11,12 +11,19 @@
 //! echoes of the reconcile's own writes and the steps of the rollout that follows become one
 //! more reconcile.
 //!
+//! Live changes go first. A trigger is [`Priority::Live`] (a user's edit, a child's change) or
+//! [`Priority::CatchUp`] (the objects of a list: the first one at start or on taking over, or a
+//! list after a watch broke; requeues and retries). Catch-up keys run only when no live key
+//! waits, so an edit made while thousands of objects are listed runs next, not after them,
+//! like controller-runtime's priority queue. A waiting key triggered live moves ahead.
+//!
 //! It holds keys, not futures: the driver asks it for the next key whenever a worker is free
 //! and reads the object from the cache then, so a queue of thousands costs a few maps, and the
 //! work per operation is proportional to what it changes, not to the queue.
 //!
 //! It records controller-runtime's work-queue metrics as it goes: `workqueue_depth` counts the
-//! objects waiting (triggered, or with a requeue that has fallen due, and not yet started),
+//! objects waiting (triggered, or with a requeue that has fallen due, and not yet started) by
+//! priority,
 //! `workqueue_adds_total` every trigger, `workqueue_queue_duration_seconds` the wait from the
 //! first trigger (or the due time) to the start, `workqueue_work_duration_seconds` each
 //! reconcile, and the unfinished-work gauges the running ones (on [`WorkQueue::refresh`]).
@@ -29,20 +36,61 @@ use tokio::time::Instant;
 
 use crate::metrics::QueueMetrics;
 
+/// How soon a trigger is to run (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// Catching up: the objects of a list, requeues and retries.
+    CatchUp,
+    /// A live change: runs before every catch-up key.
+    Live,
+}
+
+impl Priority {
+    /// The `priority` label of `workqueue_depth`, as controller-runtime's priority queue
+    /// writes it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Priority::Live => "0",
+            Priority::CatchUp => "-100",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Priority::Live => 0,
+            Priority::CatchUp => 1,
+        }
+    }
+}
+
 /// Where a key stands, apart from running (see [`WorkQueue::running`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Entry {
     /// Waiting for a reconcile since then: its first trigger, or the time its requeue fell due.
     waiting_since: Option<Instant>,
+    /// The highest priority it was triggered with since it started waiting.
+    priority: Priority,
     /// Its slot in [`WorkQueue::timers`].
     timer: Option<(Instant, u64)>,
-    /// In [`WorkQueue::ready`].
-    queued: bool,
+    /// In [`WorkQueue::ready`] at this priority, under this sequence number (an older copy
+    /// left in the other queue when it moved ahead is skipped).
+    queued: Option<(Priority, u64)>,
+}
+
+impl Default for Entry {
+    fn default() -> Self {
+        Self {
+            waiting_since: None,
+            priority: Priority::CatchUp,
+            timer: None,
+            queued: None,
+        }
+    }
 }
 
 impl Entry {
     fn is_empty(&self) -> bool {
-        self.waiting_since.is_none() && self.timer.is_none() && !self.queued
+        self.waiting_since.is_none() && self.timer.is_none() && self.queued.is_none()
     }
 }
 
@@ -60,11 +108,13 @@ enum Timer {
 pub struct WorkQueue<Key> {
     /// How long a trigger waits for the next one before its key is queued.
     debounce: Duration,
-    /// Keys ready to run, in the order they became ready.
-    ready: VecDeque<Key>,
+    /// Keys ready to run, live ones first (by [`Priority::index`]), each in the order they
+    /// became ready, with the sequence number they were queued under.
+    ready: [VecDeque<(u64, Key)>; 2],
     entries: HashMap<Key, Entry>,
-    /// Pending timers by due time, with a sequence number that keeps ties in order.
-    timers: BTreeMap<(Instant, u64), Key>,
+    /// Pending timers by due time, with a sequence number that keeps ties in order, and the
+    /// priority the key waits with once it falls due.
+    timers: BTreeMap<(Instant, u64), (Key, Priority)>,
     sequence: u64,
     /// Keys being reconciled, since when.
     running: HashMap<Key, Instant>,
@@ -73,8 +123,8 @@ pub struct WorkQueue<Key> {
     finished: HashMap<Key, Instant>,
     /// The keys of [`WorkQueue::finished`] in the order they ended, to prune the oldest first.
     finished_order: VecDeque<(Instant, Key)>,
-    /// Entries with `waiting_since`, running or not.
-    waiting: usize,
+    /// Entries with `waiting_since`, running or not, by their priority's index.
+    waiting: [usize; 2],
     metrics: QueueMetrics,
 }
 
@@ -83,39 +133,63 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     pub fn new(debounce: Duration, metrics: QueueMetrics) -> Self {
         Self {
             debounce,
-            ready: VecDeque::new(),
+            ready: [VecDeque::new(), VecDeque::new()],
             entries: HashMap::new(),
             timers: BTreeMap::new(),
             sequence: 0,
             running: HashMap::new(),
             finished: HashMap::new(),
             finished_order: VecDeque::new(),
-            waiting: 0,
+            waiting: [0, 0],
             metrics,
         }
     }
 
-    /// A watch event asks for `key` to be reconciled: it is queued at once if it was idle,
-    /// else after its triggers pause for the debounce, unless it is queued already. Running, it
-    /// runs once more when done.
+    /// A live change asks for `key` to be reconciled ([`WorkQueue::trigger_with`]).
     pub fn trigger(&mut self, key: Key, now: Instant) {
+        self.trigger_with(key, now, Priority::Live);
+    }
+
+    /// A watch event asks for `key` to be reconciled with `priority`: it is queued at once if
+    /// it was idle, else after its triggers pause for the debounce, unless it is queued
+    /// already (a live trigger moves a key queued to catch up ahead). Running, it runs once
+    /// more when done.
+    pub fn trigger_with(&mut self, key: Key, now: Instant, priority: Priority) {
         self.metrics.adds.inc();
         self.prune_finished(now);
         let idle = !self.running.contains_key(&key) && !self.finished.contains_key(&key);
+        let was_waiting = self.wait(&key, now, priority);
         let entry = self.entries.entry(key.clone()).or_default();
-        let was_waiting = entry.waiting_since.is_some();
-        if !was_waiting {
-            entry.waiting_since = Some(now);
-            self.waiting += 1;
-        }
-        if !entry.queued {
-            if self.debounce.is_zero() || (idle && !was_waiting) {
-                self.make_ready(key);
-            } else {
-                self.set_timer(key, later(now, self.debounce), Timer::Replace);
+        match entry.queued {
+            Some((queued, _)) if queued >= entry.priority => {}
+            Some(_) => self.make_ready(key),
+            None => {
+                if self.debounce.is_zero() || (idle && !was_waiting) {
+                    self.make_ready(key);
+                } else {
+                    let priority = entry.priority;
+                    self.set_timer(key, later(now, self.debounce), Timer::Replace, priority);
+                }
             }
         }
         self.publish_depth();
+    }
+
+    /// Marks `key` waiting since `since` unless it waits already, at `priority` or the higher
+    /// one it waits with; whether it was waiting.
+    fn wait(&mut self, key: &Key, since: Instant, priority: Priority) -> bool {
+        let entry = self.entries.entry(key.clone()).or_default();
+        let was_waiting = entry.waiting_since.is_some();
+        if !was_waiting {
+            entry.waiting_since = Some(since);
+            entry.priority = priority;
+            self.waiting[priority.index()] += 1;
+        } else if priority > entry.priority {
+            self.waiting[entry.priority.index()] -= 1;
+            self.waiting[priority.index()] += 1;
+            entry.priority = priority;
+        }
+        was_waiting
     }
 
     /// When the next timer falls due, if any is pending.
@@ -130,13 +204,9 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
             if at > now {
                 break;
             }
-            let key = timer.remove();
-            let entry = self.entries.entry(key.clone()).or_default();
-            entry.timer = None;
-            if entry.waiting_since.is_none() {
-                entry.waiting_since = Some(at);
-                self.waiting += 1;
-            }
+            let (key, priority) = timer.remove();
+            self.entries.entry(key.clone()).or_default().timer = None;
+            self.wait(&key, at, priority);
             self.make_ready(key);
         }
         self.publish_depth();
@@ -145,11 +215,11 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     /// The next key to reconcile, which counts as running until [`WorkQueue::done`] or
     /// [`WorkQueue::gone`]. Its pending timer is dropped: the reconcile sets the next one.
     pub fn pop(&mut self, now: Instant) -> Option<Key> {
-        let key = self.ready.pop_front()?;
+        let key = self.next_ready()?;
         if let Some(entry) = self.entries.get_mut(&key) {
-            entry.queued = false;
+            entry.queued = None;
             if let Some(since) = entry.waiting_since.take() {
-                self.waiting -= 1;
+                self.waiting[entry.priority.index()] -= 1;
                 self.metrics
                     .queue_duration
                     .observe(now.saturating_duration_since(since).as_secs_f64());
@@ -166,8 +236,25 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         Some(key)
     }
 
-    /// The reconcile of `key` has ended; it runs again after `requeue`, or at once when it was
-    /// triggered meanwhile.
+    /// The first ready key, live ones first, skipping the copies left behind by keys that
+    /// moved ahead.
+    fn next_ready(&mut self) -> Option<Key> {
+        for priority in [Priority::Live, Priority::CatchUp] {
+            while let Some((sequence, key)) = self.ready[priority.index()].pop_front() {
+                let current = self
+                    .entries
+                    .get(&key)
+                    .is_some_and(|e| e.queued == Some((priority, sequence)));
+                if current {
+                    return Some(key);
+                }
+            }
+        }
+        None
+    }
+
+    /// The reconcile of `key` has ended; it runs again after `requeue` (to catch up), or at
+    /// once when it was triggered meanwhile.
     pub fn done(&mut self, key: &Key, requeue: Option<Duration>, now: Instant) {
         if let Some(since) = self.running.remove(key) {
             self.metrics
@@ -182,12 +269,17 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         let triggered = self
             .entries
             .get(key)
-            .is_some_and(|e| e.waiting_since.is_some() && e.timer.is_none() && !e.queued);
+            .is_some_and(|e| e.waiting_since.is_some() && e.timer.is_none() && e.queued.is_none());
         if triggered {
             self.make_ready(key.clone());
         }
         if let Some(after) = requeue {
-            self.set_timer(key.clone(), later(now, after), Timer::Earliest);
+            self.set_timer(
+                key.clone(),
+                later(now, after),
+                Timer::Earliest,
+                Priority::CatchUp,
+            );
         }
         self.publish_depth();
     }
@@ -203,11 +295,11 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         self.finished.remove(key);
         if let Some(entry) = self.entries.remove(key) {
             debug_assert!(
-                !entry.queued,
+                entry.queued.is_none(),
                 "a handed-out key is never among the ready ones"
             );
             if entry.waiting_since.is_some() {
-                self.waiting -= 1;
+                self.waiting[entry.priority.index()] -= 1;
             }
             if let Some(slot) = entry.timer {
                 self.timers.remove(&slot);
@@ -219,12 +311,12 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     /// Drops every waiting key and timer (at shutdown); running reconciles still end with
     /// [`WorkQueue::done`].
     pub fn clear(&mut self) {
-        self.ready.clear();
+        self.ready.iter_mut().for_each(VecDeque::clear);
         self.entries.clear();
         self.timers.clear();
         self.finished.clear();
         self.finished_order.clear();
-        self.waiting = 0;
+        self.waiting = [0, 0];
         self.publish_depth();
         self.refresh(Instant::now());
     }
@@ -247,35 +339,42 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         self.metrics.longest_running.set(longest.as_secs_f64());
     }
 
-    /// Objects waiting and not running (a running one that waits runs again when done).
-    fn depth(&self) -> usize {
+    /// Objects waiting and not running (a running one that waits runs again when done), by
+    /// priority.
+    fn depth(&self, priority: Priority) -> usize {
         let running_and_waiting = self
             .running
             .keys()
             .filter(|k| {
                 self.entries
                     .get(*k)
-                    .is_some_and(|e| e.waiting_since.is_some())
+                    .is_some_and(|e| e.waiting_since.is_some() && e.priority == priority)
             })
             .count();
-        self.waiting - running_and_waiting
+        self.waiting[priority.index()] - running_and_waiting
     }
 
     fn publish_depth(&self) {
-        let depth = i64::try_from(self.depth()).unwrap_or(i64::MAX);
-        self.metrics.depth.set(depth);
+        for priority in [Priority::Live, Priority::CatchUp] {
+            let depth = i64::try_from(self.depth(priority)).unwrap_or(i64::MAX);
+            self.metrics.depth.of(priority).set(depth);
+        }
     }
 
-    /// Puts `key` at the back of the ready keys, unless it is there already or running.
+    /// Puts `key` at the back of the ready keys of the priority it waits with, unless it is
+    /// there already (or among those of a higher one) or running.
     fn make_ready(&mut self, key: Key) {
         if self.running.contains_key(&key) {
             return;
         }
         let entry = self.entries.entry(key.clone()).or_default();
-        if !entry.queued {
-            entry.queued = true;
-            self.ready.push_back(key);
+        let priority = entry.priority;
+        if entry.queued.is_some_and(|(queued, _)| queued >= priority) {
+            return;
         }
+        self.sequence += 1;
+        entry.queued = Some((priority, self.sequence));
+        self.ready[priority.index()].push_back((self.sequence, key));
     }
 
     /// Forgets the reconciles that ended a debounce or more before `now`. Keys end in time
@@ -293,18 +392,25 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         }
     }
 
-    fn set_timer(&mut self, key: Key, at: Instant, rule: Timer) {
+    /// Sets `key`'s timer (see [`Timer`]); it falls due with the higher of `priority` and
+    /// that of a timer it replaces or keeps.
+    fn set_timer(&mut self, key: Key, at: Instant, rule: Timer, priority: Priority) {
         let entry = self.entries.entry(key.clone()).or_default();
+        let mut priority = priority;
         if let Some(old) = entry.timer {
-            if rule == Timer::Earliest && old.0 <= at {
-                return;
+            if let Some((_, old_priority)) = self.timers.get_mut(&old) {
+                priority = priority.max(*old_priority);
+                if rule == Timer::Earliest && old.0 <= at {
+                    *old_priority = priority;
+                    return;
+                }
             }
             self.timers.remove(&old);
         }
         self.sequence += 1;
         let slot = (at, self.sequence);
         entry.timer = Some(slot);
-        self.timers.insert(slot, key);
+        self.timers.insert(slot, (key, priority));
     }
 }
 
@@ -499,7 +605,8 @@ mod tests {
         q.gone(&"a");
         assert_eq!(q.running(), 0);
         assert_eq!(q.metrics.depth.get(), 0);
-        assert!(q.entries.is_empty() && q.timers.is_empty() && q.ready.is_empty());
+        assert!(q.entries.is_empty() && q.timers.is_empty());
+        assert!(q.ready.iter().all(VecDeque::is_empty));
         q.trigger("b", now);
         q.clear();
         assert_eq!(q.metrics.depth.get(), 0);
@@ -536,5 +643,72 @@ mod tests {
         q.refresh(at(6));
         assert_eq!(q.metrics.unfinished_work.get(), 0.0);
         assert_eq!(q.metrics.longest_running.get(), 0.0);
+    }
+
+    fn depths(q: &WorkQueue<&'static str>) -> (i64, i64) {
+        (q.metrics.depth.live.get(), q.metrics.depth.catch_up.get())
+    }
+
+    #[test]
+    fn live_changes_run_before_the_catch_up_of_a_list() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        for key in ["a", "b", "c"] {
+            q.trigger_with(key, now, Priority::CatchUp);
+        }
+        q.trigger("edited", now);
+        assert_eq!(depths(&q), (1, 3));
+        assert_eq!(q.pop(now), Some("edited"));
+        assert_eq!(depths(&q), (0, 3));
+        q.trigger("edited-too", now);
+        assert_eq!(drain(&mut q, now), ["edited-too", "a", "b", "c"]);
+        assert_eq!(depths(&q), (0, 0));
+    }
+
+    #[test]
+    fn a_key_waiting_to_catch_up_moves_ahead_when_changed_live_and_runs_once() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        for key in ["a", "b", "c"] {
+            q.trigger_with(key, now, Priority::CatchUp);
+        }
+        q.trigger("c", now);
+        q.trigger_with("c", now, Priority::CatchUp);
+        assert_eq!(depths(&q), (1, 2), "c counts once, as live");
+        assert_eq!(drain(&mut q, now), ["c", "a", "b"]);
+    }
+
+    #[test]
+    fn requeues_catch_up_and_a_live_change_of_one_runs_it_first() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        let later = now + Duration::from_secs(1);
+        for key in ["a", "b"] {
+            q.trigger(key, now);
+        }
+        assert_eq!(drain(&mut q, now), ["a", "b"]);
+        for key in ["a", "b"] {
+            q.done(&key, Some(Duration::from_secs(1)), now);
+        }
+        q.fire(later);
+        assert_eq!(depths(&q), (0, 2), "requeues wait to catch up");
+        q.trigger("b", later);
+        assert_eq!(depths(&q), (1, 1));
+        assert_eq!(drain(&mut q, later), ["b", "a"]);
+    }
+
+    #[test]
+    fn a_debounced_live_trigger_stays_live_when_its_timer_fires() {
+        let mut q = queue(Duration::from_millis(100));
+        let start = Instant::now();
+        let at = |millis| start + Duration::from_millis(millis);
+        q.trigger("a", start);
+        assert_eq!(q.pop(start), Some("a"));
+        q.done(&"a", None, at(10));
+        q.trigger("a", at(20));
+        q.trigger_with("z", at(20), Priority::CatchUp);
+        q.fire(at(200));
+        assert_eq!(depths(&q), (1, 1));
+        assert_eq!(drain(&mut q, at(200)), ["a", "z"]);
     }
 }
