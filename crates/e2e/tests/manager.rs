@@ -116,6 +116,7 @@ fn configuration_precedence_is_defaults_file_env_flags() -> Result<()> {
         ("shutdown_timeout", json!("5s")),          // env
         ("health_probe_bind_address", json!("0")),  // env
         ("leader_elect", json!(false)),             // default
+        ("warm_standby", json!(true)),              // default
     ];
     for (key, value) in want {
         ensure!(
@@ -630,6 +631,13 @@ async fn two_managers_one_leader_and_sigterm_hands_over_at_once() -> Result<()> 
     );
     a.wait_reconciled("the leader").await?;
     ensure!(b.reconciles().await? == 0.0, "the standby reconciled");
+    // A warm standby (the default) follows every change, and attempts no write.
+    let standby = b.metrics_text().await?;
+    let queued = metric_sum(&standby, "workqueue_adds_total{");
+    let fenced = metric_sum(&standby, "leader_election_fenced_writes_total{");
+    println!("warm standby: {queued} triggers queued, {fenced} writes refused");
+    ensure!(queued > 0.0, "the warm standby saw no change");
+    ensure!(fenced == 0.0, "the standby attempted {fenced} writes");
 
     // SIGTERM: a releases the Lease and b takes over within 2 s.
     let (_, transitions) = lease_holder(&fixture, &lease).await?;

@@ -87,6 +87,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     finalizer: Option<&'static str>,
     /// How long a reconcile may run ([`crate::RunOptions::reconcile_timeout`]).
     timeout: Option<Duration>,
+    /// When reconciling may start ([`crate::RunOptions::leadership`]).
+    leadership: crate::Leadership,
     _resource: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -122,6 +124,7 @@ where
             refusal: Arc::default(),
             finalizer: None,
             timeout: ctx.options.reconcile_timeout,
+            leadership: ctx.options.leadership.clone(),
             _resource: std::marker::PhantomData,
         }
     }
@@ -245,13 +248,16 @@ where
         let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut stopping = false;
+        let mut leading = self.leadership.is_leading();
+        let mut lead = std::pin::pin!(self.leadership.clone().leading());
         tracing::info!(
             controller = name,
             concurrency = self.concurrency,
+            leading,
             "controller starting"
         );
         loop {
-            if synced && !stopping {
+            if synced && leading && !stopping {
                 while running.len() < usize::from(self.concurrency) {
                     let Some(key) = queue.pop(Instant::now()) else {
                         break;
@@ -294,6 +300,10 @@ where
                     if ready.is_err() {
                         tracing::warn!(controller = name, "the cache's watch ended before its first list");
                     }
+                }
+                () = &mut lead, if !leading => {
+                    leading = true;
+                    tracing::info!(controller = name, synced, "leading: reconciling");
                 }
                 _ = tick.tick() => queue.refresh(Instant::now()),
                 () = self.shutdown.cancelled(), if !stopping => {
@@ -731,8 +741,18 @@ mod tests {
 
     impl Recording {
         fn start(objects: &[&str], concurrency: u16, then: Then) -> Self {
+            Self::start_with(objects, concurrency, then, crate::Leadership::always())
+        }
+
+        fn start_with(
+            objects: &[&str],
+            concurrency: u16,
+            then: Then,
+            leadership: crate::Leadership,
+        ) -> Self {
             let shutdown = CancellationToken::new();
-            let ctx = run_context(concurrency, shutdown.clone());
+            let mut ctx = run_context(concurrency, shutdown.clone());
+            ctx.options.leadership = leadership;
             let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
             for name in objects {
                 writer.apply_watcher_event(&watcher::Event::InitApply((*memcached(name)).clone()));
@@ -836,6 +856,24 @@ mod tests {
                 .expect("runs");
             self.seen.lock().expect("not poisoned").clone()
         }
+    }
+
+    #[tokio::test]
+    async fn a_standby_reconciles_nothing_until_it_leads() {
+        let (lead, leadership) = crate::Leadership::standby();
+        let r = Recording::start_with(&["a", "b", "c"], 1, Then::FailOnce, leadership);
+        for name in ["a", "b"] {
+            r.triggers.unbounded_send(key(name)).expect("running");
+        }
+        r.settle(2, 0).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(r.seen().is_empty(), "a standby reconciles nothing");
+        lead.start();
+        r.settle(2, 2).await;
+        let seen = r.seen();
+        assert_eq!(&seen[..2], ["a", "b"]);
+        r.shutdown.cancel();
+        r.running.await.expect("joined").expect("stopped cleanly");
     }
 
     #[tokio::test]

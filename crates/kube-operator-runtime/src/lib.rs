@@ -97,6 +97,7 @@ pub mod fake;
 pub mod finalizer;
 pub mod index;
 pub mod labels;
+pub mod leadership;
 pub mod managed_fields;
 pub mod meta_view;
 pub mod metrics;
@@ -123,6 +124,7 @@ pub use children::{Child, desired, owned_metadata};
 pub use conditions::NewCondition;
 pub use driver::Outcome;
 pub use error::Error;
+pub use leadership::{Lead, Leadership};
 pub use metrics::Metrics;
 pub use rbac::PolicyRule;
 pub use scope::Namespaces;
@@ -168,6 +170,9 @@ pub struct RunOptions {
     /// default, lets it run as long as it takes. A registration may set its own
     /// ([`Registration::with_reconcile_timeout`]).
     pub reconcile_timeout: Option<std::time::Duration>,
+    /// When reconciling may start: always (the default), or, for a warm standby, once it
+    /// leads ([`Leadership::standby`]). Watches and caches start either way.
+    pub leadership: Leadership,
 }
 
 impl RunOptions {
@@ -185,6 +190,7 @@ impl Default for RunOptions {
             debounce: Self::DEFAULT_DEBOUNCE,
             namespaces: Namespaces::all(),
             reconcile_timeout: None,
+            leadership: Leadership::always(),
         }
     }
 }

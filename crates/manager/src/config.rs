@@ -12,6 +12,7 @@
 //! | `webhook_cert_path`          | `MANAGER_WEBHOOK_CERT_PATH`          | `--webhook-cert-path`           | none (provisioned)           |
 //! | `webhook_cert_validity`      | `MANAGER_WEBHOOK_CERT_VALIDITY`      | `--webhook-cert-validity`       | `8760h` (a year)             |
 //! | `leader_elect`               | `MANAGER_LEADER_ELECT`               | `--leader-elect[=BOOL]`         | `false`                      |
+//! | `warm_standby`               | `MANAGER_WARM_STANDBY`               | `--warm-standby[=BOOL]`         | `true`                       |
 //! | `leader_election_id`         | `MANAGER_LEADER_ELECTION_ID`         | `--leader-election-id`          | `operator-manager-leader`    |
 //! | `leader_election_namespace`  | `MANAGER_LEADER_ELECTION_NAMESPACE`  | `--leader-election-namespace`   | see below                    |
 //! | `lease_duration`             | `MANAGER_LEASE_DURATION`             | `--lease-duration`              | `15s`                        |
@@ -57,6 +58,12 @@
 //! - `leader_elect` defaults to `false`, as in Kubebuilder's scaffold, so a developer running
 //!   the manager against their own cluster does not need a Lease; the generated Deployment
 //!   passes `--leader-elect`.
+//! - `warm_standby` (with `leader_elect`): a replica that does not lead runs its controllers'
+//!   watches and caches anyway and reconciles nothing, so when it wins the Lease it starts
+//!   reconciling at once, the changes made while it stood by first, instead of listing
+//!   everything then. It costs the standby the memory of the caches, which its limit must
+//!   allow for when it leads anyway, and the API server one more watch per resource type, so
+//!   it is on by default; `false` starts the controllers only once the Lease is won.
 //! - `leader_election_namespace` defaults to `$POD_NAMESPACE` (set by the downward API in the
 //!   generated Deployment), else the client's default namespace: the service account's namespace
 //!   in-cluster, else the current kubeconfig context's namespace, else `default`.
@@ -123,6 +130,7 @@ pub const KEYS: &[&str] = &[
     "webhook_cert_path",
     "webhook_cert_validity",
     "leader_elect",
+    "warm_standby",
     "leader_election_id",
     "leader_election_namespace",
     "lease_duration",
@@ -161,6 +169,8 @@ pub struct Config {
     pub webhook_cert_validity: Duration,
     /// Run controllers only while holding the leader-election Lease.
     pub leader_elect: bool,
+    /// While standing by, keep the controllers' caches current (module docs).
+    pub warm_standby: bool,
     /// Name of the Lease.
     #[serde(deserialize_with = "lenient_string")]
     pub leader_election_id: String,
@@ -219,6 +229,7 @@ impl Default for Config {
             webhook_cert_path: None,
             webhook_cert_validity: Duration::from_secs(365 * 24 * 60 * 60),
             leader_elect: false,
+            warm_standby: true,
             leader_election_id: concat!(product::name!(), "-leader").to_owned(),
             leader_election_namespace: None,
             lease_duration: Duration::from_secs(15),
@@ -275,6 +286,9 @@ pub struct Flags {
     /// Enable leader election (`--leader-elect` or `--leader-elect=false`)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub leader_elect: Option<String>,
+    /// While standing by, keep the controllers' caches current so a takeover reconciles at once
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub warm_standby: Option<String>,
     /// Name of the leader-election Lease
     #[arg(long, value_name = "NAME")]
     pub leader_election_id: Option<String>,
@@ -325,6 +339,7 @@ impl Flags {
             ("webhook_cert_path", &self.webhook_cert_path),
             ("webhook_cert_validity", &self.webhook_cert_validity),
             ("leader_elect", &self.leader_elect),
+            ("warm_standby", &self.warm_standby),
             ("leader_election_id", &self.leader_election_id),
             ("leader_election_namespace", &self.leader_election_namespace),
             ("lease_duration", &self.lease_duration),

@@ -233,6 +233,8 @@ async fn run_connected(
         debounce: config.reconcile_debounce,
         namespaces: kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
         reconcile_timeout: Some(config.reconcile_timeout).filter(|t| !t.is_zero()),
+        // A warm standby's run is handed its own (`Runner::run_elected`).
+        leadership: kube_operator_runtime::Leadership::always(),
     };
     let mut runner = Runner {
         client: client.clone(),
@@ -290,7 +292,9 @@ async fn run_connected(
             .build();
         Ok(LeaderElector::new(client, settings, status).with_events(events))
     })?;
-    let result = runner.run_elected(elector, &fence, shutdown).await;
+    let result = runner
+        .run_elected(elector, &fence, config.warm_standby, shutdown)
+        .await;
     publisher
         .finish(kube_operator_runtime::events::EVENTS_FLUSH)
         .await;
@@ -452,6 +456,13 @@ async fn wait_for_api_server(client: &kube::Client, shutdown: &CancellationToken
 
 type ControllersTask = JoinHandle<Result<(), kube_operator_runtime::Error>>;
 
+/// A replica waiting for the Lease: with its controllers started and reconciling nothing
+/// until [`kube_operator_runtime::Lead::start`], or not started yet.
+enum Standby {
+    Warm((ControllersTask, Duration), kube_operator_runtime::Lead),
+    Cold(Box<Runner>),
+}
+
 /// What it takes to start the controllers.
 struct Runner {
     client: kube::Client,
@@ -497,20 +508,58 @@ impl Runner {
     /// held, keep renewing it while they drain at shutdown, and release it once they and their
     /// writes are gone.
     async fn run_elected(
-        self,
+        mut self,
         mut elector: ElectorThread,
         fence: &WriteFence,
+        warm_standby: bool,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
-        if !elector.acquire(shutdown).await || shutdown.is_cancelled() {
+        let stop = CancellationToken::new();
+        // A warm standby starts its controllers now: their caches fill and follow every change
+        // while it waits, and nothing is reconciled until it leads.
+        let mut standby = if warm_standby {
+            let (lead, leadership) = kube_operator_runtime::Leadership::standby();
+            self.options.leadership = leadership;
+            tracing::info!("standing by with the controllers' caches warm");
+            Standby::Warm(self.start(stop.clone()), lead)
+        } else {
+            Standby::Cold(Box::new(self))
+        };
+        // `Some` once the controllers have returned (none to run) while standing by.
+        let mut returned = None;
+        let acquired = match &mut standby {
+            Standby::Cold(_) => elector.acquire(shutdown).await,
+            Standby::Warm((task, _), _) => tokio::select! {
+                acquired = elector.acquire(shutdown) => acquired,
+                joined = task => {
+                    if let Err(error) = flatten(joined) {
+                        // The controllers failed before leading (a watch refused, say).
+                        elector.release(RELEASE_BUDGET).await;
+                        return Err(error);
+                    }
+                    returned = Some(Ok(()));
+                    elector.acquire(shutdown).await
+                }
+            },
+        };
+        if !acquired || shutdown.is_cancelled() {
             // An attempt cut short by the signal may have taken the Lease: release finds out.
             tracing::info!("shutdown before leading");
+            if let (Standby::Warm((mut task, timeout), _), None) = (standby, &returned) {
+                stop.cancel();
+                stop_controllers(&mut task, timeout).await?;
+            }
             elector.release(RELEASE_BUDGET).await;
             return Ok(());
         }
-        let stop = CancellationToken::new();
-        let (mut task, timeout) = self.start(stop.clone());
-        let mut returned = None;
+        let (mut task, timeout) = match standby {
+            Standby::Warm(started, lead) => {
+                tracing::info!("leading: the warm controllers start reconciling");
+                lead.start();
+                started
+            }
+            Standby::Cold(runner) => runner.start(stop.clone()),
+        };
         let end = loop {
             tokio::select! {
                 end = elector.hold(shutdown) => break end,
@@ -663,6 +712,7 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         webhook_cert_path = config.webhook_cert_path.as_ref().map_or("(provisioned)".into(), |p| p.display().to_string()),
         webhook_cert_validity = %show(config.webhook_cert_validity),
         leader_elect = config.leader_elect,
+        warm_standby = config.warm_standby,
         leader_election_id = %config.leader_election_id,
         leader_election_namespace = config.leader_election_namespace.as_deref().unwrap_or("(auto)"),
         lease_duration = %show(config.lease_duration),
