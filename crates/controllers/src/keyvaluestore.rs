@@ -125,8 +125,7 @@ pub fn desired_stateful_set(kvs: &KeyValueStore, config: &str) -> Result<Statefu
         "name": "server",
         "image": kvs.spec.image,
         "command": [PROGRAM, "/etc/redis/redis.conf"],
-        // Ready once it serves: loading a large dataset from the volume takes a while.
-        "ports": [{"name": "redis", "containerPort": PORT}], "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
+        "ports": [{"name": "redis", "containerPort": PORT}],
         "volumeMounts": [{"name": DATA, "mountPath": "/data"}, {"name": "config", "mountPath": "/etc/redis"}],
         "securityContext": pod_security::restricted_container_security(RUN_AS_USER),
     });

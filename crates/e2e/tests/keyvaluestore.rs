@@ -478,13 +478,33 @@ async fn pod_ip(env: &Env, name: &str) -> Result<IpAddr> {
         .parse()?)
 }
 
+/// A connection to the redis server at `ip`. The server has no readiness probe (like
+/// memcached's), so its pod can report ready a moment before it listens: a refused
+/// connection is tried again, for up to 10 s.
+async fn connect(ip: IpAddr) -> Result<tokio::net::TcpStream> {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let connect = tokio::net::TcpStream::connect((ip, 6379));
+        match tokio::time::timeout(Duration::from_secs(5), connect)
+            .await
+            .context("connecting timed out")?
+        {
+            Ok(stream) => return Ok(stream),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && tokio::time::Instant::now() < give_up =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {ip}:6379")),
+        }
+    }
+}
+
 /// Sends one command to the redis server at `ip` and returns its answer: a status, a bulk
 /// string or an array of bulk strings, as strings.
 async fn redis(ip: IpAddr, args: &[&str]) -> Result<Vec<String>> {
-    let connect = tokio::net::TcpStream::connect((ip, 6379));
-    let stream = tokio::time::timeout(Duration::from_secs(5), connect)
-        .await
-        .context("connecting timed out")??;
+    let stream = connect(ip).await?;
     let (read, mut write) = stream.into_split();
     let mut request = format!("*{}\r\n", args.len());
     for arg in args {
