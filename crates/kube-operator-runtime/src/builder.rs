@@ -65,7 +65,7 @@ pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
     writer: Writer<K>,
     /// Waits for each watched cache's first list: `Ok(false)` when shutdown came first.
     caches: Vec<BoxFuture<'static, Result<bool, Error>>>,
-    triggers: Vec<BoxStream<'static, ObjectRef<K>>>,
+    triggers: Vec<BoxStream<'static, (ObjectRef<K>, Priority)>>,
     /// What the declarations need that the controller's RBAC rules do not allow.
     missing_rbac: Vec<String>,
     /// The finalizer declared with [`Builder::run_with_finalizer`].
@@ -220,7 +220,14 @@ struct Scoped<C> {
 
 impl<K> Builder<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static,
 {
     /// The controller called `name` (its metrics label, configuration key and log field), for
     /// the custom resources of type `K`, run with what `ctx` provides.
@@ -311,7 +318,8 @@ where
             .push(async move { ready.ready(&shutdown).await }.boxed());
         let store = self.store.clone();
         let counted = self.triggers_from::<C>();
-        let triggers = cache.subscribe().filter_map(move |obj| {
+        let triggers = cache.subscribe_changes().filter_map(move |change| {
+            let obj = change.object;
             let trigger = if own_write(&obj) {
                 None
             } else {
@@ -320,7 +328,13 @@ where
             if trigger.is_some() {
                 counted.inc();
             }
-            std::future::ready(trigger)
+            // A child a list brought catches up with its owner; a change seen live goes first.
+            let priority = if change.listed {
+                Priority::CatchUp
+            } else {
+                Priority::Live
+            };
+            std::future::ready(trigger.map(|key| (key, priority)))
         });
         self.triggers.push(triggers.boxed());
         self
@@ -536,13 +550,7 @@ where
         let client = self.ctx.client.clone();
         let driver = Driver::<K>::new(self.name, &self.ctx).with_finalizer(self.finalizer);
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
-        // Triggers from what the controller owns and watches are live changes; the custom
-        // resources' own watch tells a list's catch-up from a live change.
-        let mut triggers: Vec<_> = self
-            .triggers
-            .into_iter()
-            .map(|t| t.map(|key| (key, Priority::Live)).boxed())
-            .collect();
+        let mut triggers = self.triggers;
         triggers.insert(0, resources.inspect(move |_| counted.inc()).boxed());
         let (events, publisher) =
             Events::start(client.clone(), self.name, &self.ctx.options.instance);
@@ -739,7 +747,11 @@ mod tests {
         )
         .await
         .expect("the list's objects trigger");
-        let mut names: Vec<String> = two.into_iter().map(|r| r.name).collect();
+        assert!(
+            two.iter().all(|(_, p)| *p == Priority::CatchUp),
+            "a list's objects catch up: {two:?}"
+        );
+        let mut names: Vec<String> = two.into_iter().map(|(r, _)| r.name).collect();
         names.sort();
         assert_eq!(names, ["a", "b"]);
         let counted = |source: &str| {

@@ -106,7 +106,14 @@ type Running<K> = futures::future::BoxFuture<'static, (ObjectRef<K>, Result<Outc
 
 impl<K> Driver<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static,
 {
     /// A driver for the controller `name`, with the options, metrics and shutdown of `ctx`.
     ///
@@ -249,6 +256,7 @@ where
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut stopping = false;
         let mut leading = self.leadership.is_leading();
+        let standby = !leading;
         let mut lead = std::pin::pin!(self.leadership.clone().leading());
         tracing::info!(
             controller = name,
@@ -303,7 +311,21 @@ where
                 }
                 () = &mut lead, if !leading => {
                     leading = true;
-                    tracing::info!(controller = name, synced, "leading: reconciling");
+                    // A warm standby that takes over leaves what the previous leader left
+                    // converged to the resync: every change since came to its watches live.
+                    let deferred = if standby && synced {
+                        queue.defer_catch_up(Instant::now(), RESYNC_PERIOD, |key| {
+                            cache.get(key).is_some_and(|obj| looks_converged(obj.as_ref()))
+                        })
+                    } else {
+                        0
+                    };
+                    tracing::info!(
+                        controller = name,
+                        synced,
+                        left_to_the_resync = deferred,
+                        "leading: reconciling"
+                    );
                 }
                 _ = tick.tick() => queue.refresh(Instant::now()),
                 () = self.shutdown.cancelled(), if !stopping => {
@@ -551,6 +573,35 @@ fn requeue_after(outcome: Outcome) -> Duration {
     }
 }
 
+/// Whether `obj` looks converged as its last reconcile left it: its status has observed its
+/// current generation, its `Ready` or `Available` condition (whichever it has) is `True`, and
+/// no `Degraded` condition is. Read through its JSON form, with the field names of the
+/// Kubernetes API conventions, so it works for any kind; a kind without them never looks
+/// converged, and is reconciled.
+fn looks_converged<K: Resource + serde::Serialize>(obj: &K) -> bool {
+    let Ok(json) = serde_json::to_value(obj) else {
+        return false;
+    };
+    let status = &json["status"];
+    let generation = obj.meta().generation;
+    if generation.is_none() || status["observedGeneration"].as_i64() != generation {
+        return false;
+    }
+    let conditions = status["conditions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let statuses = |wanted: &[&str]| -> Vec<bool> {
+        conditions
+            .iter()
+            .filter(|c| wanted.iter().any(|w| c["type"] == *w))
+            .map(|c| c["status"] == "True")
+            .collect()
+    };
+    let ready = statuses(&["Ready", "Available"]);
+    !ready.is_empty() && ready.iter().all(|r| *r) && !statuses(&["Degraded"]).contains(&true)
+}
+
 /// When a failed reconcile is retried: with backoff, or not at all when a retry would fail
 /// the same way (a terminal error waits for the object to change).
 fn retry_after<K, C>(key: &ObjectRef<K>, error: &Error, shared: &Shared<K, C>) -> Option<Duration>
@@ -731,7 +782,7 @@ mod tests {
     /// A driver over a cache of Memcacheds, run in the background, whose reconciles record the
     /// name of each object they start with, then do as [`Then`] says.
     struct Recording {
-        triggers: futures::channel::mpsc::UnboundedSender<ObjectRef<Memcached>>,
+        triggers: futures::channel::mpsc::UnboundedSender<(ObjectRef<Memcached>, Priority)>,
         seen: Arc<std::sync::Mutex<Vec<String>>>,
         release: Arc<tokio::sync::Semaphore>,
         metrics: Arc<Metrics>,
@@ -755,7 +806,23 @@ mod tests {
             ctx.options.leadership = leadership;
             let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
             for name in objects {
-                writer.apply_watcher_event(&watcher::Event::InitApply((*memcached(name)).clone()));
+                let mut mc = (*memcached(name)).clone();
+                // `converged-*` objects look as their last reconcile left them, settled.
+                if name.starts_with("converged-") {
+                    mc.metadata.generation = Some(1);
+                    mc.status = Some(crate::test_resource::MemcachedStatus {
+                        observed_generation: Some(1),
+                        conditions: vec![
+                            serde_json::from_value(serde_json::json!({
+                                "type": "Available", "status": "True", "reason": "Ready",
+                                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                            }))
+                            .expect("a condition"),
+                        ],
+                        ..Default::default()
+                    });
+                }
+                writer.apply_watcher_event(&watcher::Event::InitApply(mc));
             }
             writer.apply_watcher_event(&watcher::Event::InitDone);
             let (triggers, rx) = futures::channel::mpsc::unbounded();
@@ -789,12 +856,8 @@ mod tests {
                 }
             };
             let driver = Driver::<Memcached>::new("test", &ctx);
-            let running = tokio::spawn(driver.run(
-                vec![rx.map(|key| (key, Priority::Live)).boxed()],
-                cache,
-                recording,
-                Arc::new(()),
-            ));
+            let running =
+                tokio::spawn(driver.run(vec![rx.boxed()], cache, recording, Arc::new(())));
             Self {
                 triggers,
                 seen,
@@ -806,7 +869,13 @@ mod tests {
         }
 
         fn trigger(&self, name: &str) {
-            self.triggers.unbounded_send(key(name)).expect("running");
+            self.trigger_with(name, Priority::Live);
+        }
+
+        fn trigger_with(&self, name: &str, priority: Priority) {
+            self.triggers
+                .unbounded_send((key(name), priority))
+                .expect("running");
         }
 
         fn seen(&self) -> Vec<String> {
@@ -858,12 +927,62 @@ mod tests {
         }
     }
 
+    #[test]
+    fn converged_means_observed_and_ready_and_not_degraded() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let condition = |type_: &str, status: &str| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Reason".into(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        };
+        let with = |observed: Option<i64>, conditions: Vec<Condition>| {
+            let mut mc = (*memcached("m")).clone();
+            mc.metadata.generation = Some(2);
+            mc.status = Some(crate::test_resource::MemcachedStatus {
+                observed_generation: observed,
+                conditions,
+                ..Default::default()
+            });
+            mc
+        };
+        let available = || {
+            vec![
+                condition("Available", "True"),
+                condition("Degraded", "False"),
+            ]
+        };
+        assert!(looks_converged(&with(Some(2), available())));
+        assert!(
+            !looks_converged(&with(Some(1), available())),
+            "an older generation"
+        );
+        assert!(!looks_converged(&with(None, available())));
+        assert!(
+            !looks_converged(&with(Some(2), vec![])),
+            "no readiness reported"
+        );
+        assert!(!looks_converged(&with(
+            Some(2),
+            vec![condition("Available", "False")]
+        )));
+        assert!(!looks_converged(&with(
+            Some(2),
+            vec![condition("Ready", "True"), condition("Degraded", "True")]
+        )));
+        assert!(!looks_converged(&*memcached("no-status")));
+    }
+
     #[tokio::test]
     async fn a_standby_reconciles_nothing_until_it_leads() {
         let (lead, leadership) = crate::Leadership::standby();
         let r = Recording::start_with(&["a", "b", "c"], 1, Then::FailOnce, leadership);
         for name in ["a", "b"] {
-            r.triggers.unbounded_send(key(name)).expect("running");
+            r.trigger(name);
         }
         r.settle(2, 0).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -872,6 +991,34 @@ mod tests {
         r.settle(2, 2).await;
         let seen = r.seen();
         assert_eq!(&seen[..2], ["a", "b"]);
+        r.shutdown.cancel();
+        r.running.await.expect("joined").expect("stopped cleanly");
+    }
+
+    #[tokio::test]
+    async fn a_takeover_reconciles_what_changed_and_leaves_the_converged_to_the_resync() {
+        let (lead, leadership) = crate::Leadership::standby();
+        let objects = ["converged-a", "converged-b", "pending", "edited"];
+        let r = Recording::start_with(&objects, 1, Then::FailOnce, leadership);
+        // The standby's first list, then a change seen live.
+        for name in ["converged-a", "converged-b", "pending"] {
+            r.trigger_with(name, Priority::CatchUp);
+        }
+        r.trigger_with("converged-b", Priority::CatchUp);
+        r.trigger("edited");
+        r.settle(5, 0).await;
+        lead.start();
+        r.settle(5, 2).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Each fails once and is retried: what matters is who ran, and who first.
+        let mut seen = r.seen();
+        let mut first = std::collections::HashSet::new();
+        seen.retain(|name| first.insert(name.clone()));
+        assert_eq!(
+            seen,
+            ["edited", "pending"],
+            "the live change first; the converged wait for the resync"
+        );
         r.shutdown.cancel();
         r.running.await.expect("joined").expect("stopped cleanly");
     }

@@ -468,12 +468,22 @@ pub(crate) fn refusal_reason(error: &watcher::Error) -> Option<String> {
     Some(format!("{why}: {}", status.message))
 }
 
+/// One change a shared watch broadcasts: the object (a deleted one as last seen), and whether
+/// a list brought it (the first one, or one after the watch broke) rather than a live event.
+#[derive(Clone, Debug)]
+pub struct Change<K> {
+    /// The object as the cache shows it now, or as last seen when deleted.
+    pub object: Arc<K>,
+    /// A list's catch-up, not a change seen live.
+    pub listed: bool,
+}
+
 /// One shared watch: its cache, and a way to follow its changes.
 pub struct Shared<K: Resource<DynamicType = ()> + 'static> {
     resource: Arc<str>,
     selector: Arc<str>,
     store: Store<K>,
-    tx: broadcast::Sender<Arc<K>>,
+    tx: broadcast::Sender<Change<K>>,
     indexes: Arc<Mutex<Vec<Index<K>>>>,
     refusal: Arc<Refusal>,
 }
@@ -550,6 +560,12 @@ where
 
     /// Every change from now on: objects added, changed or deleted (deleted ones as last seen).
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        self.subscribe_changes().map(|change| change.object)
+    }
+
+    /// [`Shared::subscribe`], with whether each change came from a list ([`Change`]). A
+    /// subscriber that fell behind is sent the whole cache again, as listed.
+    pub fn subscribe_changes(&self) -> impl Stream<Item = Change<K>> + Send + 'static {
         let state = Subscriber {
             resource: self.resource.clone(),
             rx: self.tx.subscribe(),
@@ -558,11 +574,15 @@ where
         };
         futures::stream::unfold(state, |mut s| async move {
             loop {
-                if let Some(obj) = s.backlog.pop() {
-                    return Some((obj, s));
+                if let Some(object) = s.backlog.pop() {
+                    let change = Change {
+                        object,
+                        listed: true,
+                    };
+                    return Some((change, s));
                 }
                 match s.rx.recv().await {
-                    Ok(obj) => return Some((obj, s)),
+                    Ok(change) => return Some((change, s)),
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::warn!(
                             resource = &*s.resource,
@@ -580,7 +600,7 @@ where
 
 struct Subscriber<K: Resource<DynamicType = ()> + 'static> {
     resource: Arc<str>,
-    rx: broadcast::Receiver<Arc<K>>,
+    rx: broadcast::Receiver<Change<K>>,
     store: Store<K>,
     backlog: Vec<Arc<K>>,
 }
@@ -624,10 +644,14 @@ async fn fan_out<K>(
             }
             Some(Ok(event)) => event,
         };
-        listed |= matches!(event, Event::InitDone);
-        for obj in cache.apply(&event, broadcasts) {
+        let from_list = matches!(event, Event::InitDone);
+        listed |= from_list;
+        for object in cache.apply(&event, broadcasts) {
             // An error only means nobody subscribes right now.
-            let _ = shared.tx.send(obj);
+            let _ = shared.tx.send(Change {
+                object,
+                listed: from_list,
+            });
         }
     }
     tracing::debug!(resource, selector, "shared watch stopped");
@@ -730,7 +754,7 @@ mod tests {
     /// A shared watch of Deployments without a watch behind it.
     fn shared(
         store: Store<Deployment>,
-        tx: broadcast::Sender<Arc<Deployment>>,
+        tx: broadcast::Sender<Change<Deployment>>,
         indexes: Arc<Mutex<Vec<Index<Deployment>>>>,
     ) -> Shared<Deployment> {
         Shared {
@@ -1045,7 +1069,10 @@ mod tests {
         let shared = shared(store, tx.clone(), Arc::default());
         let mut sub = std::pin::pin!(shared.subscribe());
         for i in 0..5 {
-            let _ = tx.send(Arc::new(deployment(&format!("x{i}"), "1")));
+            let _ = tx.send(Change {
+                object: Arc::new(deployment(&format!("x{i}"), "1")),
+                listed: false,
+            });
         }
         let first = sub.next().await.and_then(|d| d.metadata.name.clone());
         assert_eq!(

@@ -308,6 +308,42 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         self.publish_depth();
     }
 
+    /// Takes the keys waiting only to catch up (not running, triggered by nothing live) that
+    /// `settled` says need no reconcile out of the queue, and gives each a requeue instead,
+    /// spread evenly over the second half of `after` so they do not all fall due at once.
+    /// Returns how many it deferred.
+    pub fn defer_catch_up(
+        &mut self,
+        now: Instant,
+        after: Duration,
+        mut settled: impl FnMut(&Key) -> bool,
+    ) -> usize {
+        let waiting: Vec<Key> = self
+            .entries
+            .iter()
+            .filter(|(key, e)| {
+                e.waiting_since.is_some()
+                    && e.priority == Priority::CatchUp
+                    && e.queued.is_some()
+                    && !self.running.contains_key(*key)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let deferred: Vec<Key> = waiting.into_iter().filter(|key| settled(key)).collect();
+        let count = u32::try_from(deferred.len()).unwrap_or(u32::MAX).max(1);
+        for (i, key) in (0u32..).zip(deferred.iter()) {
+            if let Some(entry) = self.entries.get_mut(key) {
+                entry.waiting_since = None;
+                entry.queued = None;
+                self.waiting[Priority::CatchUp.index()] -= 1;
+            }
+            let at = later(now, after / 2 + (after / 2) * i / count);
+            self.set_timer(key.clone(), at, Timer::Earliest, Priority::CatchUp);
+        }
+        self.publish_depth();
+        deferred.len()
+    }
+
     /// Drops every waiting key and timer (at shutdown); running reconciles still end with
     /// [`WorkQueue::done`].
     pub fn clear(&mut self) {
@@ -710,5 +746,26 @@ mod tests {
         q.fire(at(200));
         assert_eq!(depths(&q), (1, 1));
         assert_eq!(drain(&mut q, at(200)), ["a", "z"]);
+    }
+
+    #[test]
+    fn settled_catch_up_keys_are_deferred_and_live_ones_stay() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        for key in ["a", "b", "c"] {
+            q.trigger_with(key, now, Priority::CatchUp);
+        }
+        q.trigger("d", now);
+        let hour = Duration::from_secs(3600);
+        let deferred = q.defer_catch_up(now, hour, |key| *key != "b");
+        assert_eq!(deferred, 2, "a and c; d is live, b is not settled");
+        assert_eq!(depths(&q), (1, 1));
+        assert_eq!(drain(&mut q, now), ["d", "b"]);
+        let due = q.next_timer().expect("requeued");
+        assert!(due >= now + hour / 2 && due <= now + hour, "{due:?}");
+        q.fire(now + hour);
+        let mut resynced = drain(&mut q, now + hour);
+        resynced.sort_unstable();
+        assert_eq!(resynced, ["a", "c"]);
     }
 }
