@@ -175,9 +175,11 @@ where
             .filter_map(move |event| {
                 let triggers = match event {
                     Ok(event) => {
-                        // A list's objects catch up; a change seen live goes ahead of them.
-                        let priority = if matches!(event, watcher::Event::InitDone) {
-                            listed = true;
+                        // The first list's objects catch up; a change seen live, or one a later
+                        // list found (missed while the watch was down), goes ahead of them.
+                        let first_list = matches!(event, watcher::Event::InitDone) && !listed;
+                        listed |= matches!(event, watcher::Event::InitDone);
+                        let priority = if first_list {
                             Priority::CatchUp
                         } else {
                             Priority::Live

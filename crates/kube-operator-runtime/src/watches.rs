@@ -469,12 +469,13 @@ pub(crate) fn refusal_reason(error: &watcher::Error) -> Option<String> {
 }
 
 /// One change a shared watch broadcasts: the object (a deleted one as last seen), and whether
-/// a list brought it (the first one, or one after the watch broke) rather than a live event.
+/// the watch's first list brought it rather than a live event (what a later list finds changed
+/// was missed live, and counts as live).
 #[derive(Clone, Debug)]
 pub struct Change<K> {
     /// The object as the cache shows it now, or as last seen when deleted.
     pub object: Arc<K>,
-    /// A list's catch-up, not a change seen live.
+    /// The first list's catch-up, not a change.
     pub listed: bool,
 }
 
@@ -644,8 +645,10 @@ async fn fan_out<K>(
             }
             Some(Ok(event)) => event,
         };
-        let from_list = matches!(event, Event::InitDone);
-        listed |= from_list;
+        // The first list's objects catch up; what a later list (after the watch broke) finds
+        // changed are changes missed live, and count as live.
+        let from_list = matches!(event, Event::InitDone) && !listed;
+        listed |= matches!(event, Event::InitDone);
         for object in cache.apply(&event, broadcasts) {
             // An error only means nobody subscribes right now.
             let _ = shared.tx.send(Change {

@@ -11,9 +11,9 @@
 //! echoes of the reconcile's own writes and the steps of the rollout that follows become one
 //! more reconcile.
 //!
-//! Live changes go first. A trigger is [`Priority::Live`] (a user's edit, a child's change) or
-//! [`Priority::CatchUp`] (the objects of a list: the first one at start or on taking over, or a
-//! list after a watch broke; requeues and retries). Catch-up keys run only when no live key
+//! Live changes go first. A trigger is [`Priority::Live`] (a user's edit, a child's change, or
+//! a change a list found after a watch broke) or [`Priority::CatchUp`] (the objects of a
+//! watch's first list, at start or before taking over; requeues and retries). Catch-up keys run only when no live key
 //! waits, so an edit made while thousands of objects are listed runs next, not after them,
 //! like controller-runtime's priority queue. A waiting key triggered live moves ahead.
 //!
