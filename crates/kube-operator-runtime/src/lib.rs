@@ -104,6 +104,7 @@ pub mod metrics;
 pub mod own_writes;
 pub mod owned;
 pub mod pod_security;
+pub mod priority;
 pub mod quantity;
 pub mod rbac;
 pub mod reconnect;

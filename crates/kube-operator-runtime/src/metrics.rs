@@ -5,7 +5,7 @@
 //! written for Kubebuilder operators work unchanged. They are recorded by the shared driver for
 //! every controller, never by hand in a reconcile.
 
-use crate::workqueue::Priority;
+use crate::priority::Priority;
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,

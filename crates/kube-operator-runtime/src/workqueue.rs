@@ -35,33 +35,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::metrics::QueueMetrics;
-
-/// How soon a trigger is to run (see the module documentation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Priority {
-    /// Catching up: the objects of a list, requeues and retries.
-    CatchUp,
-    /// A live change: runs before every catch-up key.
-    Live,
-}
-
-impl Priority {
-    /// The `priority` label of `workqueue_depth`, as controller-runtime's priority queue
-    /// writes it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Priority::Live => "0",
-            Priority::CatchUp => "-100",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            Priority::Live => 0,
-            Priority::CatchUp => 1,
-        }
-    }
-}
+pub use crate::priority::Priority;
 
 /// Where a key stands, apart from running (see [`WorkQueue::running`]).
 #[derive(Debug)]

@@ -20,15 +20,16 @@
 //! Every write that passes runs to its end on a task of its own, even when the reconcile that
 //! sent it is cancelled or aborted, and the fence counts it until then. At shutdown the manager
 //! closes the fence to new writes, waits for those in flight to be answered, and only then
-//! releases the Lease, so a standby never leads while a write of this replica may still land.
-//! A write given up without an answer ([`WriteFence::writes_ended`] counts them) makes the
-//! manager leave the Lease to expire instead.
+//! releases the Lease, so a standby does not lead while a write of this replica is on its way.
+//! Writes still unanswered when that wait ends are abandoned (the request is dropped, which
+//! makes the API server cancel it unless it has committed it already) before the release; the
+//! API server's fence refuses any that land after a standby leads.
 //!
 //! It is a tower layer on the controllers' client only; the elector's own client must write the
 //! Lease to become leader at all.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -41,10 +42,6 @@ use crate::Error;
 use crate::leader::LeaderStatus;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// How long after a write was given up unanswered the API server may still apply it: its
-/// default `--request-timeout`, the longest a request other than a watch runs there.
-const SERVER_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The layer: checks every write against `status`, counts refusals in `refused`
 /// (`leader_election_fenced_writes_total`), and keeps count of the writes in flight.
@@ -61,54 +58,24 @@ struct Writes {
     in_flight: AtomicUsize,
     /// Set at shutdown: no new write passes; those in flight go on.
     closed: AtomicBool,
-    /// When a write was last given up after it was sent and before it was answered.
-    last_unanswered: Mutex<Option<Instant>>,
     ended: tokio::sync::Notify,
 }
 
 /// Counts one write in flight from the fence's check until it ends, however it ends.
-struct InFlight {
-    writes: Arc<Writes>,
-    sent: bool,
-    answered: bool,
-}
+struct InFlight(Arc<Writes>);
 
 impl InFlight {
     fn start(writes: Arc<Writes>) -> Self {
         writes.in_flight.fetch_add(1, Ordering::SeqCst);
-        Self {
-            writes,
-            sent: false,
-            answered: false,
-        }
+        Self(writes)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if self.sent && !self.answered {
-            *self
-                .writes
-                .last_unanswered
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
-        }
-        self.writes.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.writes.ended.notify_waiters();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.ended.notify_waiters();
     }
-}
-
-/// What [`WriteFence::writes_ended`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WritesEnded {
-    /// Every write was answered (or never sent): none can land later.
-    Answered,
-    /// Some writes were sent and are unanswered (still in flight when the wait ended, or
-    /// given up less than the API server's request timeout ago): they may still land.
-    Unanswered {
-        /// Writes still waiting for their answer.
-        in_flight: usize,
-    },
 }
 
 impl WriteFence {
@@ -126,31 +93,17 @@ impl WriteFence {
         self.writes.closed.store(true, Ordering::SeqCst);
     }
 
-    /// Waits, at most `bound`, until no write is in flight, and says whether any sent write
-    /// may still land.
-    pub async fn writes_ended(&self, bound: Duration) -> WritesEnded {
+    /// Waits, at most `bound`, until no write is in flight; how many still are.
+    pub async fn writes_ended(&self, bound: Duration) -> usize {
         let give_up = Instant::now() + bound;
         loop {
             let ended = self.writes.ended.notified();
             let mut ended = std::pin::pin!(ended);
             ended.as_mut().enable();
-            if self.writes.in_flight.load(Ordering::SeqCst) == 0
-                || tokio::time::timeout_at(give_up, ended).await.is_err()
-            {
-                break;
+            let in_flight = self.writes.in_flight.load(Ordering::SeqCst);
+            if in_flight == 0 || tokio::time::timeout_at(give_up, ended).await.is_err() {
+                return self.writes.in_flight.load(Ordering::SeqCst);
             }
-        }
-        let in_flight = self.writes.in_flight.load(Ordering::SeqCst);
-        let recently_unanswered = self
-            .writes
-            .last_unanswered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some_and(|at| at.elapsed() < SERVER_REQUEST_TIMEOUT);
-        if in_flight == 0 && !recently_unanswered {
-            WritesEnded::Answered
-        } else {
-            WritesEnded::Unanswered { in_flight }
         }
     }
 
@@ -241,9 +194,8 @@ where
         let fence = self.fence.clone();
         let in_flight = InFlight::start(fence.writes.clone());
         let write = async move {
-            // Moved in whole (a closure would copy only the flags it sets), so it counts the
-            // write until this future ends.
-            let mut in_flight = in_flight;
+            // Counts the write until this future ends.
+            let _in_flight = in_flight;
             let status = fence.status.clone();
             let mut response = std::pin::pin!(response);
             let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
@@ -272,9 +224,7 @@ where
                         }
                     }
                 }
-                in_flight.sent = true;
                 if let Poll::Ready(answered) = response.as_mut().poll(cx) {
-                    in_flight.answered = true;
                     return Poll::Ready(answered.map_err(Into::into));
                 }
                 if timer.as_mut().poll(cx).is_ready() {
@@ -507,8 +457,7 @@ mod tests {
         assert!(error.to_string().contains("shutting down"), "{error}");
 
         let waited = Instant::now();
-        let ended = s.fence.writes_ended(Duration::from_secs(5)).await;
-        assert_eq!(ended, WritesEnded::Answered);
+        assert_eq!(s.fence.writes_ended(Duration::from_secs(5)).await, 0);
         assert_eq!(
             s.answered.load(std::sync::atomic::Ordering::SeqCst),
             1,
@@ -523,23 +472,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_write_unanswered_when_the_wait_ends_may_still_land() {
+    async fn a_write_unanswered_when_the_wait_ends_is_counted_then_abandoned() {
         let mut s = setup(Duration::from_secs(60), None);
         s.status.renewed(Instant::now());
         let write = tokio::spawn(s.service.call(request(Method::PUT)));
         tokio::time::sleep(Duration::from_millis(100)).await;
         s.fence.close_to_new_writes();
-        let ended = s.fence.writes_ended(Duration::from_secs(3)).await;
-        assert_eq!(ended, WritesEnded::Unanswered { in_flight: 1 });
-
-        // Stepping down abandons it; the API server may apply it until its request timeout.
+        assert_eq!(s.fence.writes_ended(Duration::from_secs(3)).await, 1);
+        // Stepping down (the release does) abandons it.
         s.status.stepped_down();
         assert!(write.await.unwrap().is_err());
-        let ended = s.fence.writes_ended(Duration::from_secs(3)).await;
-        assert_eq!(ended, WritesEnded::Unanswered { in_flight: 0 });
-        tokio::time::advance(SERVER_REQUEST_TIMEOUT).await;
-        let ended = s.fence.writes_ended(Duration::ZERO).await;
-        assert_eq!(ended, WritesEnded::Answered);
+        assert_eq!(s.fence.writes_ended(Duration::ZERO).await, 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -550,9 +493,6 @@ mod tests {
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(write.await.is_err());
         assert_eq!(sent(&s), 0);
-        assert_eq!(
-            s.fence.writes_ended(Duration::ZERO).await,
-            WritesEnded::Answered
-        );
+        assert_eq!(s.fence.writes_ended(Duration::ZERO).await, 0);
     }
 }

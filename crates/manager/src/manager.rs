@@ -6,8 +6,8 @@
 //! SIGTERM/SIGINT: readiness turns off, controllers finish in-flight reconciles (bounded by
 //! the shutdown timeout, then aborted) while the Lease is still renewed, the fence closes to new
 //! writes, and the Lease is released once every controller task has returned and every write
-//! in flight has been answered (at most [`WRITE_DRAIN`]; a write that may still land leaves the
-//! Lease to expire instead), the webhooks keep answering until [`WEBHOOK_DRAIN`]
+//! in flight has been answered (at most [`WRITE_DRAIN`], then the rest are abandoned), the
+//! webhooks keep answering until [`WEBHOOK_DRAIN`]
 //! after the signal, the HTTP endpoints close; exit 0. A second signal exits at once with
 //! status 1.
 //! Lost leadership aborts the controllers at once (a standby may lead already) and, like a
@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client_metrics::RequestMetrics;
 use crate::config::Config;
-use crate::fence::{WriteFence, WritesEnded};
+use crate::fence::WriteFence;
 use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
 use crate::leader_thread::ElectorThread;
 use crate::metrics_auth::MetricsAuth;
@@ -46,7 +46,8 @@ pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
 const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 /// How long the controllers' writes in flight get to be answered at shutdown, after the
-/// controllers have stopped or were aborted, before the Lease is left to expire.
+/// controllers have stopped or were aborted, before those left are abandoned and the Lease is
+/// released.
 pub const WRITE_DRAIN: Duration = Duration::from_secs(3);
 
 /// Runs the manager until a signal (`Ok`) or a failure (`Err`).
@@ -614,21 +615,15 @@ impl Runner {
                 return Err(Error::LeadershipLost(reason));
             }
         };
-        match writes {
-            WritesEnded::Answered => {
-                elector.release(RELEASE_BUDGET).await;
-            }
-            WritesEnded::Unanswered { in_flight } => {
-                // Stepping down abandons what is still in flight; a standby leads once the
-                // Lease expires, by when the API server has dealt with those writes.
-                fence.status().stepped_down();
-                tracing::warn!(
-                    in_flight,
-                    "writes of this replica may still be applied: not releasing the leader \
-                     lease, a standby takes it when it expires"
-                );
-            }
+        if writes > 0 {
+            // Released anyway: the Lease must not outlive the process, and the API server's
+            // fence refuses what lands once a standby leads.
+            tracing::warn!(
+                in_flight = writes,
+                "writes still unanswered at the end of the drain are abandoned"
+            );
         }
+        elector.release(RELEASE_BUDGET).await;
         result
     }
 }
