@@ -473,7 +473,11 @@ mod tests {
         let late = decide_by(Instant::now(), taken(), move |_| {
             flag.store(true, Ordering::SeqCst)
         });
-        assert!(matches!(late.await, Ok(Ok(None))), "skipped");
+        // Answered as skipped, or as out of time when the blocking pool was slower than the
+        // deadline's timer (a loaded machine): either way the work never runs.
+        let outcome = late.await;
+        assert!(matches!(outcome, Ok(Ok(None)) | Err(_)), "skipped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!ran.load(Ordering::SeqCst));
     }
 
