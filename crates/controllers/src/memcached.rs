@@ -150,7 +150,7 @@ async fn run(ctx: RunContext) -> Result<(), Error> {
     let deployments = ctx.watches.deployments().store();
     let budgets = watches::managed_by_generation::<PodDisruptionBudget>();
     let context = |tools: Tools<Memcached>| Context {
-        statuses: StatusWriter::new(tools.client.clone()),
+        statuses: StatusWriter::new(tools.client.clone(), tools.own_writes.clone()),
         pods: pods.index(PODS_BY_MEMCACHED, pod_index_key),
         tools,
     };

@@ -30,6 +30,7 @@ use crate::children::{Child, ChildObject, ChildView, Children, OwnedChildren};
 use crate::driver::{Driver, Outcome};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::meta_view::MetaView;
+use crate::own_writes::OwnWrites;
 use crate::scope::ScopedApi;
 use crate::status_writer::{StatusWriter, WithStatus};
 use crate::watches::{Shared, WatchSpec};
@@ -72,6 +73,8 @@ pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
     finalizer: Option<&'static str>,
     /// The kinds of child declared with [`Builder::owns_kind`].
     children: Children,
+    /// What the controller wrote and has not yet seen.
+    own_writes: OwnWrites,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Builder<K> {
@@ -94,6 +97,9 @@ pub struct Tools<K: Resource<DynamicType = ()> + 'static> {
     pub store: Store<K>,
     /// The children of the kinds declared with [`Builder::owns_kind`].
     pub children: Children,
+    /// What the controller wrote and its caches have not yet shown: shared by its children's
+    /// writers, its Event recorder and the [`StatusWriter`] of [`with_status_writer`].
+    pub own_writes: OwnWrites,
 }
 
 /// What most reconciles work with: the [`Tools`], and a [`StatusWriter`] for the resource's
@@ -102,7 +108,7 @@ pub type Context<K> = (Tools<K>, StatusWriter<K>);
 
 /// The [`Context`] of `tools`: pass it to [`Builder::run`] as the context to build.
 pub fn with_status_writer<K: WithStatus>(tools: Tools<K>) -> Context<K> {
-    let statuses = StatusWriter::new(tools.client.clone());
+    let statuses = StatusWriter::new(tools.client.clone(), tools.own_writes.clone());
     (tools, statuses)
 }
 
@@ -243,6 +249,7 @@ where
             missing_rbac: Vec::new(),
             finalizer: None,
             children: Children::default(),
+            own_writes: OwnWrites::default(),
         };
         builder.require::<K>("", rbac::READ);
         builder.require::<K>("/status", &["patch"]);
@@ -433,8 +440,13 @@ where
             .ctx
             .watches
             .watch(crate::watches::unmanaged_metadata::<C>());
-        let children = OwnedChildren::new(self.ctx.client.clone(), managed.store(), field_manager)
-            .with_namesakes(others.store());
+        let children = OwnedChildren::new(
+            self.ctx.client.clone(),
+            managed.store(),
+            field_manager,
+            &self.own_writes,
+        )
+        .with_namesakes(others.store());
         let own_writes = children.own_writes();
         let mut builder = self
             .watches_except(&managed, controller_or_namesake, own_writes)
@@ -462,6 +474,7 @@ where
             self.ctx.client.clone(),
             cached.store(),
             field_manager.into(),
+            &self.own_writes,
         );
         let own_writes = children.own_writes();
         (self.owns_except(&cached, own_writes), children)
@@ -472,12 +485,14 @@ where
     /// what it sent. Its Events are sent by a task of their own, as when running.
     pub fn tools(&self) -> Tools<K> {
         let client = self.ctx.client.clone();
-        let (events, _publisher) = Events::start(client.clone(), self.name, "");
+        let (events, _publisher) =
+            Events::remembering(client.clone(), self.name, "", self.own_writes.clone());
         Tools {
             client,
             events,
             store: self.store.clone(),
             children: self.children.clone(),
+            own_writes: self.own_writes.clone(),
         }
     }
 
@@ -552,14 +567,17 @@ where
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
         let mut triggers = self.triggers;
         triggers.insert(0, resources.inspect(move |_| counted.inc()).boxed());
+        let instance = &self.ctx.options.instance;
+        let own_writes = self.own_writes;
         let (events, publisher) =
-            Events::start(client.clone(), self.name, &self.ctx.options.instance);
+            Events::remembering(client.clone(), self.name, instance, own_writes.clone());
         let scoped = Arc::new(Scoped {
             context: Arc::new(context(Tools {
                 client,
                 events: events.clone(),
                 store: self.store.clone(),
                 children: self.children,
+                own_writes,
             })),
             events,
         });

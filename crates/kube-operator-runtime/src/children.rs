@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use crate::Error;
 use crate::events::Events;
 use crate::meta_view::MetaView;
-use crate::own_writes::{Judged, OwnWrites, Written};
+use crate::own_writes::{ChildWrites, Judged, OwnWrites, Written};
 use crate::scope::ScopedApi;
 use crate::writes;
 
@@ -398,7 +398,7 @@ where
     namesakes: Option<Store<MetaView<C>>>,
     field_manager: String,
     /// Shared with the trigger of the children's watch, which skips our own writes.
-    written: OwnWrites<V>,
+    written: ChildWrites<V>,
     kind: PhantomData<fn() -> C>,
 }
 
@@ -443,11 +443,17 @@ where
     V: ChildView<C>,
 {
     /// The children in `cache`, written as `field_manager`: see
-    /// [`Builder::owns_kind_as`](crate::builder::Builder::owns_kind_as).
-    pub(crate) fn new(client: kube::Client, cache: Store<V>, field_manager: String) -> Self {
+    /// [`Builder::owns_kind_as`](crate::builder::Builder::owns_kind_as), remembered in
+    /// `own_writes`, the controller's.
+    pub(crate) fn new(
+        client: kube::Client,
+        cache: Store<V>,
+        field_manager: String,
+        own_writes: &OwnWrites,
+    ) -> Self {
         Self {
             client,
-            written: OwnWrites::new(cache.clone()),
+            written: own_writes.children(cache.clone()),
             cache,
             namesakes: None,
             field_manager,
@@ -1056,7 +1062,12 @@ mod ensure_tests {
         });
         let mut cache = Writer::<MetaView<PodDisruptionBudget>>::default();
         cache.apply_watcher_event(&Event::InitDone);
-        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
+        let children = OwnedChildren::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+            &OwnWrites::default(),
+        );
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
         let mut ensure = async |cache_shows: Option<MetaView<PodDisruptionBudget>>| {
@@ -1120,7 +1131,12 @@ mod ensure_tests {
             },
         ]);
         cache.apply_watcher_event(&Event::Apply(theirs));
-        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
+        let children = OwnedChildren::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+            &OwnWrites::default(),
+        );
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
             uid: Some("owner".into()),
@@ -1166,6 +1182,7 @@ mod ensure_tests {
             server.client(),
             cache.as_reader(),
             "test".into(),
+            &OwnWrites::default(),
         ));
         let whole = children
             .of::<StatefulSet, StatefulSet>()
@@ -1218,8 +1235,12 @@ mod ensure_tests {
         });
         let mut cache = Writer::<DeploymentView>::default();
         cache.apply_watcher_event(&Event::InitDone);
-        let children: OwnedChildren<Deployment, DeploymentView> =
-            OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
+        let children: OwnedChildren<Deployment, DeploymentView> = OwnedChildren::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+            &OwnWrites::default(),
+        );
         let (events, publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
         let mut ensure = async |shown: Option<serde_json::Value>, replicas| {
@@ -1270,9 +1291,13 @@ mod ensure_tests {
             uid: Some("theirs".into()),
             ..ObjectMeta::default()
         })));
-        let children: OwnedChildren<Deployment, DeploymentView> =
-            OwnedChildren::new(server.client(), cache.as_reader(), "test".into())
-                .with_namesakes(namesakes.as_reader());
+        let children: OwnedChildren<Deployment, DeploymentView> = OwnedChildren::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+            &OwnWrites::default(),
+        )
+        .with_namesakes(namesakes.as_reader());
         let (events, publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
             uid: Some("owner".into()),
@@ -1311,7 +1336,12 @@ mod ensure_tests {
         });
         let mut cache = Writer::<MetaView<Namespace>>::default();
         cache.apply_watcher_event(&Event::InitDone);
-        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
+        let children = OwnedChildren::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+            &OwnWrites::default(),
+        );
         let (events, _publisher) = Events::start(server.client(), "test", "test");
         let regarding = k8s_openapi::api::core::v1::ObjectReference::default();
         let namespace = Namespace {
@@ -1372,7 +1402,12 @@ mod ensure_tests {
             child
         };
         cache.apply_watcher_event(&Event::Apply(owned("u-old")));
-        let children = OwnedChildren::new(server.client(), cache.as_reader(), "test".into());
+        let children = OwnedChildren::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+            &OwnWrites::default(),
+        );
         let removed = children
             .remove("ns", "m", "owner")
             .await

@@ -8,10 +8,9 @@
 //! ([`Publisher::finish`]) before it returns, so a graceful stop loses nothing queued before it.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
@@ -23,6 +22,7 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::own_writes::{OwnWrites, Subject};
 use crate::{Error, labels, writes};
 
 /// The Events API limit on a note.
@@ -41,15 +41,6 @@ const CONCURRENCY: usize = 4;
 /// How long after its last occurrence a repeat of an Event counts up its series (client-go's
 /// 6 minutes); a later repeat is a new Event.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
-
-/// Sent Events remembered before the expired ones are first looked for. After each look the
-/// next waits until the map has doubled, so remembering costs a constant per Event.
-const PRUNE_AFTER: usize = 1024;
-
-/// The most sent Events remembered, however many objects the controller has: client-go's
-/// recorder keeps an LRU cache of 4096. When it is full, the less recently seen half is
-/// forgotten (their repeats become new Events), so memory stays bounded at any scale.
-const MAX_SERIES: usize = 4096;
 
 /// Whether an Event is `Normal` or a `Warning`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +93,17 @@ impl Events {
     /// them: it runs until every clone of the returned [`Events`] is dropped and the queue is
     /// empty.
     pub fn start(client: kube::Client, controller: &str, instance: &str) -> (Self, Publisher) {
+        Self::remembering(client, controller, instance, OwnWrites::default())
+    }
+
+    /// [`Events::start`], remembering the Events sent (for their series) in `own_writes`, the
+    /// controller's.
+    pub fn remembering(
+        client: kube::Client,
+        controller: &str,
+        instance: &str,
+        own_writes: OwnWrites,
+    ) -> (Self, Publisher) {
         let controller = reporting_controller(controller);
         let recorder = Arc::new(Recorder {
             client,
@@ -111,7 +113,7 @@ impl Events {
                 instance.to_owned()
             },
             controller,
-            sent: Mutex::new(Sent::new()),
+            sent: own_writes,
         });
         let (queue, received) = mpsc::channel(QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
@@ -217,41 +219,9 @@ struct Recorder {
     client: kube::Client,
     controller: String,
     instance: String,
-    sent: Mutex<Sent>,
-}
-
-/// The Events sent in the last [`SERIES_WINDOW`], by [`Recorder::series_key`]; at most
-/// [`MAX_SERIES`].
-struct Sent {
-    series: HashMap<u64, Series>,
-    prune_at: usize,
-}
-
-impl Sent {
-    fn new() -> Self {
-        Self {
-            series: HashMap::new(),
-            prune_at: PRUNE_AFTER,
-        }
-    }
-
-    /// Remembers a sent Event, first forgetting the expired ones once the map has grown to
-    /// `prune_at`, and the less recently seen half if it is still full.
-    fn remember(&mut self, key: u64, sent: Series) {
-        if self.series.len() >= self.prune_at {
-            self.series
-                .retain(|_, series| series.last.elapsed() < SERIES_WINDOW);
-            if self.series.len() >= MAX_SERIES {
-                let mut lasts: Vec<Instant> = self.series.values().map(|s| s.last).collect();
-                let middle = lasts.len() / 2;
-                let (_, median, _) = lasts.select_nth_unstable(middle);
-                let median = *median;
-                self.series.retain(|_, series| series.last > median);
-            }
-            self.prune_at = PRUNE_AFTER.max(2 * self.series.len()).min(MAX_SERIES);
-        }
-        self.series.insert(key, sent);
-    }
+    /// The Events sent in the last [`SERIES_WINDOW`], as [`Subject::EventSeries`] of
+    /// [`Recorder::series_key`].
+    sent: OwnWrites,
 }
 
 /// A sent Event: where it is and how often it happened.
@@ -259,17 +229,9 @@ struct Series {
     namespace: String,
     name: String,
     count: i32,
-    last: Instant,
 }
 
 impl Recorder {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Sent> {
-        // A poisoned lock only means a publish panicked mid-insert; the map is valid.
-        self.sent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// What makes two Events the same for client-go: action, reason and the object (with its
     /// resourceVersion); the reporting controller is this recorder's.
     fn series_key(event: &Queued) -> u64 {
@@ -290,18 +252,12 @@ impl Recorder {
     }
 
     async fn publish(&self, event: &Queued) -> Result<(), Error> {
-        let key = Self::series_key(event);
-        let repeat = {
-            let mut sent = self.lock();
-            match sent.series.get_mut(&key) {
-                Some(series) if series.last.elapsed() < SERIES_WINDOW => {
-                    series.count += 1;
-                    series.last = Instant::now();
-                    Some((series.namespace.clone(), series.name.clone(), series.count))
-                }
-                _ => None,
-            }
-        };
+        let key = Subject::EventSeries(Self::series_key(event));
+        let repeat = self.sent.recall(&key, |series: &mut Series, until| {
+            series.count += 1;
+            *until = Instant::now() + SERIES_WINDOW;
+            (series.namespace.clone(), series.name.clone(), series.count)
+        });
         if let Some((namespace, name, count)) = repeat {
             match self.count_up(&namespace, &name, count).await {
                 Err(e) if e.is_not_found() => {
@@ -311,7 +267,7 @@ impl Recorder {
             }
         }
         let created = self.create(event).await?;
-        self.lock().remember(key, created);
+        (self.sent).keep(key, created, Instant::now() + SERIES_WINDOW);
         Ok(())
     }
 
@@ -349,7 +305,6 @@ impl Recorder {
             namespace,
             name,
             count: 1,
-            last: Instant::now(),
         })
     }
 
@@ -485,7 +440,7 @@ mod tests {
             client: server.client(),
             controller: reporting_controller("memcached"),
             instance: "pod-1".into(),
-            sent: Mutex::new(Sent::new()),
+            sent: OwnWrites::default(),
         }
     }
 
@@ -549,23 +504,26 @@ mod tests {
 
     #[test]
     fn remembered_events_stay_bounded_and_keep_the_latest() {
-        let mut sent = Sent::new();
-        for key in 0..10_000_u64 {
+        let sent = OwnWrites::default();
+        let now = std::time::Instant::now();
+        for key in 0..20_000_u64 {
             let series = Series {
                 namespace: "default".into(),
                 name: format!("m.{key:x}"),
                 count: 1,
-                last: std::time::Instant::now(),
             };
-            sent.remember(key, series);
+            let until = now + SERIES_WINDOW + Duration::from_millis(key);
+            sent.keep(Subject::EventSeries(key), series, until);
             assert!(
-                sent.series.len() <= MAX_SERIES,
+                sent.len() <= 2 * crate::own_writes::MAX_EVENT_SERIES,
                 "{} remembered",
-                sent.series.len()
+                sent.len()
             );
         }
-        assert!(sent.series.contains_key(&9_999), "the latest is remembered");
-        assert!(!sent.series.contains_key(&0), "the oldest is forgotten");
+        let remembered =
+            |key| (sent.recall(&Subject::EventSeries(key), |_: &mut Series, _| ())).is_some();
+        assert!(remembered(19_999), "the latest is remembered");
+        assert!(!remembered(0), "the oldest is forgotten");
     }
 
     #[test]

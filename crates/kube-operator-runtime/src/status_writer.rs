@@ -15,13 +15,15 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::own_writes::{OwnWrites, Subject};
 use crate::writes;
 
 /// A custom resource with a status subresource, namespaced or cluster-scoped: every
 /// `#[derive(CustomResource)]` type with `#[kube(status = ...)]` (through kube's [`HasStatus`]).
 pub trait WithStatus:
     Resource<DynamicType = ()>
-    + HasStatus<Status: Clone + PartialEq + Serialize>
+    + 'static
+    + HasStatus<Status: Clone + PartialEq + Serialize + Send + 'static>
     + Clone
     + DeserializeOwned
     + std::fmt::Debug
@@ -30,7 +32,8 @@ pub trait WithStatus:
 
 impl<K> WithStatus for K where
     K: Resource<DynamicType = ()>
-        + HasStatus<Status: Clone + PartialEq + Serialize>
+        + 'static
+        + HasStatus<Status: Clone + PartialEq + Serialize + Send + 'static>
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
@@ -84,22 +87,23 @@ impl Progress {
 /// cluster writes its start once it has stood, then its end.
 pub struct StatusWriter<K: WithStatus> {
     client: kube::Client,
-    written: Mutex<Writes<K>>,
+    /// The statuses written and not yet shown by the cache, as [`WrittenStatus`]es.
+    written: OwnWrites,
+    held: Mutex<Holds<K>>,
 }
 
-/// The remembered writes, and the size at which old ones are next looked for.
-struct Writes<K: WithStatus> {
-    last: HashMap<ObjectRef<K>, LastWrite<K::Status>>,
-    /// Each object's [`Progress::Moving`] status waiting to be written.
+/// Each object's [`Progress::Moving`] status waiting to be written, and the size at which
+/// those of deleted objects are next looked for.
+struct Holds<K: WithStatus> {
     held: HashMap<ObjectRef<K>, Hold>,
     prune_at: usize,
 }
 
-struct LastWrite<S> {
+/// A status written, until the cache shows it.
+struct WrittenStatus<S> {
     /// The resourceVersion the object had when it was written.
     before: Option<String>,
     status: S,
-    at: Instant,
 }
 
 /// An object whose rollout is in motion: the status held back now, and whether a passing state
@@ -131,12 +135,12 @@ impl Hold {
     }
 }
 
-/// Writes remembered before old ones are first looked for (those of objects deleted before the
-/// cache showed the write, which nobody asks about again). After each look, the next waits
-/// until the map has doubled, so a burst of writes costs a constant per write.
+/// Holds remembered before those of deleted objects are first looked for. After each look,
+/// the next waits until the map has doubled, so a burst of rollouts costs a constant each.
 const PRUNE_AFTER: usize = 1024;
-/// How old a remembered write must be to be dropped then.
-const PRUNE_OLDER_THAN: Duration = Duration::from_secs(60);
+/// How long a status written, or a hold, is remembered at most: past it the cache has long
+/// shown the write, or the object is gone.
+const REMEMBERED_FOR: Duration = Duration::from_secs(60);
 
 /// How long a new phase of a rollout in motion must stand before it is written (see
 /// [`StatusWriter`]). On a busy cluster the steps of one rollout come seconds apart (its
@@ -174,38 +178,44 @@ impl<K: WithStatus> std::fmt::Debug for StatusWriter<K> {
 }
 
 impl<K: WithStatus> StatusWriter<K> {
-    /// Writes through `client`.
-    pub fn new(client: kube::Client) -> Self {
+    /// Writes through `client`, remembering what it wrote in `own_writes`, the controller's
+    /// ([`Tools::own_writes`](crate::Tools::own_writes)).
+    pub fn new(client: kube::Client, own_writes: OwnWrites) -> Self {
         Self {
             client,
-            written: Mutex::new(Writes {
-                last: HashMap::new(),
+            written: own_writes,
+            held: Mutex::new(Holds {
                 held: HashMap::new(),
                 prune_at: PRUNE_AFTER,
             }),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Writes<K>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Holds<K>> {
         // A poisoned lock only means another reconcile panicked mid-insert; the map is valid.
-        self.written
+        self.held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `obj` as cached, or, while the cache is behind a status write of ours, with that status.
     pub fn latest<'a>(&self, obj: &'a K) -> Cow<'a, K> {
-        let key = crate::object_key(obj);
-        let mut written = self.lock();
-        match written.last.get(&key) {
-            Some(last) if last.before.as_deref() == obj.resource_version().as_deref() => {
+        let subject = Subject::object(&crate::object_key(obj));
+        let version = obj.resource_version();
+        let ahead = self
+            .written
+            .recall(&subject, |written: &mut WrittenStatus<K::Status>, _| {
+                (written.before == version).then(|| written.status.clone())
+            });
+        match ahead {
+            Some(Some(status)) => {
                 let mut newer = obj.clone();
-                *newer.status_mut() = Some(last.status.clone());
+                *newer.status_mut() = Some(status);
                 Cow::Owned(newer)
             }
-            Some(_) => {
+            Some(None) => {
                 // The cache has caught up (or somebody else wrote since): it is the truth again.
-                written.last.remove(&key);
+                self.written.forget(&subject);
                 Cow::Borrowed(obj)
             }
             None => Cow::Borrowed(obj),
@@ -237,10 +247,10 @@ impl<K: WithStatus> StatusWriter<K> {
         }
         patch_status(&self.client, obj, &status).await?;
         let now = Instant::now();
-        let mut written = self.lock();
+        let mut holds = self.lock();
         match progress {
             Progress::Settled => {
-                written.held.remove(&key);
+                holds.held.remove(&key);
             }
             Progress::Moving => {
                 // The rollout goes on: its next passing state waits for the longest hold.
@@ -248,26 +258,22 @@ impl<K: WithStatus> StatusWriter<K> {
                     shown: true,
                     ..Hold::new(now, Summary::of(Some(&status)).phase)
                 };
-                written.held.insert(key.clone(), hold);
+                holds.held.insert(key.clone(), hold);
+                if holds.held.len() >= holds.prune_at {
+                    holds
+                        .held
+                        .retain(|_, hold| hold.seen.elapsed() < REMEMBERED_FOR);
+                    holds.prune_at = PRUNE_AFTER.max(2 * holds.held.len());
+                }
             }
         }
-        if written.last.len() + written.held.len() >= written.prune_at {
-            written
-                .last
-                .retain(|_, last| last.at.elapsed() < PRUNE_OLDER_THAN);
-            written
-                .held
-                .retain(|_, hold| hold.seen.elapsed() < PRUNE_OLDER_THAN);
-            written.prune_at = PRUNE_AFTER.max(2 * (written.last.len() + written.held.len()));
-        }
-        written.last.insert(
-            key,
-            LastWrite {
-                before: obj.resource_version(),
-                status,
-                at: now,
-            },
-        );
+        drop(holds);
+        let written = WrittenStatus {
+            before: obj.resource_version(),
+            status,
+        };
+        let until = std::time::Instant::now() + REMEMBERED_FOR;
+        (self.written).keep(Subject::object(&key), written, until);
         Ok(StatusWrite::Written)
     }
 }
@@ -418,7 +424,10 @@ mod tests {
         let server = crate::fake::ApiServer::echoing(
             serde_json::to_value(memcached("2", 1)).expect("serializable"),
         );
-        (StatusWriter::new(server.client()), server)
+        (
+            StatusWriter::new(server.client(), OwnWrites::default()),
+            server,
+        )
     }
 
     fn status(ready: i32) -> crate::test_resource::MemcachedStatus {
@@ -468,7 +477,7 @@ mod tests {
         let mut caught_up = memcached("3", 1);
         caught_up.status = Some(status(1));
         assert!(matches!(writer.latest(&caught_up), Cow::Borrowed(_)));
-        assert!(writer.lock().last.is_empty(), "the memory is dropped");
+        assert!(writer.written.is_empty(), "the memory is dropped");
     }
 
     /// A status whose `Available` condition is `available` and whose `Progressing` condition
