@@ -648,8 +648,9 @@ async fn tutorial(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Res
 async fn admission_through_the_service(cluster: &TestCluster, ns: &TestNamespace) -> Result<()> {
     let apply = |name: &str, image: &str| -> Result<std::process::Output> {
         use std::io::Write as _;
+        let group = product::group!(cache);
         let yaml = format!(
-            "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
+            "apiVersion: {group}/v1alpha1\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
         );
         let mut child = cluster
             .kubectl()
@@ -692,7 +693,7 @@ async fn admission_through_the_service(cluster: &TestCluster, ns: &TestNamespace
             cluster,
             &[
                 "get",
-                &format!("memcacheds.{version}.cache.example.com"),
+                &format!("memcacheds.{version}.{}", product::group!(cache)),
                 "-n",
                 ns.name(),
                 "-o",
@@ -700,8 +701,8 @@ async fn admission_through_the_service(cluster: &TestCluster, ns: &TestNamespace
             ],
         )?;
         ensure!(
-            listed.contains(&format!("cache.example.com/{version} blank-image")),
-            "kubectl get memcacheds.{version}.cache.example.com: {listed}"
+            listed.contains(&format!("{}/{version} blank-image", product::group!(cache))),
+            "kubectl get memcacheds.{version}: {listed}"
         );
     }
     mcs.delete("blank-image", &DeleteParams::default()).await?;

@@ -254,8 +254,12 @@ async fn send_review(
     let tcp = tokio::time::timeout(within, TcpStream::connect(address)).await??;
     let name = ServerName::try_from("127.0.0.1")?;
     let mut tls = tokio::time::timeout(within, connector.connect(name, tcp)).await??;
+    let path = format!(
+        "/validate-{}-v1beta1-memcached",
+        product::group!(cache).replace('.', "-")
+    );
     let head = format!(
-        "POST /validate-cache-example-com-v1beta1-memcached HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         review.len()
     );

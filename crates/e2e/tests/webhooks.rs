@@ -461,7 +461,8 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
         "the refused edit changed nothing"
     );
     for version in ["v1alpha1", "v1beta1"] {
-        let resource = format!("memcacheds.{version}.cache.example.com");
+        let group = product::group!(cache);
+        let resource = format!("memcacheds.{version}.{group}");
         let listed = kubectl_json(cluster, ns, &["get", &resource])?;
         let names: Vec<&str> = listed["items"]
             .as_array()
@@ -475,7 +476,7 @@ async fn conversion(cluster: &TestCluster, ns: &TestNamespace, mcs: &Api<Memcach
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .all(|item| item["apiVersion"] == format!("cache.example.com/{version}")),
+                    .all(|item| item["apiVersion"] == format!("{group}/{version}")),
             "kubectl get {resource}: {listed}"
         );
     }
@@ -560,14 +561,16 @@ fn memcached_with_memory(name: &str, memory: &str, limit: &str) -> String {
 }
 
 fn memcached_yaml_at(version: &str, name: &str, image: &str) -> String {
+    let group = product::group!(cache);
     format!(
-        "apiVersion: cache.example.com/{version}\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
+        "apiVersion: {group}/{version}\nkind: Memcached\nmetadata:\n  name: {name}\nspec:\n  size: 0\n  image: {image:?}\n"
     )
 }
 
 fn myapp_yaml(name: &str, image: &str) -> String {
+    let group = product::group!(myscheme);
     format!(
-        "apiVersion: myscheme.example.com/v1\nkind: MyApp\nmetadata:\n  name: {name}\nspec:\n  replicas: 0\n  image: {image:?}\n"
+        "apiVersion: {group}/v1\nkind: MyApp\nmetadata:\n  name: {name}\nspec:\n  replicas: 0\n  image: {image:?}\n"
     )
 }
 

@@ -24,17 +24,16 @@ use futures::{FutureExt, StreamExt};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 
 use crate::children::{Child, ChildObject, ChildView, Children, OwnedChildren};
-use crate::driver::{Driver, Outcome};
+use crate::driver::{Driver, Outcome, Reconciled};
 use crate::events::{EVENTS_FLUSH, Events};
 use crate::meta_view::MetaView;
 use crate::own_writes::OwnWrites;
+use crate::priority::Priority;
 use crate::scope::ScopedApi;
 use crate::status_writer::{StatusWriter, WithStatus};
 use crate::watches::{Shared, WatchSpec};
-use crate::workqueue::Priority;
 use crate::{Error, RunContext, children, finalizer, rbac};
 
 /// Maps an object of a watched cache to the custom resource it concerns, given the cache of
@@ -224,17 +223,7 @@ struct Scoped<C> {
     events: Events,
 }
 
-impl<K> Builder<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
+impl<K: Reconciled> Builder<K> {
     /// The controller called `name` (its metrics label, configuration key and log field), for
     /// the custom resources of type `K`, run with what `ctx` provides.
     pub fn new(name: &'static str, ctx: &RunContext) -> Self {

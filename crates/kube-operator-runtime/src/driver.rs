@@ -43,9 +43,10 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::metrics::result;
+use crate::priority::Priority;
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::watches::{Refusal, refusal_reason};
-use crate::workqueue::{Priority, WorkQueue};
+use crate::workqueue::WorkQueue;
 use crate::{Error, Metrics, RunContext};
 
 /// How long a successful reconcile waits before it runs again without any watch event: a
@@ -101,11 +102,21 @@ impl<K: Resource<DynamicType = ()> + 'static> Debug for Driver<K> {
     }
 }
 
-/// A reconcile in progress: it yields its key and what it returned.
-type Running<K> = futures::future::BoxFuture<'static, (ObjectRef<K>, Result<Outcome, Error>)>;
+/// A resource a controller reconciles: a custom resource type (`#[derive(CustomResource)]`)
+/// or any other kind with a static type, readable through its JSON form.
+pub trait Reconciled:
+    Resource<DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + serde::Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
 
-impl<K> Driver<K>
-where
+impl<K> Reconciled for K where
     K: Resource<DynamicType = ()>
         + Clone
         + DeserializeOwned
@@ -113,8 +124,14 @@ where
         + Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// A reconcile in progress: it yields its key and what it returned.
+type Running<K> = futures::future::BoxFuture<'static, (ObjectRef<K>, Result<Outcome, Error>)>;
+
+impl<K: Reconciled> Driver<K> {
     /// A driver for the controller `name`, with the options, metrics and shutdown of `ctx`.
     ///
     /// `max_concurrent_reconciles` of 0 is taken as 1 (as controller-runtime does): nothing

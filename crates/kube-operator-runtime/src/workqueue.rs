@@ -35,7 +35,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::metrics::QueueMetrics;
-pub use crate::priority::Priority;
+use crate::priority::Priority;
 
 /// Where a key stands, apart from running (see [`WorkQueue::running`]).
 #[derive(Debug)]
