@@ -511,11 +511,22 @@ impl<K: Reconciled> Builder<K> {
     {
         self.require::<K>("", &["patch"]);
         self.finalizer = Some(finalizer);
-        let client = self.ctx.client.clone();
+        let (client, own_writes) = (self.ctx.client.clone(), self.own_writes.clone());
         let finalized = move |obj: Arc<K>, context: Arc<C>| {
             let (client, reconcile, cleanup) = (client.clone(), reconcile.clone(), cleanup.clone());
+            let own_writes = own_writes.clone();
             async move {
-                finalizer::reconcile(&client, finalizer, obj, context, &reconcile, &cleanup).await
+                let (reconcile, cleanup) = (&reconcile, &cleanup);
+                finalizer::reconcile(
+                    &client,
+                    &own_writes,
+                    finalizer,
+                    obj,
+                    context,
+                    reconcile,
+                    cleanup,
+                )
+                .await
             }
         };
         self.run(context, finalized).await
@@ -552,7 +563,9 @@ impl<K: Reconciled> Builder<K> {
             }
         }
         let client = self.ctx.client.clone();
-        let driver = Driver::<K>::new(self.name, &self.ctx).with_finalizer(self.finalizer);
+        let driver = Driver::<K>::new(self.name, &self.ctx)
+            .with_finalizer(self.finalizer)
+            .with_own_writes(self.own_writes.clone());
         let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
         let mut triggers = self.triggers;
         triggers.insert(0, resources.inspect(move |_| counted.inc()).boxed());

@@ -566,7 +566,8 @@ where
                 None => return self.create(key, desired, desired_hash, owner_uid).await,
             }
         }
-        self.apply(key, desired, desired_hash, cached).await
+        self.apply(key, desired, desired_hash, cached, owner_uid)
+            .await
     }
 
     /// Creates the child the cache does not show.
@@ -580,27 +581,31 @@ where
         let namespace = desired.namespace().unwrap_or_default();
         match create_owned(&self.client, &namespace, &self.field_manager, desired).await {
             Ok(created) => {
-                self.written.remember(key, desired_hash, &created, false);
+                let owner = Some(owner_uid).filter(|uid| !uid.is_empty());
+                (self.written).remember(key, desired_hash, &created, false, owner);
                 Ok(Wrote::Created)
             }
             Err(e) if e.is_namespace_terminating() => Ok(Wrote::NamespaceTerminating),
             Err(e) if e.is_already_exists() && self.controlled(desired, owner_uid).await? => {
                 // Ours after all, made by another process (a manager before a restart, another
                 // replica) and not in this cache yet: bring it up to date.
-                self.apply(key, desired, desired_hash, None).await
+                self.apply(key, desired, desired_hash, None, owner_uid)
+                    .await
             }
             Err(e) if e.is_already_exists() => Ok(Wrote::Foreign),
             Err(e) => Err(e),
         }
     }
 
-    /// Applies `desired` over what the cache showed as `before`.
+    /// Applies `desired` over what the cache showed as `before`, for the owner with
+    /// `owner_uid`.
     async fn apply(
         &self,
         key: ObjectRef<V>,
         desired: &C,
         desired_hash: u64,
         before: Option<Arc<V>>,
+        owner_uid: &str,
     ) -> Result<Wrote<V>, Error> {
         let namespace = desired.namespace().unwrap_or_default();
         match apply_owned(&self.client, &namespace, &self.field_manager, desired).await {
@@ -609,7 +614,8 @@ where
                 let changed = shown != Some(&applied.resource_version);
                 // Applied over an object the cache showed (or an object that exists): should
                 // the cache lose it, it was deleted, not still on its way.
-                self.written.remember(key, desired_hash, &applied, true);
+                let owner = Some(owner_uid).filter(|uid| changed && !uid.is_empty());
+                (self.written).remember(key, desired_hash, &applied, true, owner);
                 Ok(Wrote::Applied { before, changed })
             }
             Err(e) if e.is_namespace_terminating() => {

@@ -11,6 +11,14 @@
 //!   trigger while it runs runs it once more afterwards), as client-go's work queue;
 //! - a free worker takes the next key and reads its object from the cache as it is then;
 //!   nothing is reconciled before the cache has its first list;
+//! - a reconcile never starts from a cache older than the controller's own last write for
+//!   that object: to the object itself (its status, its finalizer) or to one of its children
+//!   ([`OwnWrites::behind`]). Such a key waits, keeping its priority, until the caches show the
+//!   write, checked every [`CATCH_UP_POLL`], for at most [`CATCH_UP_WAIT`]; each wait is
+//!   counted in `operator_manager_reconcile_cache_waits_total`. The watch is the faster way
+//!   to learn what was written (usually milliseconds), and a read through the API server
+//!   would cost a request per reconcile that waits; past the bound (a broken watch) the
+//!   reconcile starts anyway, counted as `behind`, rather than stall;
 //! - each reconcile runs in a `reconcile` span with `controller`, `namespace` and `name`;
 //! - `controller_runtime_reconcile_total{controller,result}`, `..._errors_total`,
 //!   `..._reconcile_time_seconds` (a drop-guard timer, so a cancelled reconcile is timed too) and
@@ -25,6 +33,7 @@
 //! workers are busy, so under a full queue an object whose key hashed late waited until the
 //! queue ran dry, and a queue of thousands cost a poll of each on every wake-up.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
@@ -42,7 +51,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
+use crate::metrics::cache_wait;
 use crate::metrics::result;
+use crate::own_writes::OwnWrites;
 use crate::priority::Priority;
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::watches::{Refusal, refusal_reason};
@@ -52,6 +63,14 @@ use crate::{Error, Metrics, RunContext};
 /// How long a successful reconcile waits before it runs again without any watch event: a
 /// safety net against missed events (controller-runtime's `SyncPeriod`, shorter than its 10 h).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(60 * 60);
+
+/// How often a reconcile held back for the cache to show the controller's own write looks
+/// again.
+pub const CATCH_UP_POLL: Duration = Duration::from_millis(20);
+
+/// How long a reconcile is held back, at most, for the cache to show the controller's own
+/// write.
+pub const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
 
 /// What a successful reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +109,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     timeout: Option<Duration>,
     /// When reconciling may start ([`crate::RunOptions::leadership`]).
     leadership: crate::Leadership,
+    /// What the controller wrote and its caches have not yet shown.
+    own_writes: OwnWrites,
     _resource: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -149,8 +170,16 @@ impl<K: Reconciled> Driver<K> {
             finalizer: None,
             timeout: ctx.options.reconcile_timeout,
             leadership: ctx.options.leadership.clone(),
+            own_writes: OwnWrites::default(),
             _resource: std::marker::PhantomData,
         }
+    }
+
+    /// The same driver for a controller whose writes `own_writes` remembers: see
+    /// [`OwnWrites::behind`].
+    #[must_use]
+    pub fn with_own_writes(self, own_writes: OwnWrites) -> Self {
+        Self { own_writes, ..self }
     }
 
     /// The same driver for a controller that declared `finalizer`: see [`asks_for_reconcile`].
@@ -277,6 +306,10 @@ impl<K: Reconciled> Driver<K> {
         let mut leading = self.leadership.is_leading();
         let standby = !leading;
         let mut lead = std::pin::pin!(self.leadership.clone().leading());
+        // The keys held back for a cache to show the controller's own write, since when.
+        let mut held_back: HashMap<ObjectRef<K>, Instant> = HashMap::new();
+        let cache_waits =
+            |outcome| (self.metrics.reconcile_cache_waits).with_label_values(&[name, outcome]);
         tracing::info!(
             controller = name,
             concurrency = self.concurrency,
@@ -286,15 +319,33 @@ impl<K: Reconciled> Driver<K> {
         loop {
             if synced && leading && !stopping {
                 while running.len() < usize::from(self.concurrency) {
-                    let Some(key) = queue.pop(Instant::now()) else {
+                    let now = Instant::now();
+                    let Some((key, priority)) = queue.pop_with_priority(now) else {
                         break;
                     };
                     let Some(obj) = cache.get(&key) else {
                         // Triggered, then deleted before its turn.
                         queue.gone(&key);
                         shared.backoff.reset(&key);
+                        held_back.remove(&key);
                         continue;
                     };
+                    let meta = obj.meta();
+                    let behind = meta.uid.as_deref().is_some_and(|uid| {
+                        (self.own_writes).behind(uid, meta.resource_version.as_deref())
+                    });
+                    if behind {
+                        let since = *held_back.entry(key.clone()).or_insert(now);
+                        if now.saturating_duration_since(since) < CATCH_UP_WAIT {
+                            queue.postpone(&key, now + CATCH_UP_POLL, priority);
+                            continue;
+                        }
+                        tracing::debug!(controller = name, object = %key, "the cache has not shown the last write; reconciling anyway");
+                        cache_waits(cache_wait::BEHIND).inc();
+                        held_back.remove(&key);
+                    } else if held_back.remove(&key).is_some() {
+                        cache_waits(cache_wait::CAUGHT_UP).inc();
+                    }
                     let reconciled = reconcile_instrumented(reconcile.clone(), obj, shared.clone());
                     running.push(reconciled.map(move |result| (key, result)).boxed());
                 }
@@ -1012,6 +1063,73 @@ mod tests {
         assert_eq!(&seen[..2], ["a", "b"]);
         r.shutdown.cancel();
         r.running.await.expect("joined").expect("stopped cleanly");
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_waits_for_the_cache_to_show_the_controllers_own_write() {
+        let shutdown = CancellationToken::new();
+        let ctx = run_context(2, shutdown.clone());
+        let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        let at_version = |name: &str, version: &str| {
+            let mut mc = (*memcached(name)).clone();
+            mc.metadata.uid = Some(format!("uid-{name}"));
+            mc.metadata.resource_version = Some(version.into());
+            mc
+        };
+        for name in ["written", "lost", "other"] {
+            writer.apply_watcher_event(&watcher::Event::InitApply(at_version(name, "1")));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let own_writes = OwnWrites::default();
+        for name in ["written", "lost"] {
+            own_writes.wrote_object(&format!("uid-{name}"), Some("1".into()), Some("2".into()));
+        }
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recording = {
+            let seen = seen.clone();
+            move |obj: Arc<Memcached>, _: Arc<()>| {
+                let version = obj.meta().resource_version.clone().unwrap_or_default();
+                let name = kube::ResourceExt::name_any(obj.as_ref());
+                seen.lock()
+                    .expect("not poisoned")
+                    .push(format!("{name}@{version}"));
+                std::future::ready(Ok(Outcome::Done))
+            }
+        };
+        let (triggers, rx) = futures::channel::mpsc::unbounded();
+        let driver = Driver::<Memcached>::new("test", &ctx).with_own_writes(own_writes);
+        let running = tokio::spawn(driver.run(vec![rx.boxed()], cache, recording, Arc::new(())));
+        for name in ["written", "lost", "other"] {
+            triggers
+                .unbounded_send((key(name), Priority::Live))
+                .expect("running");
+        }
+        let seen_now = || seen.lock().expect("not poisoned").clone();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(seen_now(), ["other@1"], "the others wait for their write");
+        writer.apply_watcher_event(&watcher::Event::Apply(at_version("written", "2")));
+        let waits = |outcome| {
+            (ctx.metrics.reconcile_cache_waits)
+                .with_label_values(&["test", outcome])
+                .get()
+        };
+        let caught_up = async {
+            while seen_now().len() < 3 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(CATCH_UP_WAIT * 3, caught_up)
+            .await
+            .expect("both ran");
+        assert_eq!(seen_now(), ["other@1", "written@2", "lost@1"]);
+        assert_eq!(waits(cache_wait::CAUGHT_UP), 1);
+        assert_eq!(
+            waits(cache_wait::BEHIND),
+            1,
+            "the lost write is given up on"
+        );
+        shutdown.cancel();
+        running.await.expect("joined").expect("stopped cleanly");
     }
 
     #[tokio::test]

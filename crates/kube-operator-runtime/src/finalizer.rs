@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 
 use crate::conditions::{self, DEGRADED, NewCondition};
 use crate::driver::Outcome;
+use crate::own_writes::OwnWrites;
 use crate::{Error, writes};
 
 /// The reason of the `Degraded` condition an object reports while its cleanup fails.
@@ -43,6 +44,7 @@ pub const CLEANUP_FAILED: &str = "CleanupFailed";
 /// adding or removing the finalizer fails (a concurrent change of the list among them).
 pub(crate) async fn reconcile<K, C, F, Fut, G, GFut>(
     client: &kube::Client,
+    own_writes: &OwnWrites,
     finalizer: &'static str,
     obj: Arc<K>,
     context: Arc<C>,
@@ -58,7 +60,8 @@ where
 {
     let held = obj.finalizers().iter().position(|f| f == finalizer);
     if obj.meta().deletion_timestamp.is_none() {
-        if held.is_none() && !write(client, obj.as_ref(), add(obj.finalizers(), finalizer)).await? {
+        let patch = add(obj.finalizers(), finalizer);
+        if held.is_none() && !write(client, own_writes, obj.as_ref(), patch).await? {
             return Ok(Outcome::Done);
         }
         return reconcile(obj, context).await;
@@ -68,7 +71,7 @@ where
     };
     match cleanup(obj.clone(), context).await {
         Ok(Outcome::Done) => {
-            write(client, obj.as_ref(), remove(index, finalizer)).await?;
+            write(client, own_writes, obj.as_ref(), remove(index, finalizer)).await?;
             Ok(Outcome::Done)
         }
         Ok(waiting) => Ok(waiting),
@@ -108,9 +111,11 @@ fn remove(index: usize, finalizer: &str) -> Value {
     ])
 }
 
-/// Sends the JSON patch `patch` to `obj`; `Ok(false)` when the object is gone.
+/// Sends the JSON patch `patch` to `obj`, noting it in `own_writes`; `Ok(false)` when the
+/// object is gone.
 async fn write<K: Resource<DynamicType = ()>>(
     client: &kube::Client,
+    own_writes: &OwnWrites,
     obj: &K,
     patch: Value,
 ) -> Result<bool, Error> {
@@ -127,7 +132,12 @@ async fn write<K: Resource<DynamicType = ()>>(
     )
     .await;
     match sent {
-        Ok(_) => Ok(true),
+        Ok(answered) => {
+            if let Some(uid) = obj.uid() {
+                own_writes.wrote_object(&uid, obj.resource_version(), answered.resource_version);
+            }
+            Ok(true)
+        }
         Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => Ok(false),
         Err(e) => Err(e),
     }
@@ -188,6 +198,7 @@ mod tests {
         let cleanup = std::sync::Mutex::new(Some(cleanup));
         let result = reconcile(
             &server.client(),
+            &OwnWrites::default(),
             FINALIZER,
             obj,
             Arc::new(()),

@@ -75,6 +75,20 @@ pub struct Metrics {
     /// for a reconcile, by the kind of object that changed (`source`), before the queue folds
     /// them: what makes a controller reconcile as often as it does.
     pub reconcile_triggers: IntCounterVec,
+    /// `operator_manager_reconcile_cache_waits_total{controller,outcome}`: reconciles held
+    /// back because a cache had not yet shown the controller's own last write for the object
+    /// (see [`crate::driver`]): `caught_up` when the cache then showed it, `behind` when the
+    /// reconcile started without it after [`crate::driver::CATCH_UP_WAIT`]. `behind` is the
+    /// count of reconciles that read a cache older than their own write; it should stay 0.
+    pub reconcile_cache_waits: IntCounterVec,
+}
+
+/// The outcomes of `operator_manager_reconcile_cache_waits_total`.
+pub mod cache_wait {
+    /// The cache showed the write, and the reconcile started.
+    pub const CAUGHT_UP: &str = "caught_up";
+    /// The reconcile started without the cache showing the write.
+    pub const BEHIND: &str = "behind";
 }
 
 impl Metrics {
@@ -103,6 +117,7 @@ impl Metrics {
         ))?;
         registry.register(Box::new(metrics.reconcile_errors_by_kind.clone()))?;
         registry.register(Box::new(metrics.reconcile_triggers.clone()))?;
+        registry.register(Box::new(metrics.reconcile_cache_waits.clone()))?;
         Ok(metrics)
     }
 
@@ -245,6 +260,13 @@ impl Metrics {
                 ),
                 &["controller", "source"],
             )?,
+            reconcile_cache_waits: IntCounterVec::new(
+                Opts::new(
+                    "operator_manager_reconcile_cache_waits_total",
+                    "Reconciles held back until a cache showed the controller's own last write, per controller and outcome",
+                ),
+                &["controller", "outcome"],
+            )?,
         })
     }
 
@@ -266,6 +288,10 @@ impl Metrics {
             .with_label_values(&[controller]);
         self.terminal_reconcile_errors_total
             .with_label_values(&[controller]);
+        for outcome in [cache_wait::CAUGHT_UP, cache_wait::BEHIND] {
+            self.reconcile_cache_waits
+                .with_label_values(&[controller, outcome]);
+        }
         let queue = self.queue(controller);
         queue.depth.live.set(0);
         queue.depth.catch_up.set(0);

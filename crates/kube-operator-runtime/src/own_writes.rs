@@ -10,7 +10,11 @@
 //!   is as last written, still behind that write, or changed by somebody else since (a
 //!   reconcile writes only in the last case);
 //! - the last status written to each custom resource, until its cache shows it;
-//! - each Event sent, for a repeat to count up its series.
+//! - each Event sent, for a repeat to count up its series;
+//! - by the uid of each custom resource, the writes for it that no cache has shown yet: to the
+//!   object itself (its status, its finalizers) and to its children. The driver asks
+//!   [`OwnWrites::behind`] before each reconcile, so that none starts from a cache older than
+//!   the controller's own last write (see [`crate::driver`]).
 //!
 //! The memory is per process: a restarted manager writes once per child, which changes nothing
 //! on the server. One pruning rule keeps it bounded: once the store has doubled since it was
@@ -20,7 +24,7 @@
 //! the most recently repeated. A burst of writes costs a constant per write.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -59,6 +63,8 @@ impl std::fmt::Debug for OwnWrites {
 #[derive(Default)]
 struct Memory {
     entries: HashMap<Subject, Entry>,
+    /// By the uid of a custom resource, the writes for it its caches have not shown yet.
+    pending: HashMap<String, Pending>,
     /// For each kind of child, whether its cache shows an object: what the pruning asks.
     caches: HashMap<TypeId, CacheLookup>,
     prune_at: usize,
@@ -88,6 +94,27 @@ impl Subject {
             namespace: key.namespace.clone(),
             name: key.name.clone(),
         }
+    }
+}
+
+/// The writes for one custom resource that its caches have not shown yet.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The object's resourceVersions older than our last write to it (what each write of ours
+    /// found, and what each but the last was answered with): while its cache shows one of
+    /// them, it is behind.
+    passed: Vec<String>,
+    /// What our last write to the object was answered with.
+    answered: Option<String>,
+    /// Its children written since, whose write their cache has not shown.
+    children: HashSet<Subject>,
+    /// The last write.
+    at: Option<Instant>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.passed.is_empty() && self.children.is_empty()
     }
 }
 
@@ -161,7 +188,47 @@ impl OwnWrites {
 
     /// Forgets what was kept about `subject`.
     pub(crate) fn forget(&self, subject: &Subject) {
-        self.lock().entries.remove(subject);
+        self.lock().remove(subject);
+    }
+
+    /// Notes that the object with `uid` was written (its status, its metadata) over the
+    /// resourceVersion `before`, and the write answered with `answered`: while its cache
+    /// shows `before`, or what an earlier write of ours was answered with, it is behind.
+    pub(crate) fn wrote_object(&self, uid: &str, before: Option<String>, answered: Option<String>) {
+        if before.is_none() || before == answered {
+            // Nothing changed on the server: there is nothing for the cache to show.
+            return;
+        }
+        let mut memory = self.lock();
+        let pending = memory.pending.entry(uid.to_owned()).or_default();
+        let older = [before, std::mem::replace(&mut pending.answered, answered)];
+        for version in older.into_iter().flatten() {
+            if !pending.passed.contains(&version) {
+                pending.passed.push(version);
+            }
+        }
+        pending.at = Some(Instant::now());
+    }
+
+    /// Whether the caches are behind a write of ours for the object with `uid`, which its
+    /// cache shows at resourceVersion `version`: to the object itself, or to one of its
+    /// children, made less than [`UNSEEN_FOR`] ago.
+    pub fn behind(&self, uid: &str, version: Option<&str>) -> bool {
+        let mut memory = self.lock();
+        let Some(pending) = memory.pending.get_mut(uid) else {
+            return false;
+        };
+        if !version.is_some_and(|version| pending.passed.iter().any(|v| v == version)) {
+            // The cache shows a newer version: ours, or one made after it.
+            pending.passed.clear();
+            pending.answered = None;
+        }
+        let lost = pending.at.is_none_or(|at| at.elapsed() >= UNSEEN_FOR);
+        if lost || pending.is_empty() {
+            memory.pending.remove(uid);
+            return false;
+        }
+        true
     }
 
     /// Entries held now.
@@ -177,10 +244,45 @@ impl OwnWrites {
 
 impl Memory {
     fn insert(&mut self, subject: Subject, entry: Entry) {
-        self.entries.insert(subject, entry);
+        let replaced = self.entries.insert(subject.clone(), entry);
+        self.settled(&subject, replaced);
         if self.entries.len() >= self.prune_at.max(PRUNE_AFTER) {
             self.prune();
         }
+    }
+
+    fn remove(&mut self, subject: &Subject) {
+        let removed = self.entries.remove(subject);
+        self.settled(subject, removed);
+    }
+
+    /// `entry`, what was remembered about `subject`, is no longer: a write of it still on its
+    /// way no longer keeps its owner waiting.
+    fn settled(&mut self, subject: &Subject, entry: Option<Entry>) {
+        if let Some(Entry::Child(LastWrite::Written(Written {
+            owner: Some(owner), ..
+        }))) = entry
+        {
+            self.child_shown(&owner, subject);
+        }
+    }
+
+    /// The write of the child `subject` for the owner with uid `owner` is no longer on its way.
+    fn child_shown(&mut self, owner: &str, subject: &Subject) {
+        if let Some(pending) = self.pending.get_mut(owner) {
+            pending.children.remove(subject);
+            if pending.is_empty() {
+                self.pending.remove(owner);
+            }
+        }
+    }
+
+    /// Notes that the write of the child `subject` for the owner with uid `owner` is on its
+    /// way to the cache.
+    fn child_on_its_way(&mut self, owner: &str, subject: Subject) {
+        let pending = self.pending.entry(owner.to_owned()).or_default();
+        pending.children.insert(subject);
+        pending.at = Some(Instant::now());
     }
 
     /// The store's one pruning rule (see the [module](self)).
@@ -213,6 +315,7 @@ impl Memory {
                 _ => true,
             });
         }
+        (self.pending).retain(|_, pending| pending.at.is_some_and(|at| at.elapsed() < UNSEEN_FOR));
         self.prune_at = 2 * self.entries.len();
     }
 }
@@ -260,6 +363,8 @@ pub(crate) struct Written {
     /// The cache has shown the write since, or the write was an apply to an object the cache
     /// showed: its absence now means it was deleted.
     seen: bool,
+    /// The uid of the owner whose next reconcile waits for the cache to show this write.
+    owner: Option<String>,
 }
 
 impl Written {
@@ -327,14 +432,32 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
         let meta = cached.meta();
         if !last.same_object(meta) {
             // Deleted and made again by somebody else since: what we wrote is history.
-            memory.entries.remove(&subject);
+            memory.remove(&subject);
             return Judged::Stale;
         }
         let our_version =
             meta.resource_version.is_some() && meta.resource_version == last.resource_version;
+        let mut shown_to = None;
         if our_version || (last.generation.is_some() && meta.generation >= last.generation) {
             last.seen = true;
+            shown_to = last.owner.take();
         }
+        let judged = Self::judge_shown(last, cached, desired_hash, our_version, holds);
+        if let Some(owner) = shown_to {
+            memory.child_shown(&owner, &subject);
+        }
+        judged
+    }
+
+    /// [`ChildWrites::judge`] of `last`, a write to the object the cache shows as `cached`.
+    fn judge_shown(
+        last: &mut Written,
+        cached: &V,
+        desired_hash: u64,
+        our_version: bool,
+        holds: impl FnOnce(&V) -> bool,
+    ) -> Judged {
+        let meta = cached.meta();
         if last.desired_hash != desired_hash {
             return Judged::Stale;
         }
@@ -352,13 +475,16 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
     }
 
     /// Notes what a create or apply of `desired_hash` was answered with: `answer`, the
-    /// metadata it left. `seen` when it went to an object the cache showed.
+    /// metadata it left. `seen` when it went to an object the cache showed. `on_its_way_for`:
+    /// the uid of the owner whose next reconcile is to wait for the cache to show the write,
+    /// when it changed the object.
     pub(crate) fn remember(
         &self,
         key: ObjectRef<V>,
         desired_hash: u64,
         answer: &ObjectMeta,
         seen: bool,
+        on_its_way_for: Option<&str>,
     ) {
         let write = Written {
             desired_hash,
@@ -367,8 +493,14 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
             resource_version: answer.resource_version.clone(),
             at: Instant::now(),
             seen,
+            owner: on_its_way_for.map(str::to_owned),
         };
-        self.note(key, LastWrite::Written(write));
+        let subject = Subject::object(&key);
+        let mut memory = self.memory.lock();
+        memory.insert(subject.clone(), Entry::Child(LastWrite::Written(write)));
+        if let Some(owner) = on_its_way_for {
+            memory.child_on_its_way(owner, subject);
+        }
     }
 
     /// Notes that we deleted the child `key`, which had `uid`.
@@ -412,16 +544,20 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
         let Some(Entry::Child(last)) = memory.entries.get_mut(&subject) else {
             return false;
         };
-        match last {
-            LastWrite::Removed { uid } => Some(uid.as_str()) == meta.uid.as_deref(),
+        let (own, shown_to) = match last {
+            LastWrite::Removed { uid } => (Some(uid.as_str()) == meta.uid.as_deref(), None),
             // The name was not ours: whatever happens to it now is news.
-            LastWrite::Foreign => false,
+            LastWrite::Foreign => (false, None),
             LastWrite::Written(last) if last.resource_version.as_deref() == Some(version) => {
                 last.seen = true;
-                true
+                (true, last.owner.take())
             }
-            _ => false,
+            LastWrite::Written(_) => (false, None),
+        };
+        if let Some(owner) = shown_to {
+            memory.child_shown(&owner, &subject);
         }
+        own
     }
 
     /// [`ChildWrites::shows_own_write`], for the trigger of the children's watch to skip.
@@ -455,10 +591,14 @@ mod tests {
         }
     }
 
-    fn store() -> ChildWrites<Child> {
+    fn store_cache() -> Store<Child> {
         let mut cache = Writer::<Child>::default();
         cache.apply_watcher_event(&Event::InitDone);
-        OwnWrites::default().children(cache.as_reader())
+        cache.as_reader()
+    }
+
+    fn store() -> ChildWrites<Child> {
+        OwnWrites::default().children(store_cache())
     }
 
     fn entries(writes: &ChildWrites<Child>) -> Vec<(Subject, Option<LastWrite>)> {
@@ -481,7 +621,7 @@ mod tests {
     #[test]
     fn a_create_is_on_its_way_until_the_cache_shows_it_then_current() {
         let writes = store();
-        writes.remember(key(), 1, &meta("u1", 1, "5"), false);
+        writes.remember(key(), 1, &meta("u1", 1, "5"), false, None);
         let judge = |cached: Option<&Child>, hash| writes.judge(&key(), cached, hash, |_| true);
         assert_eq!(judge(None, 1), Judged::OnItsWay, "not yet in the cache");
         assert_eq!(
@@ -501,7 +641,7 @@ mod tests {
     #[test]
     fn an_older_generation_is_behind_and_a_newer_one_is_a_change() {
         let writes = store();
-        writes.remember(key(), 1, &meta("u1", 3, "9"), true);
+        writes.remember(key(), 1, &meta("u1", 3, "9"), true, None);
         let judge = |m: ObjectMeta| writes.judge(&key(), Some(&MetaView::new(m)), 1, |_| true);
         assert_eq!(judge(meta("u1", 2, "8")), Judged::OnItsWay);
         assert!(
@@ -518,7 +658,7 @@ mod tests {
     #[test]
     fn another_object_of_that_name_forgets_the_write() {
         let writes = store();
-        writes.remember(key(), 1, &meta("u1", 3, "9"), true);
+        writes.remember(key(), 1, &meta("u1", 3, "9"), true, None);
         let other = MetaView::new(meta("u2", 1, "20"));
         assert_eq!(
             writes.judge(&key(), Some(&other), 1, |_| true),
@@ -530,7 +670,7 @@ mod tests {
     #[test]
     fn only_the_version_a_write_was_answered_with_is_its_own() {
         let writes = store();
-        writes.remember(key(), 1, &meta("u1", 1, "5"), false);
+        writes.remember(key(), 1, &meta("u1", 1, "5"), false, None);
         assert!(
             !writes.shows_own_write(&MetaView::new(meta("u1", 1, "6"))),
             "a later change"
@@ -568,7 +708,7 @@ mod tests {
         assert!(writes.foreign(key()));
         assert!(!writes.foreign(key()), "reported already");
         assert_eq!(writes.judge(&key(), None, 1, |_| true), Judged::Stale);
-        writes.remember(key(), 1, &meta("u1", 1, "5"), false);
+        writes.remember(key(), 1, &meta("u1", 1, "5"), false, None);
         assert!(
             writes.foreign(key()),
             "ours for a while, then somebody else's again"
@@ -583,9 +723,9 @@ mod tests {
         cache.apply_watcher_event(&Event::Apply(shown));
         let own_writes = OwnWrites::default();
         let children = own_writes.children(cache.as_reader());
-        children.remember(key(), 1, &meta("u1", 1, "5"), true);
+        children.remember(key(), 1, &meta("u1", 1, "5"), true, None);
         let gone = ObjectRef::new("gone").within("ns");
-        children.remember(gone, 1, &meta("u2", 1, "6"), true);
+        children.remember(gone, 1, &meta("u2", 1, "6"), true, None);
         let now = Instant::now();
         let later = now + Duration::from_secs(60);
         let status = |name: &str| Subject::Object {
@@ -611,14 +751,56 @@ mod tests {
     }
 
     #[test]
+    fn an_object_is_behind_until_its_cache_shows_the_last_write_for_it() {
+        let own_writes = OwnWrites::default();
+        assert!(!own_writes.behind("u", Some("1")), "nothing written");
+        own_writes.wrote_object("u", Some("1".into()), Some("1".into()));
+        assert!(
+            !own_writes.behind("u", Some("1")),
+            "a write that changed nothing"
+        );
+        // A finalizer added over version 1, then a status written over what the reconcile
+        // read: version 1 still.
+        own_writes.wrote_object("u", Some("1".into()), Some("2".into()));
+        own_writes.wrote_object("u", Some("1".into()), Some("3".into()));
+        assert!(own_writes.behind("u", Some("1")));
+        assert!(own_writes.behind("u", Some("2")), "the first write only");
+        assert!(!own_writes.behind("u", Some("3")));
+        assert!(
+            !own_writes.behind("u", Some("1")),
+            "forgotten once caught up"
+        );
+    }
+
+    #[test]
+    fn an_owner_is_behind_until_the_cache_shows_its_children_written() {
+        let own_writes = OwnWrites::default();
+        let children = own_writes.children(store_cache());
+        children.remember(key(), 1, &meta("c1", 1, "5"), false, Some("owner"));
+        let other = ObjectRef::new("e").within("ns");
+        let mut other_meta = meta("c2", 1, "6");
+        other_meta.name = Some("e".into());
+        children.remember(other.clone(), 1, &other_meta, true, Some("owner"));
+        assert!(own_writes.behind("owner", Some("9")));
+        assert!(children.shows_own_write(&MetaView::new(meta("c1", 1, "5"))));
+        assert!(
+            own_writes.behind("owner", Some("9")),
+            "one child still on its way"
+        );
+        // Written again, unchanged: the earlier write no longer keeps the owner waiting.
+        children.remember(other, 1, &other_meta, true, None);
+        assert!(!own_writes.behind("owner", Some("9")));
+    }
+
+    #[test]
     fn entries_of_children_gone_from_the_cache_are_pruned() {
         let writes = store();
         for i in 0..PRUNE_AFTER {
             let key = ObjectRef::new(&format!("d{i}")).within("ns");
-            writes.remember(key, 1, &meta("u", 1, "1"), true);
+            writes.remember(key, 1, &meta("u", 1, "1"), true, None);
         }
         let on_its_way = ObjectRef::new("new").within("ns");
-        writes.remember(on_its_way.clone(), 1, &meta("u", 1, "1"), false);
+        writes.remember(on_its_way.clone(), 1, &meta("u", 1, "1"), false, None);
         let left = entries(&writes);
         assert_eq!(left.len(), 1, "only the write still on its way");
         assert_eq!(left[0].0, Subject::object(&on_its_way));

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::core::object::HasStatus;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -245,7 +245,10 @@ impl<K: WithStatus> StatusWriter<K> {
         {
             return Ok(held);
         }
-        patch_status(&self.client, obj, &status).await?;
+        let answered = patch_status(&self.client, obj, &status).await?;
+        if let Some(uid) = obj.uid() {
+            (self.written).wrote_object(&uid, obj.resource_version(), answered.resource_version);
+        }
         let now = Instant::now();
         let mut holds = self.lock();
         match progress {
@@ -378,7 +381,7 @@ pub(crate) async fn patch_status<K, S>(
     client: &kube::Client,
     obj: &K,
     status: &S,
-) -> Result<(), Error>
+) -> Result<ObjectMeta, Error>
 where
     K: Resource<DynamicType = ()>,
     S: Serialize,
@@ -393,8 +396,7 @@ where
         &PatchParams::default(),
         &Patch::Merge(&patch),
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 #[cfg(test)]

@@ -189,8 +189,15 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     /// The next key to reconcile, which counts as running until [`WorkQueue::done`] or
     /// [`WorkQueue::gone`]. Its pending timer is dropped: the reconcile sets the next one.
     pub fn pop(&mut self, now: Instant) -> Option<Key> {
+        self.pop_with_priority(now).map(|(key, _)| key)
+    }
+
+    /// [`WorkQueue::pop`], with the priority the key waited with.
+    pub fn pop_with_priority(&mut self, now: Instant) -> Option<(Key, Priority)> {
         let key = self.next_ready()?;
+        let mut priority = Priority::CatchUp;
         if let Some(entry) = self.entries.get_mut(&key) {
+            priority = entry.priority;
             entry.queued = None;
             if let Some(since) = entry.waiting_since.take() {
                 self.waiting[entry.priority.index()] -= 1;
@@ -207,7 +214,15 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         }
         self.running.insert(key.clone(), now);
         self.publish_depth();
-        Some(key)
+        Some((key, priority))
+    }
+
+    /// `key`, just handed out, is not to run yet: it waits until `at`, keeping its
+    /// `priority`, unless triggered before (which queues it as usual).
+    pub fn postpone(&mut self, key: &Key, at: Instant, priority: Priority) {
+        self.running.remove(key);
+        self.set_timer(key.clone(), at, Timer::Earliest, priority);
+        self.publish_depth();
     }
 
     /// The first ready key, live ones first, skipping the copies left behind by keys that
