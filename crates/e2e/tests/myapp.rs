@@ -188,12 +188,15 @@ fn both_controllers_in(metrics: &str) -> Result<(), String> {
             )?;
         }
         // No reconcile started from a cache older than the controller's own last write.
-        let waits = format!("operator_manager_reconcile_cache_waits_total{{controller=\"{controller}\"");
+        let waits =
+            format!("operator_manager_reconcile_cache_waits_total{{controller=\"{controller}\"");
         let behind = workloads::sample(metrics, &format!("{waits},outcome=\"behind\"}}"));
         let caught_up = workloads::sample(metrics, &format!("{waits},outcome=\"caught_up\"}}"));
         check(
             behind == Some(0.0) && caught_up.is_some(),
-            format!("{controller} reconciles behind their own writes: {behind:?} (caught up: {caught_up:?})"),
+            format!(
+                "{controller} reconciles behind their own writes: {behind:?} (caught up: {caught_up:?})"
+            ),
         )?;
         for series in [
             "workqueue_queue_duration_seconds_count",

@@ -127,6 +127,13 @@ async fn every_verb_the_manager_is_granted_was_used_in_the_suite() -> Result<()>
             "" => event.resource.clone(),
             sub => format!("{}/{sub}", event.resource),
         };
+        // A streamed initial list (`sendInitialEvents`) is a watch doing a list's work: where
+        // the API server pages lists instead, the same watch lists, with the `list` grant.
+        if event.verb == "watch" && event.request_uri.contains("sendInitialEvents=true") {
+            used.entry((event.group.clone(), resource.clone(), "list".to_owned()))
+                .or_default()
+                .insert(String::new());
+        }
         used.entry((event.group.clone(), resource, event.verb.clone()))
             .or_default()
             .insert(event.name.clone());

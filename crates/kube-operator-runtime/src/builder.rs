@@ -566,7 +566,12 @@ impl<K: Reconciled> Builder<K> {
         let driver = Driver::<K>::new(self.name, &self.ctx)
             .with_finalizer(self.finalizer)
             .with_own_writes(self.own_writes.clone());
-        let resources = driver.watch_resources(&client, &self.ctx.options.namespaces, self.writer);
+        let resources = driver.watch_resources(
+            &client,
+            &self.ctx.options.namespaces,
+            &self.ctx.watches.initial_lists(),
+            self.writer,
+        );
         let mut triggers = self.triggers;
         triggers.insert(0, resources.inspect(move |_| counted.inc()).boxed());
         let instance = &self.ctx.options.instance;

@@ -51,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
+use crate::initial_lists::InitialLists;
 use crate::metrics::cache_wait;
 use crate::metrics::result;
 use crate::own_writes::OwnWrites;
@@ -196,6 +197,7 @@ impl<K: Reconciled> Driver<K> {
         &self,
         client: &kube::Client,
         namespaces: &Namespaces,
+        lists: &InitialLists,
         mut writer: kube::runtime::reflector::store::Writer<K>,
     ) -> impl Stream<Item = (ObjectRef<K>, Priority)> + Send + 'static
     where
@@ -210,7 +212,8 @@ impl<K: Reconciled> Driver<K> {
             pending: Vec::new(),
             finalizer: self.finalizer,
         };
-        scope::watch(client, namespaces, &watcher::Config::default(), cached.clone())
+        let config = watcher::Config::default();
+        scope::watch(client, namespaces, &config, lists, cached.clone())
             // `kubectl apply`'s copy of the object is never read, and would be most of what the
             // cache holds (the managed fields are not even parsed: see `scope::watch`).
             .modify(|obj: &mut K| {

@@ -96,6 +96,7 @@ pub mod events;
 pub mod fake;
 pub mod finalizer;
 pub mod index;
+pub mod initial_lists;
 pub mod labels;
 pub mod leadership;
 pub mod managed_fields;

@@ -26,6 +26,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 
+use crate::initial_lists::InitialLists;
 use crate::managed_fields::{self, WithoutManagedFields};
 use crate::reconnect::reconnecting;
 
@@ -110,12 +111,14 @@ impl ScopedApi for ClusterResourceScope {
 }
 
 /// The watcher events of every object of type `K` in `namespaces` that `config` selects, each
-/// namespace's watch reconnecting as [`crate::reconnect`] describes. `cache` is the store
-/// the events are written to: a merged re-list reads it to find what was deleted meanwhile.
+/// namespace's watch reconnecting as [`crate::reconnect`] describes, its initial lists streamed
+/// or paged as `lists` finds ([`crate::initial_lists`]). `cache` is the store the events are
+/// written to: a merged re-list reads it to find what was deleted meanwhile.
 pub fn watch<K>(
     client: &kube::Client,
     namespaces: &Namespaces,
     config: &watcher::Config,
+    lists: &InitialLists,
     cache: Store<K>,
 ) -> BoxStream<'static, watcher::Result<Event<K>>>
 where
@@ -124,13 +127,18 @@ where
 {
     let one = |namespace: Option<&str>| {
         let api = K::Scope::api::<WithoutManagedFields<K>>(client.clone(), namespace);
-        let config = config.clone();
-        reconnecting(
-            move || kube::runtime::watcher(api.clone(), config.clone()),
-            crate::backoff::watch_backoff(),
-        )
-        .map_ok(managed_fields::into_inner)
-        .boxed()
+        let probed = K::Scope::api::<K>(client.clone(), namespace);
+        let (config, lists) = (config.clone(), lists.clone());
+        futures::stream::once(async move { lists.streamed(probed).await })
+            .flat_map(move |streamed| {
+                let (api, config) = (api.clone(), InitialLists::config(config.clone(), streamed));
+                reconnecting(
+                    move || kube::runtime::watcher(api.clone(), config.clone()),
+                    crate::backoff::watch_backoff(),
+                )
+            })
+            .map_ok(managed_fields::into_inner)
+            .boxed()
     };
     match namespaces.names() {
         _ if !K::Scope::NAMESPACED => one(None),

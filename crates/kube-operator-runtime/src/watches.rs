@@ -58,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::deployment_view::DeploymentView;
 use crate::index::{Index, KeyFn};
+use crate::initial_lists::InitialLists;
 use crate::meta_view::{Labels, MetaView};
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::status::Rollout;
@@ -303,6 +304,8 @@ type WatchKey = (TypeId, String);
 struct Inner {
     client: kube::Client,
     namespaces: Namespaces,
+    /// Whether the watches stream their initial lists, found by the first.
+    initial_lists: InitialLists,
     stop: CancellationToken,
     /// Each a `Shared<K>` of the key's type.
     watches: Mutex<HashMap<WatchKey, Box<dyn Any + Send + Sync>>>,
@@ -331,11 +334,18 @@ impl SharedWatches {
             inner: Arc::new(Inner {
                 client,
                 namespaces,
+                initial_lists: InitialLists::detect(),
                 stop,
                 watches: Mutex::default(),
                 tasks: Mutex::default(),
             }),
         }
+    }
+
+    /// Whether the watches stream their initial lists: found out by the first to start (see
+    /// [`crate::initial_lists`]), and shared with every other watch of the run.
+    pub fn initial_lists(&self) -> InitialLists {
+        self.inner.initial_lists.clone()
     }
 
     /// The shared watch of the objects of type `K` that `spec` selects, started now by the
@@ -392,6 +402,7 @@ impl SharedWatches {
             &self.inner.client,
             &self.inner.namespaces,
             &config,
+            &self.inner.initial_lists,
             store.clone(),
         )
         .modify(spec.strip);
@@ -1170,7 +1181,14 @@ mod tests {
         );
         assert_eq!((&meta.annotations, &meta.managed_fields), (&None, &None));
 
-        let requests = server.requests();
+        // Past the probe for streamed lists, which this server does not serve.
+        let probe = |r: &crate::fake::Request| r.query.contains("sendInitialEvents=true");
+        assert!(server.requests().iter().any(probe));
+        let requests: Vec<_> = server
+            .requests()
+            .into_iter()
+            .filter(|r| !probe(r))
+            .collect();
         let list = &requests[0];
         assert_eq!(list.path, "/api/v1/pods");
         assert!(
