@@ -65,12 +65,18 @@ struct Memory {
     entries: HashMap<Subject, Entry>,
     /// By the uid of a custom resource, the writes for it its caches have not shown yet.
     pending: HashMap<String, Pending>,
-    /// For each kind of child, whether its cache shows an object: what the pruning asks.
+    /// For each kind of child, what its cache shows of an object.
     caches: HashMap<TypeId, CacheLookup>,
     prune_at: usize,
 }
 
-type CacheLookup = Box<dyn Fn(&Subject) -> bool + Send>;
+type CacheLookup = Box<dyn Fn(&Subject) -> Option<Shown> + Send>;
+
+/// What a cache shows of an object: its resourceVersion and generation.
+struct Shown {
+    version: Option<String>,
+    generation: Option<i64>,
+}
 
 /// What an entry is about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -149,9 +155,12 @@ impl OwnWrites {
                     Some(namespace) => key.within(namespace),
                     None => key,
                 };
-                lookup.get(&key).is_some()
+                lookup.get(&key).map(|cached| Shown {
+                    version: cached.meta().resource_version.clone(),
+                    generation: cached.meta().generation,
+                })
             }
-            Subject::EventSeries(_) => false,
+            Subject::EventSeries(_) => None,
         };
         self.lock()
             .caches
@@ -215,6 +224,7 @@ impl OwnWrites {
     /// children, made less than [`UNSEEN_FOR`] ago.
     pub fn behind(&self, uid: &str, version: Option<&str>) -> bool {
         let mut memory = self.lock();
+        memory.look_at_children(uid);
         let Some(pending) = memory.pending.get_mut(uid) else {
             return false;
         };
@@ -267,6 +277,44 @@ impl Memory {
         }
     }
 
+    /// Notes the writes of the children of the owner with uid `owner` that their caches show,
+    /// though their watch did not say so (a list after a broken watch shows the latest
+    /// version only): the version written, or for a kind that counts its spec changes, the
+    /// generation written or a later one.
+    fn look_at_children(&mut self, owner: &str) {
+        let Some(pending) = self.pending.get(owner) else {
+            return;
+        };
+        let shown: Vec<Subject> =
+            (pending.children.iter())
+                .filter(|subject| {
+                    let (
+                        Some(Entry::Child(LastWrite::Written(written))),
+                        Subject::Object { kind, .. },
+                    ) = (self.entries.get(subject), subject)
+                    else {
+                        return false;
+                    };
+                    let Some(cached) = self.caches.get(kind).and_then(|f| f(subject)) else {
+                        return false;
+                    };
+                    let ours =
+                        cached.version.is_some() && cached.version == written.resource_version;
+                    ours || (written.generation.is_some()
+                        && cached.generation >= written.generation)
+                })
+                .cloned()
+                .collect();
+        for subject in shown {
+            if let Some(Entry::Child(LastWrite::Written(written))) = self.entries.get_mut(&subject)
+            {
+                written.seen = true;
+                written.owner = None;
+            }
+            self.child_shown(owner, &subject);
+        }
+    }
+
     /// The write of the child `subject` for the owner with uid `owner` is no longer on its way.
     fn child_shown(&mut self, owner: &str, subject: &Subject) {
         if let Some(pending) = self.pending.get_mut(owner) {
@@ -292,7 +340,9 @@ impl Memory {
         self.entries.retain(|subject, entry| match entry {
             Entry::Child(last) => {
                 let cached = || match subject {
-                    Subject::Object { kind, .. } => caches.get(kind).is_some_and(|f| f(subject)),
+                    Subject::Object { kind, .. } => {
+                        caches.get(kind).and_then(|f| f(subject)).is_some()
+                    }
                     Subject::EventSeries(_) => false,
                 };
                 matches!(last, LastWrite::Written(w) if !w.seen) || cached()
@@ -790,6 +840,19 @@ mod tests {
         // Written again, unchanged: the earlier write no longer keeps the owner waiting.
         children.remember(other, 1, &other_meta, true, None);
         assert!(!own_writes.behind("owner", Some("9")));
+    }
+
+    #[test]
+    fn a_child_the_cache_shows_at_a_later_generation_no_longer_holds_its_owner() {
+        let mut cache = Writer::<Child>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let own_writes = OwnWrites::default();
+        let children = own_writes.children(cache.as_reader());
+        children.remember(key(), 1, &meta("c1", 2, "5"), true, Some("owner"));
+        assert!(own_writes.behind("owner", None));
+        // A list after a broken watch: the write's own event never came.
+        cache.apply_watcher_event(&Event::Apply(MetaView::new(meta("c1", 2, "8"))));
+        assert!(!own_writes.behind("owner", None));
     }
 
     #[test]
