@@ -1,12 +1,18 @@
 //! Failover: how long until the standby leads, after the leader is stopped gracefully
 //! (SIGTERM: it releases the Lease) or killed (SIGKILL: the Lease must expire), while
-//! Memcacheds are being scaled, so the leader is busy and every new leader fills a full cache.
+//! Memcacheds are being scaled, so the leader is busy and every new leader has a full cache to
+//! fill (or, warm, already holds it). Also how long until a change made right after the stop
+//! is acted on: one Memcached, left out of the scaling, has its size changed at the moment of
+//! the stop, and the time until its Deployment has the new size is the user's wait. And what
+//! the standby's caches cost: both replicas' resident memory just before each stop.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams};
+use anyhow::Context as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testkit::{ManagerProcess, ServiceAccountKubeconfig, TestCluster};
@@ -34,6 +40,13 @@ pub struct Spread {
     pub max: f64,
 }
 
+impl Default for Spread {
+    /// No samples (NaN): what a result written before a field was measured reads as.
+    fn default() -> Self {
+        Self::of(Vec::new())
+    }
+}
+
 impl Spread {
     fn of(mut samples: Vec<f64>) -> Self {
         samples.sort_by(f64::total_cmp);
@@ -47,7 +60,7 @@ impl Spread {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Failover {
     /// Which manager ([`super::OURS`], [`super::REFERENCE`] or an `--also-manager` name).
     pub manager: String,
@@ -57,6 +70,29 @@ pub struct Failover {
     pub graceful: Spread,
     /// SIGKILL on the leader until the standby holds the Lease.
     pub crash: Spread,
+    /// SIGTERM on the leader until a size changed right after it reached the Deployment.
+    #[serde(default)]
+    pub graceful_change: Spread,
+    /// SIGKILL on the leader until a size changed right after it reached the Deployment.
+    #[serde(default)]
+    pub crash_change: Spread,
+    /// The standby's resident memory just before each stop, in MiB.
+    #[serde(default)]
+    pub standby_rss_mib: Spread,
+    /// The leader's resident memory just before each stop, in MiB.
+    #[serde(default)]
+    pub leader_rss_mib: Spread,
+}
+
+/// What the rounds measured, each a sample per round.
+#[derive(Default)]
+struct Rounds {
+    graceful: Vec<f64>,
+    crash: Vec<f64>,
+    graceful_change: Vec<f64>,
+    crash_change: Vec<f64>,
+    standby_rss_mib: Vec<f64>,
+    leader_rss_mib: Vec<f64>,
 }
 
 pub async fn measure(
@@ -75,23 +111,73 @@ pub async fn measure(
     )
     .await?;
     tenants.populate(args.size, args.concurrency).await?;
+    // The first Memcached is the one changed at each stop; the others are being scaled.
+    let (probe, scaled) = tenants
+        .targets()
+        .split_first()
+        .context("no Memcached to measure failover with")?;
     let stop_load = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn(scale_continuously(
-        tenants.targets().to_vec(),
+        scaled.to_vec(),
         args.size,
         stop_load.clone(),
     ));
-    let measured = rounds(cluster, contender, kubeconfig, args.failover_rounds).await;
+    let measured = rounds(cluster, contender, kubeconfig, probe, args).await;
     stop_load.store(true, Ordering::SeqCst);
     let _ = load.await;
     tenants.delete_and_wait(cluster, args.timeout()).await?;
-    let (graceful, crash) = measured?;
+    let measured = measured?;
     Ok(Failover {
         manager: contender.name.clone(),
         objects,
-        graceful: Spread::of(graceful),
-        crash: Spread::of(crash),
+        graceful: Spread::of(measured.graceful),
+        crash: Spread::of(measured.crash),
+        graceful_change: Spread::of(measured.graceful_change),
+        crash_change: Spread::of(measured.crash_change),
+        standby_rss_mib: Spread::of(measured.standby_rss_mib),
+        leader_rss_mib: Spread::of(measured.leader_rss_mib),
     })
+}
+
+/// Changes the size of `probe` to `size`, then waits until its Deployment has it: the time
+/// from `since` until then, in seconds.
+async fn change_reaches_deployment(
+    cluster: &TestCluster,
+    probe: &Target,
+    size: i32,
+    since: Instant,
+    within: Duration,
+) -> anyhow::Result<f64> {
+    let patch = json!({"spec": {"size": size}});
+    (probe.api)
+        .patch(&probe.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .with_context(|| format!("changing the size of {}", probe.key()))?;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), &probe.namespace);
+    let deadline = since + within;
+    loop {
+        let deployment = deployments.get_opt(&probe.name).await?;
+        if deployment.and_then(|d| d.spec.replicas) == Some(size) {
+            return Ok(since.elapsed().as_secs_f64());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the size of {} changed at the stop did not reach its Deployment within {within:?}",
+            probe.key()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The resident memory of `replica` now, in MiB (NaN when it cannot be read).
+fn rss_mib(replica: &Replica) -> f64 {
+    let bytes = replica
+        .process
+        .id()
+        .and_then(|pid| super::probe::sample(pid).ok())
+        .map(|sample| sample.rss_bytes);
+    #[allow(clippy::cast_precision_loss)] // MiB of a process fit an f64 exactly
+    bytes.map_or(f64::NAN, |b| b as f64 / (1024.0 * 1024.0))
 }
 
 /// Scales the Memcacheds one after another between `size` and `size + 1`, ten a second, until
@@ -114,13 +200,15 @@ async fn scale_continuously(targets: Vec<Target>, size: i32, stop: Arc<AtomicBoo
     }
 }
 
-/// The graceful and crash handover times of `rounds` rounds each.
+/// The graceful and crash handovers of `--failover-rounds` rounds each, with `probe` changed
+/// at each stop.
 async fn rounds(
     cluster: &TestCluster,
     contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
-    rounds: usize,
-) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    probe: &Target,
+    args: &BenchArgs,
+) -> anyhow::Result<Rounds> {
     let lease = testkit::unique_name("bench-failover");
     let mut replicas = [
         spawn(contender, kubeconfig, &lease, REPLICAS[0]).await?,
@@ -132,9 +220,8 @@ async fn rounds(
     let namespace = kubeconfig.namespace.as_str();
     let takes_over = LEASE_DURATION * 3;
 
-    let mut graceful = Vec::new();
-    let mut crash = Vec::new();
-    for round in 0..rounds * 2 {
+    let mut measured = Rounds::default();
+    for round in 0..args.failover_rounds * 2 {
         let holder = wait_for_holder(
             cluster,
             namespace,
@@ -146,16 +233,29 @@ async fn rounds(
         let leader = usize::from(holder == REPLICAS[1]);
         let standby = REPLICAS[1 - leader];
         let is_crash = round % 2 == 1;
+        measured
+            .standby_rss_mib
+            .push(rss_mib(&replicas[1 - leader]));
+        measured.leader_rss_mib.push(rss_mib(&replicas[leader]));
         let started = Instant::now();
         if is_crash {
             replicas[leader].process.kill().await?;
         } else {
             replicas[leader].process.terminate();
         }
-        wait_for_holder(cluster, namespace, &lease, |h| h == standby, takes_over).await?;
-        let seconds = started.elapsed().as_secs_f64();
+        // A size neither the probe nor the scaled Memcacheds had before.
+        let size = args.size + 2 + i32::from(round % 4 >= 2);
+        let change = change_reaches_deployment(cluster, probe, size, started, takes_over * 2);
+        let handover = async {
+            wait_for_holder(cluster, namespace, &lease, |h| h == standby, takes_over).await?;
+            anyhow::Ok(started.elapsed().as_secs_f64())
+        };
+        let (seconds, changed) = tokio::try_join!(handover, change)?;
         let kind = if is_crash { "crash" } else { "graceful" };
-        println!("{kind} handover {}: {seconds:.3} s", round / 2 + 1);
+        println!(
+            "{kind} handover {}: {seconds:.3} s, the change made at the stop written after {changed:.3} s",
+            round / 2 + 1
+        );
         let exit = replicas[leader]
             .process
             .wait_timeout(Duration::from_secs(40))
@@ -169,7 +269,7 @@ async fn rounds(
                 false
             }
         };
-        let slow = seconds
+        let slow = changed
             > if is_crash {
                 LEASE_DURATION.as_secs_f64() + 1.0
             } else {
@@ -184,9 +284,11 @@ async fn rounds(
             );
         }
         if is_crash {
-            crash.push(seconds)
+            measured.crash.push(seconds);
+            measured.crash_change.push(changed);
         } else {
-            graceful.push(seconds)
+            measured.graceful.push(seconds);
+            measured.graceful_change.push(changed);
         }
         // Bring the stopped replica back as the new standby, like the kubelet would, and wait
         // until it is ready (connected, watching the Lease) before the next round.
@@ -204,7 +306,7 @@ async fn rounds(
             replica.process.kill().await?;
         }
     }
-    Ok((graceful, crash))
+    Ok(measured)
 }
 
 /// One manager replica and its health-probe port.

@@ -408,6 +408,26 @@ pub fn markdown(results: &Results) -> String {
                 );
             }
         }
+        out.push_str(
+            "\nA size changed at the moment of each stop, until its Deployment had it (the user's wait), and the replicas' resident memory just before each stop:\n\n| manager | failover | change written: min (s) | median (s) | max (s) | standby RSS median (MiB) | leader RSS median (MiB) |\n|---|---|---:|---:|---:|---:|---:|\n",
+        );
+        for f in &results.failover {
+            for (name, spread) in [
+                ("graceful (SIGTERM)", &f.graceful_change),
+                ("crash (SIGKILL)", &f.crash_change),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "| {} | {name} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} |",
+                    f.manager,
+                    spread.min,
+                    spread.median,
+                    spread.max,
+                    f.standby_rss_mib.median,
+                    f.leader_rss_mib.median
+                );
+            }
+        }
     }
     out
 }
@@ -904,6 +924,7 @@ pub(crate) mod tests {
             objects: 100,
             graceful: empty.clone(),
             crash: empty,
+            ..Failover::default()
         });
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("bench.json");
