@@ -31,6 +31,7 @@ pub mod serving;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook_certs;
+pub mod webhook_metrics;
 pub mod webhooks;
 
 pub use config::Config;

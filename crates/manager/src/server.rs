@@ -101,6 +101,8 @@ pub struct Servers {
     pub probes: Option<SocketAddr>,
     /// Where the admission webhooks listen, once served ([`Servers::serve_webhooks`]).
     pub webhooks: Option<SocketAddr>,
+    /// Where the webhooks' metrics go.
+    registry: Registry,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -121,6 +123,7 @@ impl Servers {
             metrics: None,
             probes: None,
             webhooks: None,
+            registry: registry.clone(),
             stop: stop.clone(),
             tasks: Vec::new(),
         };
@@ -157,22 +160,24 @@ impl Servers {
     }
 
     /// Serves the admission `webhooks` over HTTPS with `cert` on `address` (see
-    /// [`crate::webhooks`]); returns where it listens.
+    /// [`crate::webhooks`]), with controller-runtime's webhook metrics
+    /// ([`crate::webhook_metrics`]); returns where it listens.
     ///
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound, [`Error::Tls`] when the TLS
-    /// configuration is refused.
+    /// configuration is refused, [`Error::Metrics`] when the webhooks are served twice.
     pub async fn serve_webhooks(
         &mut self,
         address: SocketAddr,
         webhooks: crate::webhooks::DeclaredWebhooks,
         cert: Arc<ServingCert>,
     ) -> Result<SocketAddr, Error> {
+        let metrics = crate::webhook_metrics::WebhookMetrics::register(&self.registry)?;
         let local = self
             .serve(
                 "webhooks",
                 address,
-                crate::webhooks::router(webhooks),
+                crate::webhooks::router(webhooks, &metrics),
                 Some(cert),
             )
             .await?;

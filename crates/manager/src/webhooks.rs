@@ -30,6 +30,8 @@ use kube_operator_runtime::webhook::{AdmissionWebhook, HANDLER_BUDGET};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::webhook_metrics::WebhookMetrics;
+
 /// Every webhook the manager serves: admission, and CRD conversion.
 #[derive(Clone, Debug, Default)]
 pub struct DeclaredWebhooks {
@@ -76,12 +78,13 @@ struct Served<W> {
     slots: Arc<Semaphore>,
 }
 
-/// The router answering every webhook on its path.
-pub fn router(webhooks: DeclaredWebhooks) -> Router {
+/// The router answering every webhook on its path, each request counted in `metrics`.
+pub fn router(webhooks: DeclaredWebhooks, metrics: &WebhookMetrics) -> Router {
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_REVIEWS));
     let mut router = Router::new();
     for webhook in webhooks.admission {
         let path = webhook.path.clone();
+        metrics.init(&path);
         let served = Served {
             webhook,
             slots: slots.clone(),
@@ -93,9 +96,13 @@ pub fn router(webhooks: DeclaredWebhooks) -> Router {
             webhook: webhooks.conversions,
             slots,
         };
+        metrics.init(CONVERSION_PATH);
         router = router.route(CONVERSION_PATH, post(convert).with_state(Arc::new(served)));
     }
-    router
+    router.route_layer(axum::middleware::from_fn_with_state(
+        metrics.clone(),
+        crate::webhook_metrics::instrument,
+    ))
 }
 
 /// A review taken in: its slot (held until its decision is made, even past the deadline) and
@@ -286,7 +293,12 @@ mod tests {
     use super::*;
 
     fn router() -> Router {
-        super::router(DeclaredWebhooks::of(&controllers::all()).expect("webhooks"))
+        let registry = prometheus::Registry::new();
+        let metrics = WebhookMetrics::register(&registry).expect("metrics");
+        super::router(
+            DeclaredWebhooks::of(&controllers::all()).expect("webhooks"),
+            &metrics,
+        )
     }
 
     async fn post(path: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
@@ -330,6 +342,60 @@ mod tests {
     fn memcached_path(kind: &str) -> String {
         let group = product::group!(cache).replace('.', "-");
         format!("/{kind}-{group}-v1beta1-memcached")
+    }
+
+    #[tokio::test]
+    async fn each_review_is_counted_by_its_path_and_code() {
+        let registry = prometheus::Registry::new();
+        let metrics = WebhookMetrics::register(&registry).expect("metrics");
+        let webhooks = DeclaredWebhooks::of(&controllers::all()).expect("webhooks");
+        let router = super::router(webhooks, &metrics);
+        let path = memcached_path("validate");
+        for (to, body) in [
+            (path.as_str(), memcached_review("memcached:1.6")),
+            (path.as_str(), b"not a review".to_vec()),
+            ("/not-a-webhook", memcached_review("memcached:1.6")),
+        ] {
+            let request = Request::post(to)
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .expect("request");
+            router.clone().oneshot(request).await.expect("answered");
+        }
+        let families = registry.gather();
+        let sample = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+            let family = families.iter().find(|f| f.name() == name)?;
+            let metric = family.get_metric().iter().find(|m| {
+                labels.iter().all(|(key, value)| {
+                    m.get_label()
+                        .iter()
+                        .any(|l| l.name() == *key && l.value() == *value)
+                })
+            })?;
+            Some(match family.get_field_type() {
+                prometheus::proto::MetricType::COUNTER => metric.get_counter().value(),
+                prometheus::proto::MetricType::GAUGE => metric.get_gauge().value(),
+                _ => metric.get_histogram().get_sample_count() as f64,
+            })
+        };
+        let requests = "controller_runtime_webhook_requests_total";
+        let webhook = ("webhook", path.as_str());
+        assert_eq!(sample(requests, &[webhook, ("code", "200")]), Some(1.0));
+        assert_eq!(sample(requests, &[webhook, ("code", "400")]), Some(1.0));
+        assert_eq!(
+            sample("controller_runtime_webhook_latency_seconds", &[webhook]),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample("controller_runtime_webhook_requests_in_flight", &[webhook]),
+            Some(0.0)
+        );
+        let unknown = ("webhook", "/not-a-webhook");
+        assert_eq!(
+            sample(requests, &[unknown]),
+            None,
+            "no series for a path not served"
+        );
     }
 
     #[tokio::test]

@@ -2,8 +2,8 @@
 //! buckets, so Kubebuilder's Grafana dashboards and Operator SDK's alerts work unchanged.
 //!
 //! The list below is taken from controller-runtime v0.24.1: `pkg/internal/controller/metrics`,
-//! `pkg/internal/metrics/workqueue.go`, `pkg/metrics/client_go_adapter.go` and
-//! `pkg/metrics/leaderelection.go`. One of its series is not exported, on purpose:
+//! `pkg/internal/metrics/workqueue.go`, `pkg/metrics/client_go_adapter.go`,
+//! `pkg/metrics/leaderelection.go` and `pkg/webhook/internal/metrics`. One of its series is not exported, on purpose:
 //! `leader_election_slowpath_total` (the elector here has no fast path to fall back from).
 
 use manager::client_metrics::RequestMetrics;
@@ -17,7 +17,8 @@ const RECONCILE_BUCKETS: [f64; 40] = [
     25.0, 30.0, 40.0, 50.0, 60.0,
 ];
 
-/// client-go's work-queue buckets: `prometheus.ExponentialBuckets(10e-9, 10, 12)`.
+/// client-go's work-queue buckets, and controller-runtime's webhook latency buckets:
+/// `prometheus.ExponentialBuckets(10e-9, 10, 12)`.
 const QUEUE_BUCKETS: [f64; 12] = [
     1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0,
 ];
@@ -109,6 +110,21 @@ const CONTROLLER_RUNTIME: &[(&str, MetricType, &[&str])] = &[
         MetricType::GAUGE,
         &["name"],
     ),
+    (
+        "controller_runtime_webhook_requests_total",
+        MetricType::COUNTER,
+        &["code", "webhook"],
+    ),
+    (
+        "controller_runtime_webhook_latency_seconds",
+        MetricType::HISTOGRAM,
+        &["webhook"],
+    ),
+    (
+        "controller_runtime_webhook_requests_in_flight",
+        MetricType::GAUGE,
+        &["webhook"],
+    ),
 ];
 
 /// An API server that answers every request with 200.
@@ -140,6 +156,9 @@ fn manager_registry() -> prometheus::Registry {
         .expect("leader gauge")
         .with_label_values(&[concat!(product::name!(), "-leader")])
         .set(1);
+    manager::webhook_metrics::WebhookMetrics::register(&registry)
+        .expect("webhook metrics")
+        .init("/validate-cache-v1-memcached");
     let requests = RequestMetrics::register(&registry, "127.0.0.1:6443").expect("client metrics");
     let mut client = tower::Layer::layer(&requests, Answers);
     let request = http::Request::builder().body(()).expect("request");
@@ -195,6 +214,7 @@ fn histograms_have_controller_runtimes_buckets() {
     for name in [
         "workqueue_queue_duration_seconds",
         "workqueue_work_duration_seconds",
+        "controller_runtime_webhook_latency_seconds",
     ] {
         let ours = buckets(name);
         assert_eq!(ours.len(), QUEUE_BUCKETS.len(), "{name}");
