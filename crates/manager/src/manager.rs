@@ -64,6 +64,7 @@ pub async fn run(
 
     let registry = telemetry::registry()?;
     let metrics = Arc::new(kube_operator_runtime::Metrics::register(&registry)?);
+    let cert_reads = crate::tls::CertReads::register(&registry)?;
     let fence = if config.leader_elect {
         let lease = [config.leader_election_id.as_str()];
         let gauge = telemetry::leader_gauge(&registry)?.with_label_values(&lease);
@@ -76,7 +77,7 @@ pub async fn run(
     let health = Arc::new(Health::new(fence.as_ref().map(|f| f.status().clone())));
     // A bad certificate directory is reported before anything else can fail.
     let cert = match config.metrics_bind_address.socket_addr() {
-        Some(_) if config.metrics_secure => Some(serving_cert(&config)?),
+        Some(_) if config.metrics_secure => Some(serving_cert(&config, &cert_reads)?),
         _ => None,
     };
     // Without a certificate of its own, the metrics endpoint serves the provisioned webhook
@@ -87,7 +88,9 @@ pub async fn run(
         config.webhook_bind_address.socket_addr(),
         &config.webhook_cert_path,
     ) {
-        (Some(_), Some(dir)) if !webhooks.is_empty() => Some(ServingCert::from_dir(dir)?),
+        (Some(_), Some(dir)) if !webhooks.is_empty() => {
+            Some(ServingCert::from_dir(dir, &cert_reads)?)
+        }
         _ => None,
     };
     let identity = leader::default_identity();
@@ -387,11 +390,11 @@ pub fn user_agent(identity: &str) -> String {
     )
 }
 
-/// The certificate secure metrics are served with: from `metrics_cert_path`, or self-signed
-/// for this host.
-fn serving_cert(config: &Config) -> Result<Arc<ServingCert>, Error> {
+/// The certificate secure metrics are served with: from `metrics_cert_path` (its reads
+/// counted in `reads`), or self-signed for this host.
+fn serving_cert(config: &Config, reads: &crate::tls::CertReads) -> Result<Arc<ServingCert>, Error> {
     match &config.metrics_cert_path {
-        Some(dir) => ServingCert::from_dir(dir),
+        Some(dir) => ServingCert::from_dir(dir, reads),
         None => {
             let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
             if let Some(host) = hostname::get().ok().and_then(|h| h.into_string().ok()) {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use prometheus::{IntCounter, Registry};
 use rustls::crypto::ring::sign::any_supported_type;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -34,6 +35,55 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
 pub struct ServingCert {
     current: RwLock<Loaded>,
     dir: Option<PathBuf>,
+    reads: CertReads,
+}
+
+/// controller-runtime's certificate-watcher counters: `certwatcher_read_certificate_total`,
+/// every read of a certificate's files, and `certwatcher_read_certificate_errors_total`, those
+/// that failed (a file missing or unusable).
+#[derive(Clone, Debug)]
+pub struct CertReads {
+    total: IntCounter,
+    errors: IntCounter,
+}
+
+impl CertReads {
+    /// The counters, registered with `registry`.
+    ///
+    /// # Errors
+    /// [`Error::Metrics`] when registration fails.
+    pub fn register(registry: &Registry) -> Result<Self, Error> {
+        let reads = Self::unregistered()?;
+        registry.register(Box::new(reads.total.clone()))?;
+        registry.register(Box::new(reads.errors.clone()))?;
+        Ok(reads)
+    }
+
+    /// The counters, counted nowhere: for a certificate whose reads nobody scrapes.
+    ///
+    /// # Errors
+    /// [`Error::Metrics`] when they cannot be created (they always can).
+    pub fn unregistered() -> Result<Self, Error> {
+        Ok(Self {
+            total: IntCounter::new(
+                "certwatcher_read_certificate_total",
+                "Total number of certificate reads",
+            )?,
+            errors: IntCounter::new(
+                "certwatcher_read_certificate_errors_total",
+                "Total number of certificate read errors",
+            )?,
+        })
+    }
+
+    /// Counts `read`, a read of the files.
+    fn count<T>(&self, read: Result<T, Error>) -> Result<T, Error> {
+        self.total.inc();
+        if read.is_err() {
+            self.errors.inc();
+        }
+        read
+    }
 }
 
 #[derive(Debug)]
@@ -61,18 +111,21 @@ impl ServingCert {
                 source: Vec::new(),
             }),
             dir: None,
+            reads: CertReads::unregistered()?,
         }))
     }
 
-    /// The certificate in `dir`'s `tls.crt` and `tls.key`.
+    /// The certificate in `dir`'s `tls.crt` and `tls.key`, each read of them counted in
+    /// `reads`.
     ///
     /// # Errors
     /// [`Error::Tls`] naming the file when either is missing or unusable.
-    pub fn from_dir(dir: &Path) -> Result<Arc<Self>, Error> {
-        let (key, source) = read_pair(dir)?;
+    pub fn from_dir(dir: &Path, reads: &CertReads) -> Result<Arc<Self>, Error> {
+        let (key, source) = reads.count(read_pair(dir))?;
         Ok(Arc::new(Self {
             current: RwLock::new(Loaded { key, source }),
             dir: Some(dir.to_owned()),
+            reads: reads.clone(),
         }))
     }
 
@@ -89,6 +142,7 @@ impl ServingCert {
                 source: [cert, key].concat(),
             }),
             dir: None,
+            reads: CertReads::unregistered()?,
         }))
     }
 
@@ -139,11 +193,11 @@ impl ServingCert {
         let Some(dir) = &self.dir else {
             return Ok(false);
         };
-        let bytes = pair_bytes(dir)?;
+        let bytes = self.reads.count(pair_bytes(dir))?;
         if self.read_lock().source == bytes {
             return Ok(false);
         }
-        let (key, source) = read_pair(dir)?;
+        let (key, source) = self.reads.count(read_pair(dir))?;
         *self
             .current
             .write()
@@ -317,7 +371,8 @@ mod tests {
     fn files_are_served_and_served_anew_when_they_change() {
         let dir = TempDir::new();
         let first = write_pair(&dir.0, "first.example");
-        let cert = ServingCert::from_dir(&dir.0).expect("loaded");
+        let reads = CertReads::unregistered().expect("counters");
+        let cert = ServingCert::from_dir(&dir.0, &reads).expect("loaded");
         assert_eq!(cert.chain()[0].as_ref(), first.as_slice());
         assert!(!cert.reload().expect("unchanged"), "nothing changed");
 
@@ -331,18 +386,20 @@ mod tests {
         let error = cert.reload().expect_err("a mismatched pair").to_string();
         assert!(error.contains("do not belong together"), "{error}");
         assert_eq!(cert.chain()[0].as_ref(), second.as_slice());
+        // Loaded, then three looks at the files, the last two of them read in full.
+        assert_eq!((reads.total.get(), reads.errors.get()), (6, 1));
     }
 
     #[test]
     fn missing_or_broken_files_are_named() {
         let dir = TempDir::new();
-        let error = ServingCert::from_dir(&dir.0)
+        let error = ServingCert::from_dir(&dir.0, &CertReads::unregistered().expect("counters"))
             .expect_err("no files")
             .to_string();
         assert!(error.contains(CERT_FILE), "{error}");
         std::fs::write(dir.0.join(CERT_FILE), "not a certificate").expect("written");
         std::fs::write(dir.0.join(KEY_FILE), "not a key").expect("written");
-        let error = ServingCert::from_dir(&dir.0)
+        let error = ServingCert::from_dir(&dir.0, &CertReads::unregistered().expect("counters"))
             .expect_err("broken")
             .to_string();
         assert!(error.contains(CERT_FILE), "{error}");

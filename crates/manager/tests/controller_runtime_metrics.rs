@@ -3,7 +3,8 @@
 //!
 //! The list below is taken from controller-runtime v0.24.1: `pkg/internal/controller/metrics`,
 //! `pkg/internal/metrics/workqueue.go`, `pkg/metrics/client_go_adapter.go`,
-//! `pkg/metrics/leaderelection.go` and `pkg/webhook/internal/metrics`. One of its series is not exported, on purpose:
+//! `pkg/metrics/leaderelection.go`, `pkg/webhook/internal/metrics` and
+//! `pkg/certwatcher/metrics`. One of its series is not exported, on purpose:
 //! `leader_election_slowpath_total` (the elector here has no fast path to fall back from).
 
 use manager::client_metrics::RequestMetrics;
@@ -125,6 +126,16 @@ const CONTROLLER_RUNTIME: &[(&str, MetricType, &[&str])] = &[
         MetricType::GAUGE,
         &["webhook"],
     ),
+    (
+        "certwatcher_read_certificate_total",
+        MetricType::COUNTER,
+        &[],
+    ),
+    (
+        "certwatcher_read_certificate_errors_total",
+        MetricType::COUNTER,
+        &[],
+    ),
 ];
 
 /// An API server that answers every request with 200.
@@ -156,6 +167,7 @@ fn manager_registry() -> prometheus::Registry {
         .expect("leader gauge")
         .with_label_values(&[concat!(product::name!(), "-leader")])
         .set(1);
+    manager::tls::CertReads::register(&registry).expect("certificate reads");
     manager::webhook_metrics::WebhookMetrics::register(&registry)
         .expect("webhook metrics")
         .init("/validate-cache-v1-memcached");
