@@ -152,6 +152,42 @@ const RUNTIME_PANELS: &[Panel] = &[
             "{{method}} {{code}}",
         )],
     },
+    Panel {
+        title: "Webhook requests per second",
+        unit: "reqps",
+        queries: &[(
+            r#"sum by (webhook, code) (rate(controller_runtime_webhook_requests_total{job="$job"}[5m]))"#,
+            "{{webhook}} {{code}}",
+        )],
+    },
+    Panel {
+        title: "Webhook latency (p99) and requests in flight",
+        unit: "s",
+        queries: &[
+            (
+                r#"histogram_quantile(0.99, sum by (webhook, le) (rate(controller_runtime_webhook_latency_seconds_bucket{job="$job"}[5m])))"#,
+                "{{webhook}} p99",
+            ),
+            (
+                r#"sum by (webhook) (controller_runtime_webhook_requests_in_flight{job="$job"})"#,
+                "{{webhook}} in flight",
+            ),
+        ],
+    },
+    Panel {
+        title: "Certificate reads and read errors per second",
+        unit: "ops",
+        queries: &[
+            (
+                r#"sum(rate(certwatcher_read_certificate_total{job="$job"}[5m]))"#,
+                "reads",
+            ),
+            (
+                r#"sum(rate(certwatcher_read_certificate_errors_total{job="$job"}[5m]))"#,
+                "errors",
+            ),
+        ],
+    },
 ];
 
 /// The resources dashboard: what the manager process uses.
@@ -225,6 +261,14 @@ const ALERTS: &[Alert] = &[
         severity: "warning",
         summary: "A reconcile of {{ $labels.controller }} panicked",
         description: "A reconcile of {{ $labels.controller }} panicked in the last ten minutes (it is retried); the manager's log has the message.",
+    },
+    Alert {
+        name: "OperatorManagerWebhookErrors",
+        expr: r#"sum by (webhook) (rate(controller_runtime_webhook_requests_total{job="$JOB",code!~"2.."}[5m])) / sum by (webhook) (rate(controller_runtime_webhook_requests_total{job="$JOB"}[5m])) > 0.05"#,
+        for_: "10m",
+        severity: "warning",
+        summary: "The {{ $labels.webhook }} webhook fails requests",
+        description: "More than one in twenty requests to the {{ $labels.webhook }} webhook got an error answer over the last ten minutes: with failurePolicy Fail, the API server refuses the writes it guards. The manager's log says why (too many reviews at once, bodies too large or too slow, a panicking rule).",
     },
     Alert {
         name: "OperatorManagerWorkQueueBacklog",

@@ -89,11 +89,24 @@ async fn every_dashboard_query_has_data_every_alert_is_valid_and_a_stopped_manag
 
     let port = testkit::free_port()?;
     let lease = testkit::unique_name("monitoring-lease");
+    // Webhooks served with a certificate of the test's own, so that their series exist
+    // without the manager provisioning anything in the shared cluster.
+    let webhook_port = testkit::free_port_other_than(&[port])?;
+    let webhook_certs = dir.join("webhook-certs");
+    std::fs::create_dir_all(&webhook_certs)?;
+    let generated = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])?;
+    std::fs::write(webhook_certs.join("tls.crt"), generated.cert.pem())?;
+    std::fs::write(
+        webhook_certs.join("tls.key"),
+        generated.signing_key.serialize_pem(),
+    )?;
     let mut manager = testkit::spawn_manager(
         &identity.path,
         &[
             &format!("--metrics-bind-address=127.0.0.1:{port}"),
             "--metrics-secure",
+            &format!("--webhook-bind-address=127.0.0.1:{webhook_port}"),
+            &format!("--webhook-cert-path={}", webhook_certs.display()),
             "--health-probe-bind-address=0",
             "--leader-elect",
             &format!("--leader-election-id={lease}"),
