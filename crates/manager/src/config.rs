@@ -246,6 +246,17 @@ impl Default for Config {
     }
 }
 
+/// What `--version` prints: the crate's version, the git revision it was built from and the
+/// build's date (see the crate's build script).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("MANAGER_GIT_REVISION"),
+    ", built ",
+    env!("MANAGER_BUILD_DATE"),
+    ")"
+);
+
 /// Command-line flags. Every flag is optional: an absent flag leaves the value from the
 /// environment, the file or the default. Values are checked together with the other sources,
 /// so a bad flag is reported like any other bad value.
@@ -253,7 +264,7 @@ impl Default for Config {
 // As with Go's flag package, a repeated flag takes its last value.
 #[command(
     name = "manager",
-    version,
+    version = VERSION,
     about = "Runs the platform's controllers behind leader election.",
     args_override_self = true
 )]
@@ -1070,6 +1081,30 @@ mod tests {
 
     fn flags(args: &[&str]) -> Flags {
         Flags::try_parse_from(std::iter::once("manager").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn the_version_names_the_revision_and_the_build_date() {
+        let error = Flags::try_parse_from(["manager", "--version"]).expect_err("prints, exits");
+        assert_eq!(error.kind(), clap::error::ErrorKind::DisplayVersion);
+        let printed = error.to_string();
+        let revision = env!("MANAGER_GIT_REVISION");
+        assert!(
+            printed.starts_with(&format!(
+                "manager {} (revision {revision}, built ",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{printed}"
+        );
+        assert!(
+            revision == "unknown" || revision.chars().all(|c| c.is_ascii_hexdigit()),
+            "{revision}"
+        );
+        let date = env!("MANAGER_BUILD_DATE");
+        assert!(
+            date.len() == 20 && date.ends_with('Z') && date.as_bytes()[10] == b'T',
+            "{date}"
+        );
     }
 
     struct TempFile(PathBuf);

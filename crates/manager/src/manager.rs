@@ -724,6 +724,8 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         reconcile_timeout = %show(config.reconcile_timeout),
         namespace = %kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
         version = env!("CARGO_PKG_VERSION"),
+        revision = env!("MANAGER_GIT_REVISION"),
+        built = env!("MANAGER_BUILD_DATE"),
         "effective configuration"
     );
     if controllers.is_empty() {
