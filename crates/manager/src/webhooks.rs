@@ -373,8 +373,8 @@ mod tests {
                 })
             })?;
             Some(match family.get_field_type() {
-                prometheus::proto::MetricType::COUNTER => metric.get_counter().value(),
-                prometheus::proto::MetricType::GAUGE => metric.get_gauge().value(),
+                prometheus::proto::MetricType::COUNTER => metric.get_counter().get_value(),
+                prometheus::proto::MetricType::GAUGE => metric.get_gauge().get_value(),
                 _ => metric.get_histogram().get_sample_count() as f64,
             })
         };
