@@ -1,6 +1,6 @@
 # The manager image: built with the Rust toolchain, run from a minimal base as a non-root user.
 #
-#   docker build -t operator-manager:0.1.0 .
+#   docker build -t operator-manager:0.1.0 --build-arg REVISION=$(git rev-parse --short=12 HEAD) .
 #
 # The image name and tag match deploy/manager/deployment.yaml; to push elsewhere, build with your
 # registry's name and run `kustomize edit set image operator-manager=<registry>/<name>:<tag>`
@@ -20,8 +20,18 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 # distroless/cc has glibc and CA certificates and nothing else: no shell, no package manager.
 FROM gcr.io/distroless/cc-debian12:nonroot
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="operator-manager" \
+      org.opencontainers.image.description="Runs every registered controller in one process behind leader election, with metrics and health probes." \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://git.operator-platform.example/operator-manager" \
+      org.opencontainers.image.url="https://git.operator-platform.example/operator-manager" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /manager /manager
 # Numeric so the kubelet can verify runAsNonRoot.
 USER 65532:65532
-EXPOSE 8080 8081
+# Metrics (HTTPS), health probes, admission webhooks: what the Deployment uses.
+EXPOSE 8443 8081 9443
 ENTRYPOINT ["/manager"]

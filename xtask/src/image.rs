@@ -190,6 +190,7 @@ fn manager_image(
     let ports = [codegen::METRICS_PORT, codegen::HEALTH_PORT]
         .into_iter()
         .map(|port| u16::try_from(port).map(Port::Tcp))
+        .chain([Ok(Port::Tcp(kube_operator_runtime::webhook::PORT))])
         .collect::<Result<Vec<_>, _>>()
         .context("the manager's ports are out of range")?;
     let config = ImageConfig {
@@ -439,6 +440,49 @@ fn cargo_metadata(root: &Path) -> anyhow::Result<CargoMetadata> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Dockerfile builds the same image by another road: it must expose the ports the
+    /// Deployment uses and carry the labels this builder writes from the workspace's metadata.
+    #[test]
+    fn the_dockerfile_exposes_the_manager_ports_and_labels_it_from_the_workspace() {
+        let root = crate::workspace_root();
+        let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).expect("Dockerfile");
+        let exposed: Vec<u16> = dockerfile
+            .lines()
+            .filter_map(|line| line.strip_prefix("EXPOSE "))
+            .flat_map(|ports| ports.split_whitespace().map(|p| p.parse().expect("a port")))
+            .collect();
+        let expected: Vec<u16> = [codegen::METRICS_PORT, codegen::HEALTH_PORT]
+            .into_iter()
+            .map(|p| u16::try_from(p).expect("a port"))
+            .chain([kube_operator_runtime::webhook::PORT])
+            .collect();
+        assert_eq!(exposed, expected, "EXPOSE in the Dockerfile");
+
+        let metadata = cargo_metadata(&root).expect("cargo metadata");
+        let package = metadata.package("manager").expect("the manager package");
+        let label = |key: &str| {
+            let prefix = format!("org.opencontainers.image.{key}=\"");
+            dockerfile.lines().find_map(|line| {
+                let line = line.trim();
+                let value = line
+                    .strip_prefix("LABEL ")
+                    .unwrap_or(line)
+                    .strip_prefix(&prefix)?;
+                Some(value.split('"').next().unwrap_or_default().to_owned())
+            })
+        };
+        let repository = package.repository.clone();
+        for (key, value) in [
+            ("title", Some(codegen::MANAGER_IMAGE.to_owned())),
+            ("description", package.description.clone()),
+            ("source", repository.clone()),
+            ("url", repository),
+            ("licenses", package.license.clone()),
+        ] {
+            assert_eq!(label(key), value, "the Dockerfile's {key} label");
+        }
+    }
 
     #[test]
     fn the_manager_is_built_when_nothing_is_named_and_each_image_once() {
