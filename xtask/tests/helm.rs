@@ -285,6 +285,59 @@ fn values_land_where_they_should() {
 }
 
 #[test]
+fn the_pods_placement_labels_and_environment_come_from_the_values() {
+    let home = HelmHome::new();
+    let rendered = home
+        .template(&[
+            "podLabels.team=payments",
+            "podAnnotations.note=reviewed",
+            "nodeSelector.disk=ssd",
+            "tolerations[0].key=dedicated",
+            "tolerations[0].operator=Exists",
+            "topologySpreadConstraints[0].maxSkew=1",
+            "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+            "priorityClassName=platform-critical",
+            "imagePullSecrets[0].name=regcred",
+            "extraEnv[0].name=RUST_BACKTRACE",
+            "extraEnv[0].value=full",
+            "affinity=null",
+        ])
+        .expect("renders");
+    let objects = objects(&rendered).expect("objects");
+    let pod = &get(&objects, "Deployment", NAMESPACE, RELEASE)["spec"]["template"];
+    let (metadata, spec) = (&pod["metadata"], &pod["spec"]);
+    assert_eq!(metadata["labels"]["team"], "payments");
+    assert_eq!(
+        metadata["labels"]["app.kubernetes.io/component"], "manager",
+        "the selector's labels stay"
+    );
+    assert_eq!(metadata["annotations"]["note"], "reviewed");
+    assert_eq!(metadata["annotations"]["prometheus.io/scrape"], "true");
+    assert_eq!(spec["nodeSelector"], json!({"disk": "ssd"}));
+    assert_eq!(
+        spec["tolerations"],
+        json!([{"key": "dedicated", "operator": "Exists"}])
+    );
+    assert_eq!(spec["topologySpreadConstraints"][0]["maxSkew"], 1);
+    assert_eq!(spec["priorityClassName"], "platform-critical");
+    assert_eq!(spec["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert!(
+        spec.get("affinity").is_none(),
+        "the default affinity dropped"
+    );
+    let env = spec["containers"][0]["env"].as_array().expect("env");
+    assert_eq!(
+        env.last(),
+        Some(&json!({"name": "RUST_BACKTRACE", "value": "full"}))
+    );
+    assert!(
+        env.iter().any(|e| e["name"] == "POD_NAME"),
+        "the manager's own stay"
+    );
+}
+
+#[test]
 fn the_schema_refuses_what_the_manager_would_not_understand() {
     let home = HelmHome::new();
     let chart = chart_dir();
@@ -306,6 +359,13 @@ fn the_schema_refuses_what_the_manager_would_not_understand() {
         "'memcache' does not match pattern",
     );
     refused("replicas=-1", "/replicas");
+    refused("nodeSelector.disk=1", "got number, want string");
+    refused("extraEnv[0].value=full", "missing property 'name'");
+    refused(
+        "extraEnv[0].name=A,extraEnv[0].value=4",
+        "got number, want string",
+    );
+    refused("imagePullSecrets[0].nam=x", "missing property 'name'");
     // Two replicas without leader election would both reconcile.
     refused("leaderElection.enabled=false", "/replicas");
 }

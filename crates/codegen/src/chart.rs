@@ -92,6 +92,7 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
 struct Defaults {
     replicas: Option<Value>,
     resources: Option<Value>,
+    affinity: Option<Value>,
 }
 
 fn parse(file: &GeneratedFile) -> Result<Value, Error> {
@@ -114,6 +115,11 @@ enum Fill {
     If { condition: String, text: String },
     /// The line's key takes the YAML of this expression as its value, indented below it.
     ToYaml(String),
+    /// The same, and the key is there only when the expression is not empty.
+    With(String),
+    /// The line gives way to the YAML of this expression (a map's entries, or a list's items)
+    /// at its indentation, when the expression is not empty.
+    Spliced(String),
 }
 
 /// One object on its way to a template: the value with sentinels in it, what each becomes, and
@@ -362,7 +368,41 @@ impl Template {
         let index = self.index_of_port(&ports)?;
         self.metrics_port_name(&format!("{ports}/{index}/name"))?;
         self.metrics_port(&format!("{ports}/{index}/containerPort"))?;
-        Ok(())
+        self.push(
+            &format!("{container}/env"),
+            Fill::Spliced(".Values.extraEnv".to_owned()),
+        )?;
+        self.pod_placement(pod, defaults)
+    }
+
+    /// The pod's own labels and annotations, and where and how it is scheduled.
+    fn pod_placement(&mut self, pod: &str, defaults: &mut Defaults) -> Result<(), Error> {
+        for (map, key) in [("annotations", "podAnnotations"), ("labels", "podLabels")] {
+            let fill = Fill::Spliced(format!(".Values.{key}"));
+            self.add_key(&format!("{pod}/metadata/{map}"), key, fill)?;
+        }
+        let spec = format!("{pod}/spec");
+        let affinity = self.take(
+            &format!("{spec}/affinity"),
+            Fill::With(".Values.affinity".to_owned()),
+        )?;
+        defaults.affinity = Some(affinity);
+        for key in [
+            "imagePullSecrets",
+            "nodeSelector",
+            "tolerations",
+            "topologySpreadConstraints",
+        ] {
+            self.add_key(&spec, key, Fill::With(format!(".Values.{key}")))?;
+        }
+        self.add_key(
+            &spec,
+            "priorityClassName",
+            Fill::If {
+                condition: ".Values.priorityClassName".to_owned(),
+                text: "{{ .Values.priorityClassName }}".to_owned(),
+            },
+        )
     }
 
     fn index_of_port(&mut self, pointer: &str) -> Result<usize, Error> {
@@ -483,7 +523,7 @@ fn fill_lines(yaml: &str, fills: &[Fill]) -> Result<String, String> {
                 let _ = writeln!(out, "{kept}");
                 let _ = writeln!(out, "{indent}{{{{- end }}}}");
             }
-            Fill::ToYaml(expression) => {
+            Fill::ToYaml(expression) | Fill::With(expression) => {
                 let Some(key) = before.strip_suffix(' ').filter(|k| k.ends_with(':')) else {
                     return Err(format!("{line:?} is no `key: value` line"));
                 };
@@ -491,12 +531,26 @@ fn fill_lines(yaml: &str, fills: &[Fill]) -> Result<String, String> {
                     return Err(format!("{line:?} has more after the value"));
                 }
                 let nested = key_column(line) + 2;
+                let with = matches!(&fills[index], Fill::With(_));
+                let value = if with { "." } else { expression };
+                if with {
+                    let _ = writeln!(out, "{indent}{{{{- with {expression} }}}}");
+                }
                 let _ = writeln!(out, "{key}");
                 let _ = writeln!(
                     out,
-                    "{}{{{{- toYaml {expression} | nindent {nested} }}}}",
+                    "{}{{{{- toYaml {value} | nindent {nested} }}}}",
                     " ".repeat(nested)
                 );
+                if with {
+                    let _ = writeln!(out, "{indent}{{{{- end }}}}");
+                }
+            }
+            Fill::Spliced(expression) => {
+                let column = indent.len();
+                let _ = writeln!(out, "{indent}{{{{- with {expression} }}}}");
+                let _ = writeln!(out, "{indent}{{{{- toYaml . | nindent {column} }}}}");
+                let _ = writeln!(out, "{indent}{{{{- end }}}}");
             }
         }
     }
@@ -578,6 +632,11 @@ fn values_yaml(defaults: &Defaults) -> Result<GeneratedFile, Error> {
         .as_ref()
         .ok_or_else(|| missing("resources"))?;
     let resources = yaml::render_documents_with("", &path, &[json!({ "resources": resources })])?;
+    let affinity = defaults
+        .affinity
+        .as_ref()
+        .ok_or_else(|| missing("affinity"))?;
+    let affinity = yaml::render_documents_with("", &path, &[json!({ "affinity": affinity })])?;
     let names = controller_names();
     let example = names.last().copied().unwrap_or("name");
     let text = format!(
@@ -615,6 +674,26 @@ serviceMonitor:
   # A Prometheus Operator ServiceMonitor for the metrics Service (needs the operator's CRDs).
   enabled: false
 
+# Where the pods are scheduled. The default prefers replicas on different nodes, so that a
+# node's loss leaves one leading or ready to; `--set affinity=null` drops it.
+{affinity}nodeSelector: {{}}
+tolerations: []
+topologySpreadConstraints: []
+# The PriorityClass of the pods; empty for the cluster's default.
+priorityClassName: ""
+
+# Added to the pods' own annotations and labels (the selector's labels stay).
+podAnnotations: {{}}
+podLabels: {{}}
+
+# Secrets for pulling the image from a private registry, e.g. [{{name: regcred}}].
+imagePullSecrets: []
+
+# More environment variables for the manager container, as in a container's `env`, e.g.
+# [{{name: MANAGER_MAX_CONCURRENT_RECONCILES, value: "4"}}] (every setting has a
+# MANAGER_* variable; values are strings: `--set-string` on the command line).
+extraEnv: []
+
 # The controllers the manager runs: {names}. A name runs that one, `-name`
 # leaves it out, `*` means all (["*", "-{example}"] runs all but {example}). Empty runs them all.
 controllers: []
@@ -642,6 +721,10 @@ fn values_schema() -> Result<GeneratedFile, Error> {
             "properties": {key: {"type": "boolean", "description": description}},
         })
     };
+    let strings = json!({
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+    });
     let quantities = json!({
         "type": "object",
         "additionalProperties": {"type": ["string", "number"]},
@@ -651,6 +734,8 @@ fn values_schema() -> Result<GeneratedFile, Error> {
         "title": concat!("Values of the ", product::name!(), " chart"),
         "type": "object",
         "additionalProperties": false,
+        // The pod's placement, labels and environment may be left out: `--set affinity=null`
+        // drops the default affinity.
         "required": ["image", "replicas", "resources", "leaderElection", "metrics",
                      "serviceMonitor", "controllers"],
         "properties": {
@@ -679,6 +764,33 @@ fn values_schema() -> Result<GeneratedFile, Error> {
             "leaderElection": boolean("enabled", "Run the controllers only in the Lease holder."),
             "metrics": boolean("secure", "HTTPS with authentication and authorization, or plain HTTP."),
             "serviceMonitor": boolean("enabled", "A Prometheus Operator ServiceMonitor."),
+            "affinity": {"type": "object"},
+            "nodeSelector": strings.clone(),
+            "tolerations": {"type": "array", "items": {"type": "object"}},
+            "topologySpreadConstraints": {"type": "array", "items": {"type": "object"}},
+            "priorityClassName": {"type": "string"},
+            "podAnnotations": strings.clone(),
+            "podLabels": strings,
+            "imagePullSecrets": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string", "minLength": 1}},
+                },
+            },
+            "extraEnv": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        // `--set` makes `4` a number, which a container's env refuses.
+                        "value": {"type": "string"},
+                    },
+                },
+            },
             "controllers": {
                 "type": "array",
                 "items": {
@@ -866,15 +978,16 @@ mod tests {
             yaml_serde::from_str(&rendered("values.yaml")).expect("values.yaml is YAML");
         let deployment = crate::manager::deployment();
         assert_eq!(values["replicas"], json!(deployment.spec.replicas));
-        let container = &deployment.spec.template.spec.expect("a pod").containers[0];
-        assert_eq!(values["resources"], json!(container.resources));
+        let pod = deployment.spec.template.spec.expect("a pod");
+        assert_eq!(values["resources"], json!(pod.containers[0].resources));
+        assert_eq!(values["affinity"], json!(pod.affinity));
         assert_eq!(values["controllers"], json!([]));
         assert_eq!(values["metrics"]["secure"], true);
         let schema: Value =
             serde_json::from_str(&rendered("values.schema.json")).expect("the schema is JSON");
-        let required = schema["required"].as_array().expect("required keys");
+        let properties = schema["properties"].as_object().expect("properties");
         for key in values.as_object().expect("a map").keys() {
-            assert!(required.contains(&json!(key)), "{key} is not in the schema");
+            assert!(properties.contains_key(key), "{key} is not in the schema");
         }
     }
 
