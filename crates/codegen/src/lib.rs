@@ -20,6 +20,7 @@ pub mod monitoring;
 pub mod project;
 pub mod rbac;
 mod samples;
+mod user_roles;
 mod webhooks;
 mod yaml;
 
@@ -140,6 +141,9 @@ pub fn render() -> Result<Vec<GeneratedFile>, Error> {
     let mut files = Vec::new();
     files.extend(crds::render()?);
     files.extend(rbac::render(&controllers)?);
+    files.extend(user_roles::render(
+        &apis::crds().map_err(|e| Error::Crds(e.to_string()))?,
+    )?);
     files.extend(manager::render()?);
     files.extend(webhooks::render()?);
     files.extend(certmanager::render()?);
