@@ -41,7 +41,8 @@ enum Command {
         /// Change nothing; exit non-zero and list the stale files if `deploy/` is out of date.
         #[arg(long)]
         check: bool,
-        /// Directory to write into (default: `deploy/` at the workspace root).
+        /// Directory to write into (default: `deploy/` at the workspace root); the installer
+        /// goes to `dist/` beside it.
         #[arg(long, value_name = "DIR")]
         deploy_dir: Option<PathBuf>,
     },

@@ -1,5 +1,6 @@
-//! `cargo xtask manifests [--check]`: render `deploy/` from the Rust types, and the Helm chart
-//! in `deploy/chart/` from them and the project metadata.
+//! `cargo xtask manifests [--check]`: render `deploy/` from the Rust types, the Helm chart in
+//! `deploy/chart/` from them and the project metadata, and the single-file installer
+//! `dist/install.yaml`.
 
 use std::path::PathBuf;
 
@@ -12,19 +13,31 @@ pub fn run(check: bool, deploy_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let mode = if check { Mode::Check } else { Mode::Write };
     let mut outcome = codegen::generate(&deploy_dir, mode)
         .with_context(|| format!("generating manifests into {}", deploy_dir.display()))?;
+    let under = |dir: &'static str| {
+        move |paths: Vec<PathBuf>| paths.into_iter().map(move |p| PathBuf::from(dir).join(p))
+    };
+    outcome.rendered = under("deploy")(outcome.rendered).collect();
+    outcome.stale = under("deploy")(outcome.stale).collect();
     let project = crate::bundle::project(&root)?;
     let chart_dir = deploy_dir.join("chart");
     let chart = codegen::generate_chart(&project, &root, &chart_dir, mode)
         .with_context(|| format!("generating the Helm chart into {}", chart_dir.display()))?;
-    let in_chart = |paths: Vec<PathBuf>| paths.into_iter().map(|p| PathBuf::from("chart").join(p));
-    outcome.rendered.extend(in_chart(chart.rendered));
-    outcome.stale.extend(in_chart(chart.stale));
+    outcome
+        .rendered
+        .extend(under("deploy/chart")(chart.rendered));
+    outcome.stale.extend(under("deploy/chart")(chart.stale));
+    // Beside `deploy/`: `dist/` of the default layout.
+    let dist_dir = deploy_dir.with_file_name("dist");
+    let installer = codegen::generate_installer(&dist_dir, mode)
+        .with_context(|| format!("generating the installer into {}", dist_dir.display()))?;
+    outcome.rendered.extend(under("dist")(installer.rendered));
+    outcome.stale.extend(under("dist")(installer.stale));
     if check {
         if !outcome.stale.is_empty() {
             let list: Vec<String> = outcome
                 .stale
                 .iter()
-                .map(|p| format!("  deploy/{}", p.display()))
+                .map(|p| format!("  {}", p.display()))
                 .collect();
             bail!(
                 "{} generated file(s) not up to date: run `cargo xtask manifests` and commit.\n{}",
@@ -32,15 +45,18 @@ pub fn run(check: bool, deploy_dir: Option<PathBuf>) -> anyhow::Result<()> {
                 list.join("\n")
             );
         }
-        println!("deploy/ is up to date ({} files)", outcome.rendered.len());
+        println!(
+            "deploy/ and dist/ are up to date ({} files)",
+            outcome.rendered.len()
+        );
     } else if outcome.stale.is_empty() {
         println!(
-            "deploy/ already up to date ({} files)",
+            "deploy/ and dist/ already up to date ({} files)",
             outcome.rendered.len()
         );
     } else {
         for path in &outcome.stale {
-            println!("updated deploy/{}", path.display());
+            println!("updated {}", path.display());
         }
     }
     Ok(())

@@ -13,6 +13,7 @@ mod certmanager;
 pub mod chart;
 pub mod crds;
 mod files;
+pub mod installer;
 mod kustomize;
 pub mod leader_fence;
 mod manager;
@@ -163,6 +164,16 @@ pub fn generate(deploy_dir: &Path, mode: Mode) -> Result<Outcome, Error> {
     files::sync(deploy_dir, &files, &[yaml::HEADER], mode)
 }
 
+/// Renders the single-file installer ([`installer`]) and writes it under `dist_dir`
+/// ([`Mode::Write`]), or compares it with what is there ([`Mode::Check`]).
+///
+/// # Errors
+/// Rendering errors from [`render`], or [`Error::Io`] when the directory cannot be read or written.
+pub fn generate_installer(dist_dir: &Path, mode: Mode) -> Result<Outcome, Error> {
+    let installer = installer::render(&render()?)?;
+    files::sync(dist_dir, &[installer], &[yaml::HEADER], mode)
+}
+
 /// Renders the OLM bundle of `project` (whose files are relative to `root`) and writes it under
 /// `bundle_dir` ([`Mode::Write`]), or compares it with what is there ([`Mode::Check`]).
 ///
@@ -217,6 +228,18 @@ mod tests {
     fn deploy_directory_is_up_to_date() {
         let deploy = crate::package_dir().join("../../deploy");
         let outcome = generate(&deploy, Mode::Check).expect("manifests render");
+        assert!(
+            outcome.stale.is_empty(),
+            "not up to date: run `cargo xtask manifests` and commit. Stale files: {:?}",
+            outcome.stale
+        );
+    }
+
+    /// The committed `dist/install.yaml` matches what the code renders.
+    #[test]
+    fn installer_is_up_to_date() {
+        let dist = crate::package_dir().join("../../dist");
+        let outcome = generate_installer(&dist, Mode::Check).expect("installer renders");
         assert!(
             outcome.stale.is_empty(),
             "not up to date: run `cargo xtask manifests` and commit. Stale files: {:?}",
