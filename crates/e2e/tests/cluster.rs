@@ -689,6 +689,120 @@ async fn the_manager_service_account_gets_exactly_the_generated_rbac() -> Result
     Ok(())
 }
 
+/// The generated user roles, through the API server's own authorizer: a namespace's editors
+/// (bound to the built-in `edit`) may change its custom resources but not their status, and
+/// may not create Tenants; its viewers only read.
+#[tokio::test]
+async fn the_built_in_roles_grant_the_generated_user_roles() -> Result<()> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+
+    let cluster = testkit::cluster().await?;
+    testkit::apply_dir(&cluster.client, &testkit::deploy_dir().join("rbac")).await?;
+    let ns = TestNamespace::create(&cluster, "user-roles").await?;
+    let bindings: Api<RoleBinding> = Api::namespaced(cluster.client.clone(), ns.name());
+    for (user, role) in [("alice", "edit"), ("bob", "view")] {
+        let binding = RoleBinding {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("{user}-{role}")),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "ClusterRole".to_owned(),
+                name: role.to_owned(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "User".to_owned(),
+                name: user.to_owned(),
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                ..Default::default()
+            }]),
+        };
+        bindings.create(&PostParams::default(), &binding).await?;
+    }
+    let reviews: Api<SubjectAccessReview> = Api::all(cluster.client.clone());
+    let may = |user: &'static str,
+               verb: &'static str,
+               group: &'static str,
+               resource: &'static str,
+               subresource: Option<&'static str>,
+               namespaced: bool| {
+        let reviews = reviews.clone();
+        let namespace = namespaced.then(|| ns.name().to_owned());
+        async move {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(user.to_owned()),
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(group.to_owned()),
+                        resource: Some(resource.to_owned()),
+                        subresource: subresource.map(str::to_owned),
+                        verb: Some(verb.to_owned()),
+                        namespace,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = reviews.create(&PostParams::default(), &review).await?;
+            anyhow::Ok(answer.status.is_some_and(|s| s.allowed))
+        }
+    };
+    let cache = product::group!(cache);
+    let platform = product::group!(platform);
+    // The cluster's aggregation controller fills `edit` and `view` in a moment.
+    testkit::wait_for(
+        "edit and view to aggregate the user roles",
+        TIMEOUT,
+        || async {
+            let editor = may("alice", "create", cache, "memcacheds", None, true).await;
+            let viewer = may("bob", "list", cache, "keyvaluestores", None, true).await;
+            match (editor, viewer) {
+                (Ok(true), Ok(true)) => Ok(()),
+                other => Err(format!("not yet: {other:?}")),
+            }
+        },
+    )
+    .await?;
+    for (user, verb, group, resource, subresource, namespaced, allowed) in [
+        ("alice", "delete", cache, "memcacheds", None, true, true),
+        (
+            "alice",
+            "patch",
+            cache,
+            "memcacheds",
+            Some("status"),
+            true,
+            false,
+        ),
+        (
+            "alice",
+            "get",
+            cache,
+            "memcacheds",
+            Some("status"),
+            true,
+            true,
+        ),
+        ("alice", "create", platform, "tenants", None, false, false),
+        ("bob", "get", cache, "memcacheds", None, true, true),
+        ("bob", "create", cache, "memcacheds", None, true, false),
+        ("bob", "list", platform, "tenants", None, false, false),
+    ] {
+        let answer = may(user, verb, group, resource, subresource, namespaced).await?;
+        ensure!(
+            answer == allowed,
+            "{user} {verb} {group}/{resource}{}: allowed {answer}, expected {allowed}",
+            subresource.map(|s| format!("/{s}")).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
 /// Starts a second, independent cluster from the cached binaries to exercise the whole
 /// lifecycle and measure a warm start, without disturbing the shared cluster other tests use.
 #[tokio::test]
