@@ -55,6 +55,10 @@ pub struct ImageArgs {
     /// (`cargo xtask cluster up`), where its pods find it without a registry.
     #[arg(long)]
     load: bool,
+    /// Name the image this way, e.g. `registry.example/team/operator-manager:v1.2.0` (a tag
+    /// without a name keeps the name: `:v1.2.0`). Only when one image is built.
+    #[arg(long, value_name = "REF")]
+    tag: Option<String>,
 }
 
 impl ImageArgs {
@@ -65,6 +69,7 @@ impl ImageArgs {
             out: None,
             containerd: None,
             load: true,
+            tag: None,
         }
     }
 }
@@ -94,8 +99,17 @@ pub fn run(args: ImageArgs) -> anyhow::Result<()> {
         (None, false) => None,
     };
 
-    for which in selected(&args.images) {
-        let image = match which {
+    let images = selected(&args.images);
+    let tag = match (&args.tag, images.as_slice()) {
+        (None, _) => None,
+        (Some(tag), [_]) => Some(tag.as_str()),
+        (Some(tag), _) => bail!(
+            "--tag {tag} names one image, and {} are built: build them one at a time",
+            images.len()
+        ),
+    };
+    for which in images {
+        let mut image = match which {
             Which::Manager => {
                 let binary = build_manager(&root, &metadata.target_directory)?;
                 let package = metadata.package("manager")?;
@@ -110,6 +124,10 @@ pub fn run(args: ImageArgs) -> anyhow::Result<()> {
                 redis_image(Path::new(REDIS_BINARY), &version, created)?
             }
         };
+        if let Some(tag) = tag {
+            let asked = renamed(image.reference(), tag)?;
+            image.rename(asked);
+        }
         let archive = out.join(archive_name(image.reference()));
         let built = image
             .write(&archive)
@@ -125,6 +143,15 @@ pub fn run(args: ImageArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `reference` named as `--tag` asks: a whole reference, or `:TAG` for a new tag alone.
+fn renamed(reference: &Reference, tag: &str) -> anyhow::Result<Reference> {
+    let asked = match tag.strip_prefix(':') {
+        Some(only_tag) => reference.with_tag(only_tag),
+        None => Reference::parse(tag),
+    };
+    asked.with_context(|| format!("--tag {tag}"))
 }
 
 /// The containerd socket of the running local cluster's real node.
@@ -440,6 +467,26 @@ fn cargo_metadata(root: &Path) -> anyhow::Result<CargoMetadata> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tag_names_the_image_whole_or_retags_it() {
+        let built = Reference::parse("operator-manager:0.1.0").expect("a reference");
+        let whole = renamed(&built, "registry.example:5000/team/operator-manager:v1").expect("ok");
+        assert_eq!(
+            whole.to_string(),
+            "registry.example:5000/team/operator-manager:v1"
+        );
+        let retagged = renamed(&built, ":dev").expect("ok");
+        assert_eq!(
+            retagged.normalized(),
+            "docker.io/library/operator-manager:dev"
+        );
+        let refused = renamed(&built, "Bad/Name:1")
+            .expect_err("refused")
+            .to_string();
+        assert!(refused.contains("--tag Bad/Name:1"), "{refused}");
+        assert!(renamed(&built, ":not a tag").is_err());
+    }
 
     /// The Dockerfile builds the same image by another road: it must expose the ports the
     /// Deployment uses and carry the labels this builder writes from the workspace's metadata.

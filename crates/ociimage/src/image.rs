@@ -223,6 +223,11 @@ impl Image {
         &self.reference
     }
 
+    /// Names the image `reference` instead.
+    pub fn rename(&mut self, reference: Reference) {
+        self.reference = reference;
+    }
+
     /// Adds `file`. Its contents are read when the image is written.
     ///
     /// # Errors

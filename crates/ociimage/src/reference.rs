@@ -103,6 +103,15 @@ impl Reference {
         &self.tag
     }
 
+    /// The same name with `tag`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidReference`] when `tag` breaks the tag grammar.
+    pub fn with_tag(&self, tag: &str) -> Result<Self, Error> {
+        Self::parse(&format!("{}/{}:{tag}", self.domain, self.path))
+    }
+
     /// The last component of the name, e.g. `memcached` for `example.com/cache/memcached:1.6`.
     pub fn short_name(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or(&self.path)
