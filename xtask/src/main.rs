@@ -7,6 +7,7 @@ mod bench;
 mod bundle;
 mod bundle_validator;
 mod cluster;
+mod completions;
 mod component;
 mod demo;
 mod gomodule;
@@ -84,6 +85,13 @@ enum Command {
     /// Build container images (the manager, memcached) as reproducible OCI archives, without a
     /// container daemon or registry; optionally import them into a containerd.
     Image(image::ImageArgs),
+    /// Write the manager's shell completions (bash, zsh, fish, elvish, PowerShell) and its
+    /// man page, from the same definitions as its `--help`.
+    Completions {
+        /// Directory to write into (default: `completions/` in the cargo target directory).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Run every test, end-to-end tests included, against the local cluster (started and
     /// stopped around the run unless one is already up).
     Test {
@@ -124,6 +132,7 @@ fn main() -> ExitCode {
         Command::Bundle(args) => bundle::run(args),
         Command::Helm { args } => helm::run(&args),
         Command::Olm { command } => olm::run(command),
+        Command::Completions { out } => completions::run(out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -132,6 +141,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR`, or `target/` in the workspace.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// The workspace root (see [`testkit::workspace_root`]: that of the clone cargo runs xtask

@@ -541,14 +541,8 @@ async fn fresh_control_plane(
     Ok(())
 }
 
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"))
-}
-
 fn default_output() -> PathBuf {
-    target_dir().join("bench").join("bench.json")
+    crate::target_dir().join("bench").join("bench.json")
 }
 
 /// One `--also-manager` value: a name the tables can tell from the others, and an existing file.
@@ -589,7 +583,7 @@ fn build_release_manager() -> anyhow::Result<PathBuf> {
         status.success(),
         "building the release manager failed ({status})"
     );
-    Ok(target_dir().join("release").join("manager"))
+    Ok(crate::target_dir().join("release").join("manager"))
 }
 
 /// The `p`-th percentile (0..=100) of sorted samples, nearest-rank.
