@@ -4,6 +4,13 @@
 //! sign: one or more `<number><unit>` pairs, the number may have a fraction, units are `ns`,
 //! `us` (or `µs`), `ms`, `s`, `m` and `h`. A bare `0` is zero; any other bare number is refused,
 //! because `15` could mean seconds or milliseconds.
+//!
+//! Why not `kube::core::Duration`, which parses the same grammar: its parser panics on a value
+//! that overflows (it multiplies with `Duration::mul_f64`), so `--lease-duration=9999999999999h`
+//! would abort the manager instead of exiting 2 with the key named; it takes an empty string as
+//! zero and accepts negative durations, which no setting here means; and it prints `3600s` for
+//! an hour, where error messages and the effective configuration should echo what users write
+//! (`1h`: see [`Display`]).
 
 use std::fmt;
 use std::time::Duration;
