@@ -243,8 +243,9 @@ async fn rounds(
         } else {
             replicas[leader].process.terminate();
         }
-        // A size neither the probe nor the scaled Memcacheds had before.
-        let size = args.size + 2 + i32::from(round % 4 >= 2);
+        // A size the scaled Memcacheds never have, and the probe did not have in the round
+        // before: each round's change is one to make.
+        let size = args.size + 2 + i32::from(round % 2 == 1);
         let change = change_reaches_deployment(cluster, probe, size, started, takes_over * 2);
         let handover = async {
             wait_for_holder(cluster, namespace, &lease, |h| h == standby, takes_over).await?;
