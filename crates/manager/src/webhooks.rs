@@ -3,7 +3,7 @@
 //! conversion ([`kube_operator_runtime::conversions`]) on [`CONVERSION_PATH`].
 //!
 //! The port is open to every pod, so what a review may cost is bounded. At most
-//! [`MAX_CONCURRENT_REVIEWS`] are read and decided at once; the others wait for a slot. A body
+//! `MAX_CONCURRENT_REVIEWS` are read and decided at once; the others wait for a slot. A body
 //! is read only once it has a slot, up to a limit sized for one object and its old version
 //! (413 beyond). Everything happens within [`HANDLER_BUDGET`] of the request's arrival, well
 //! below the `timeoutSeconds` the configurations give the API server: the slot, the body
