@@ -2,8 +2,8 @@
 //! "expectations" of kube-controller-manager's controllers, shared by the controller's
 //! children's writers, its [`StatusWriter`](crate::StatusWriter) and its Event recorder.
 //!
-//! It holds three kinds of memory, each under the subject it was about:
-//! - the last write to each child ([`ChildWrites`]): a create or apply with the uid, generation
+//! It holds four kinds of memory, each under the subject it was about:
+//! - the last write to each child (`ChildWrites`): a create or apply with the uid, generation
 //!   and resourceVersion the API server answered it with, or a deletion with the uid it deleted.
 //!   It answers whether a watch event only shows that write (then it triggers nothing: the
 //!   reconcile that wrote has accounted for it), and whether the child, as the cache shows it,
