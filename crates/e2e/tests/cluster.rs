@@ -281,17 +281,33 @@ async fn the_namespaced_overlay_grants_a_role_and_watches_its_own_namespace() ->
     // Only what secure metrics and the webhooks' certificates need is cluster-wide:
     // TokenReviews and SubjectAccessReviews have no namespace, scrapers are granted a
     // non-resource URL, and the webhook configurations and CRDs are cluster-scoped objects
-    // (granted by name).
+    // (granted by name). The per-CRD admin, editor and viewer roles are cluster-wide too,
+    // but bound to nobody: they are for a platform team to bind its users to.
+    let user_role = |name: &str| {
+        ["-admin-role", "-editor-role", "-viewer-role"]
+            .iter()
+            .any(|suffix| name.ends_with(suffix))
+    };
     let cluster_wide: Vec<&str> = objects
         .iter()
         .filter(|o| kind(o).starts_with("Cluster"))
         .filter_map(|o| o.metadata.name.as_deref())
+        .filter(|name| !user_role(name))
         .collect();
     ensure!(
         cluster_wide
             .iter()
             .all(|name| name.contains("-metrics-") || name.ends_with("-webhook")),
         "no cluster-wide RBAC but the metrics and webhook roles: {cluster_wide:?}"
+    );
+    let bound: Vec<&str> = objects
+        .iter()
+        .filter(|o| kind(o) == "ClusterRoleBinding")
+        .filter_map(|o| o.data["roleRef"]["name"].as_str())
+        .collect();
+    ensure!(
+        !bound.is_empty() && bound.iter().all(|name| !user_role(name)),
+        "the user roles are bound to nobody: {bound:?}"
     );
     for configuration in objects
         .iter()
