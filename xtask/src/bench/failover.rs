@@ -24,6 +24,11 @@ use super::{BenchArgs, Contender};
 /// Pod names of the two managers (`POD_NAME`, the holder identity before its suffix, as
 /// in-cluster).
 const REPLICAS: [&str; 2] = ["bench-replica-a", "bench-replica-b"];
+/// Memcacheds changed one after another as soon as a new leader leads (fewer when the phase
+/// has too few objects: at most a quarter of them).
+const LIVE_CHANGES: usize = 20;
+/// The time between two of those changes.
+const LIVE_CHANGE_INTERVAL: Duration = Duration::from_millis(50);
 /// client-go's defaults, which the manager also uses.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
@@ -38,6 +43,13 @@ pub struct Spread {
     pub median: f64,
     #[serde(deserialize_with = "super::report::number")]
     pub max: f64,
+    /// The nearest-rank 99th percentile (the maximum below 100 samples).
+    #[serde(default = "nan", deserialize_with = "super::report::number")]
+    pub p99: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 impl Default for Spread {
@@ -55,6 +67,7 @@ impl Spread {
             min: pick(0),
             median: pick(samples.len() / 2),
             max: pick(samples.len().saturating_sub(1)),
+            p99: pick((samples.len() * 99).div_ceil(100).saturating_sub(1)),
             samples,
         }
     }
@@ -82,6 +95,25 @@ pub struct Failover {
     /// The leader's resident memory just before each stop, in MiB.
     #[serde(default)]
     pub leader_rss_mib: Spread,
+    /// From each new size of the live changes made as the new leader led after a SIGTERM,
+    /// until its Deployment had it.
+    #[serde(default)]
+    pub graceful_live: Spread,
+    /// The same after a SIGKILL.
+    #[serde(default)]
+    pub crash_live: Spread,
+    /// The new leader's peak resident memory since it started, read after each round's
+    /// caches were filled, in MiB.
+    #[serde(default)]
+    pub new_leader_peak_rss_mib: Spread,
+    /// The restarted standby's peak resident memory, read once it has had time to fill its
+    /// caches, in MiB.
+    #[serde(default)]
+    pub restarted_peak_rss_mib: Spread,
+    /// The API server's peak resident memory from each stop until the restarted standby's
+    /// caches were filled, above what it held at the stop, in MiB.
+    #[serde(default)]
+    pub api_server_rise_mib: Spread,
 }
 
 /// What the rounds measured, each a sample per round.
@@ -93,6 +125,11 @@ struct Rounds {
     crash_change: Vec<f64>,
     standby_rss_mib: Vec<f64>,
     leader_rss_mib: Vec<f64>,
+    graceful_live: Vec<f64>,
+    crash_live: Vec<f64>,
+    new_leader_peak_rss_mib: Vec<f64>,
+    restarted_peak_rss_mib: Vec<f64>,
+    api_server_rise_mib: Vec<f64>,
 }
 
 pub async fn measure(
@@ -111,18 +148,20 @@ pub async fn measure(
     )
     .await?;
     tenants.populate(args.size, args.concurrency).await?;
-    // The first Memcached is the one changed at each stop; the others are being scaled.
-    let (probe, scaled) = tenants
+    // The first Memcached is the one changed at each stop, the next ones are changed as the
+    // new leader leads; the others are being scaled.
+    let (probe, rest) = tenants
         .targets()
         .split_first()
         .context("no Memcached to measure failover with")?;
+    let (live, scaled) = rest.split_at(LIVE_CHANGES.min(objects / 4));
     let stop_load = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn(scale_continuously(
         scaled.to_vec(),
         args.size,
         stop_load.clone(),
     ));
-    let measured = rounds(cluster, contender, kubeconfig, probe, args).await;
+    let measured = rounds(cluster, contender, kubeconfig, probe, live, objects, args).await;
     stop_load.store(true, Ordering::SeqCst);
     let _ = load.await;
     tenants.delete_and_wait(cluster, args.timeout()).await?;
@@ -136,6 +175,11 @@ pub async fn measure(
         crash_change: Spread::of(measured.crash_change),
         standby_rss_mib: Spread::of(measured.standby_rss_mib),
         leader_rss_mib: Spread::of(measured.leader_rss_mib),
+        graceful_live: Spread::of(measured.graceful_live),
+        crash_live: Spread::of(measured.crash_live),
+        new_leader_peak_rss_mib: Spread::of(measured.new_leader_peak_rss_mib),
+        restarted_peak_rss_mib: Spread::of(measured.restarted_peak_rss_mib),
+        api_server_rise_mib: Spread::of(measured.api_server_rise_mib),
     })
 }
 
@@ -169,15 +213,174 @@ async fn change_reaches_deployment(
     }
 }
 
+/// Changes the sizes of `targets` to `size`, one every [`LIVE_CHANGE_INTERVAL`], and times
+/// each until its Deployment has it, in seconds, in the order of `targets`. A watch of every
+/// Deployment from before the first change sees them arrive (polling twenty objects would load
+/// the API server the manager is measured against).
+async fn live_changes(
+    cluster: &TestCluster,
+    targets: &[Target],
+    size: i32,
+    within: Duration,
+) -> anyhow::Result<Vec<f64>> {
+    use futures::StreamExt as _;
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let deployments: Api<Deployment> = Api::all(cluster.client.clone());
+    let now = deployments
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .context("reading the Deployments' resourceVersion")?
+        .metadata
+        .resource_version
+        .context("a list without a resourceVersion")?;
+    let mut events = deployments
+        .watch(&WatchParams::default(), &now)
+        .await
+        .context("watching the Deployments")?
+        .boxed();
+    let mut changed_at: Vec<Option<Instant>> = vec![None; targets.len()];
+    let mut written: Vec<Option<f64>> = vec![None; targets.len()];
+    let deadline = Instant::now() + within;
+    let mut next_change = Instant::now();
+    let mut pending = targets.len();
+    while pending > 0 {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{pending} of {} sizes changed as the new leader led did not reach their Deployments within {within:?}",
+            targets.len()
+        );
+        let unchanged = changed_at.iter().position(Option::is_none);
+        let wake = tokio::time::Instant::from_std(if unchanged.is_some() {
+            next_change
+        } else {
+            deadline
+        });
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {
+                // Without a change left to make, this wakes at the deadline.
+                let Some(index) = unchanged else { continue };
+                let target = &targets[index];
+                let patch = json!({"spec": {"size": size}});
+                changed_at[index] = Some(Instant::now());
+                (target.api)
+                    .patch(&target.name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .with_context(|| format!("changing the size of {}", target.key()))?;
+                next_change += LIVE_CHANGE_INTERVAL;
+            }
+            event = events.next() => {
+                let deployment = match event {
+                    Some(Ok(WatchEvent::Added(d) | WatchEvent::Modified(d))) => d,
+                    Some(Ok(WatchEvent::Error(e))) => anyhow::bail!("the Deployment watch ended: {e}"),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e).context("watching the Deployments"),
+                    None => anyhow::bail!("the Deployment watch ended before every change was written"),
+                };
+                if deployment.spec.replicas != Some(size) {
+                    continue;
+                }
+                let found = targets.iter().position(|t| {
+                    deployment.metadata.namespace.as_deref() == Some(t.namespace.as_str())
+                        && deployment.metadata.name.as_deref() == Some(t.name.as_str())
+                });
+                if let Some(index) = found
+                    && written[index].is_none()
+                    && let Some(at) = changed_at[index]
+                {
+                    written[index] = Some(at.elapsed().as_secs_f64());
+                    pending -= 1;
+                }
+            }
+        }
+    }
+    Ok(written.into_iter().flatten().collect())
+}
+
 /// The resident memory of `replica` now, in MiB (NaN when it cannot be read).
 fn rss_mib(replica: &Replica) -> f64 {
-    let bytes = replica
+    replica_mib(replica, |sample| sample.rss_bytes)
+}
+
+/// The highest resident memory of `replica` since it started, in MiB (NaN when it cannot be
+/// read).
+fn peak_rss_mib(replica: &Replica) -> f64 {
+    replica_mib(replica, |sample| sample.peak_rss_bytes)
+}
+
+fn replica_mib(replica: &Replica, bytes: impl Fn(&super::probe::ProcessSample) -> u64) -> f64 {
+    replica
         .process
         .id()
         .and_then(|pid| super::probe::sample(pid).ok())
-        .map(|sample| sample.rss_bytes);
-    #[allow(clippy::cast_precision_loss)] // MiB of a process fit an f64 exactly
-    bytes.map_or(f64::NAN, |b| b as f64 / (1024.0 * 1024.0))
+        .map_or(f64::NAN, |sample| mib(bytes(&sample)))
+}
+
+#[allow(clippy::cast_precision_loss)] // MiB of a process fit an f64 exactly
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// How long after a restarted standby is ready its caches are given to fill before the
+/// round's memory is read: 2 s, and 1 s more per 1000 objects, at most 15 s.
+fn settle_time(objects: usize) -> Duration {
+    let seconds = 2 + u64::try_from(objects / 1000).unwrap_or(u64::MAX);
+    Duration::from_secs(seconds.min(15))
+}
+
+/// Samples a process's resident memory every 50 ms from its start until it is stopped: the
+/// API server's, whose peak is only seen while a list is served.
+struct PeakSampler {
+    baseline: u64,
+    peak: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PeakSampler {
+    fn start(pid: u32) -> anyhow::Result<Self> {
+        let baseline = super::probe::sample(pid)?.rss_bytes;
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(baseline));
+        let task = tokio::spawn({
+            let peak = peak.clone();
+            async move {
+                loop {
+                    if let Ok(sample) = super::probe::sample(pid) {
+                        peak.fetch_max(sample.rss_bytes, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        });
+        Ok(Self {
+            baseline,
+            peak,
+            task,
+        })
+    }
+
+    /// The peak above the resident memory at the start, in MiB.
+    fn stop(self) -> f64 {
+        self.task.abort();
+        mib(self
+            .peak
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.baseline))
+    }
+}
+
+/// The local cluster's API server's process id.
+fn api_server_pid() -> anyhow::Result<u32> {
+    let state = localcluster::LocalCluster::from_env()
+        .and_then(|local| local.running())
+        .context("finding the running local cluster")?;
+    state
+        .components
+        .iter()
+        .find(|component| component.name == "kube-apiserver")
+        .map(|component| component.pid)
+        .context("the local cluster runs no kube-apiserver")
 }
 
 /// Scales the Memcacheds one after another between `size` and `size + 1`, ten a second, until
@@ -201,12 +404,14 @@ async fn scale_continuously(targets: Vec<Target>, size: i32, stop: Arc<AtomicBoo
 }
 
 /// The graceful and crash handovers of `--failover-rounds` rounds each, with `probe` changed
-/// at each stop.
+/// at each stop and `live` as the new leader leads, under `objects` Memcacheds.
 async fn rounds(
     cluster: &TestCluster,
     contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
     probe: &Target,
+    live: &[Target],
+    objects: usize,
     args: &BenchArgs,
 ) -> anyhow::Result<Rounds> {
     let lease = testkit::unique_name("bench-failover");
@@ -219,6 +424,7 @@ async fn rounds(
     }
     let namespace = kubeconfig.namespace.as_str();
     let takes_over = LEASE_DURATION * 3;
+    let api_server = api_server_pid()?;
 
     let mut measured = Rounds::default();
     for round in 0..args.failover_rounds * 2 {
@@ -237,6 +443,7 @@ async fn rounds(
             .standby_rss_mib
             .push(rss_mib(&replicas[1 - leader]));
         measured.leader_rss_mib.push(rss_mib(&replicas[leader]));
+        let api_server_memory = PeakSampler::start(api_server)?;
         let started = Instant::now();
         if is_crash {
             replicas[leader].process.kill().await?;
@@ -247,15 +454,19 @@ async fn rounds(
         // before: each round's change is one to make.
         let size = args.size + 2 + i32::from(round % 2 == 1);
         let change = change_reaches_deployment(cluster, probe, size, started, takes_over * 2);
-        let handover = async {
+        let handover_and_live = async {
             wait_for_holder(cluster, namespace, &lease, |h| h == standby, takes_over).await?;
-            anyhow::Ok(started.elapsed().as_secs_f64())
+            let seconds = started.elapsed().as_secs_f64();
+            let live = live_changes(cluster, live, size, takes_over * 2).await?;
+            anyhow::Ok((seconds, live))
         };
-        let (seconds, changed) = tokio::try_join!(handover, change)?;
+        let ((seconds, live), changed) = tokio::try_join!(handover_and_live, change)?;
         let kind = if is_crash { "crash" } else { "graceful" };
+        let live_max = live.iter().copied().fold(f64::NAN, f64::max);
         println!(
-            "{kind} handover {}: {seconds:.3} s, the change made at the stop written after {changed:.3} s",
-            round / 2 + 1
+            "{kind} handover {}: {seconds:.3} s, the change made at the stop written after {changed:.3} s, {} changes made as it led written within {live_max:.3} s",
+            round / 2 + 1,
+            live.len()
         );
         let exit = replicas[leader]
             .process
@@ -287,14 +498,28 @@ async fn rounds(
         if is_crash {
             measured.crash.push(seconds);
             measured.crash_change.push(changed);
+            measured.crash_live.extend(live);
         } else {
             measured.graceful.push(seconds);
             measured.graceful_change.push(changed);
+            measured.graceful_live.extend(live);
         }
         // Bring the stopped replica back as the new standby, like the kubelet would, and wait
         // until it is ready (connected, watching the Lease) before the next round.
         replicas[leader] = spawn(contender, kubeconfig, &lease, REPLICAS[leader]).await?;
         replicas[leader].wait_ready().await?;
+        tokio::time::sleep(settle_time(objects)).await;
+        let rise = api_server_memory.stop();
+        let (new_leader, restarted) = (
+            peak_rss_mib(&replicas[1 - leader]),
+            peak_rss_mib(&replicas[leader]),
+        );
+        println!(
+            "  peak memory: the new leader {new_leader:.1} MiB, the restarted standby {restarted:.1} MiB, the API server {rise:+.1} MiB over the round"
+        );
+        measured.api_server_rise_mib.push(rise);
+        measured.new_leader_peak_rss_mib.push(new_leader);
+        measured.restarted_peak_rss_mib.push(restarted);
     }
     for replica in &mut replicas {
         replica.process.terminate();
@@ -407,6 +632,9 @@ mod tests {
         let s = Spread::of(vec![3.0, 1.0, 2.0]);
         assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
         assert_eq!(s.samples, [1.0, 2.0, 3.0]);
+        assert_eq!(s.p99, 3.0, "below 100 samples, the maximum");
         assert!(Spread::of(Vec::new()).median.is_nan());
+        let hundreds = Spread::of((1..=200).map(f64::from).collect());
+        assert_eq!(hundreds.p99, 198.0);
     }
 }

@@ -428,6 +428,38 @@ pub fn markdown(results: &Results) -> String {
                 );
             }
         }
+        out.push_str(
+            "\nSizes changed one every 50 ms as soon as the new leader led (while a cold standby catches up), until their Deployments had them:\n\n| manager | failover | changes | median (s) | p99 (s) | max (s) |\n|---|---|---:|---:|---:|---:|\n",
+        );
+        for f in &results.failover {
+            for (name, spread) in [
+                ("graceful (SIGTERM)", &f.graceful_live),
+                ("crash (SIGKILL)", &f.crash_live),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "| {} | {name} | {} | {:.3} | {:.3} | {:.3} |",
+                    f.manager,
+                    spread.samples.len(),
+                    spread.median,
+                    spread.p99,
+                    spread.max
+                );
+            }
+        }
+        out.push_str(
+            "\nWhat one start of the caches cost (each round holds one: a cold standby lists everything when it takes over, a warm one when it is started again as the standby), medians over the rounds:\n\n| manager | new leader peak RSS (MiB) | restarted standby peak RSS (MiB) | API server peak above its RSS at the stop (MiB) |\n|---|---:|---:|---:|\n",
+        );
+        for f in &results.failover {
+            let _ = writeln!(
+                out,
+                "| {} | {:.1} | {:.1} | {:.1} |",
+                f.manager,
+                f.new_leader_peak_rss_mib.median,
+                f.restarted_peak_rss_mib.median,
+                f.api_server_rise_mib.median
+            );
+        }
     }
     out
 }
@@ -918,6 +950,7 @@ pub(crate) mod tests {
             min: f64::NAN,
             median: f64::NAN,
             max: f64::NAN,
+            p99: f64::NAN,
         };
         results.failover.push(Failover {
             manager: OURS.to_owned(),
