@@ -17,6 +17,8 @@
 //! - that none was committed after a hand edit or a release of the Lease, or arrived past the
 //!   renew deadline of its replica's last renewal, beyond a bound it prints;
 //! - that each held write was refused by the fence;
+//! - that no replica sent a status write that changed nothing right after its own last one
+//!   (a reconcile that started from a cache older than its own write would);
 //!
 //! and that every Memcached converges, and no graceful handover waited for the Lease to expire.
 //!
@@ -866,6 +868,25 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
             "the write {writer} sent for {name} before it froze was committed after a takeover"
         );
     }
+    // No reconcile started from a cache older than its own controller's last write: a status
+    // write that changed nothing right after the same replica's own would show one.
+    let status_writes = testkit::repeated_status_writes(&events);
+    println!(
+        "status writes: {} checked, {} changed nothing after the same replica's own, {} changed \
+         nothing after another replica's (a new leader's cache behind its predecessor's last write)",
+        status_writes.checked,
+        status_writes.repeats.len(),
+        status_writes.after_another_replica
+    );
+    ensure!(
+        status_writes.checked > 0,
+        "the audit log holds no status write with its stored object: is the audit policy current?"
+    );
+    ensure!(
+        status_writes.repeats.is_empty(),
+        "reconciles started from a cache older than their own last write: {:?}",
+        &status_writes.repeats[..status_writes.repeats.len().min(5)]
+    );
     let waited: Vec<&Outcome> = outcomes
         .iter()
         .filter(|o| o.fault == Fault::Terminate && o.handover >= LEASE_DURATION)

@@ -11,6 +11,10 @@ use crate::{Error, Paths, Result};
 /// - Lease writes at `RequestResponse` level: the Lease as stored after each write shows
 ///   `spec.holderIdentity`, which is how a test proves which replica held leadership when
 ///   (a request body alone does not: a patch that leaves the holder alone omits it).
+/// - ServiceAccounts' writes of a platform object's status at `RequestResponse` level: the
+///   object as stored after each write shows its resourceVersion, so a test can tell a write
+///   that changed nothing, sent by a controller whose cache had not yet shown its own last
+///   write, from one that did.
 /// - Every other write at `Metadata` level: who (user, user agent), what (verb, object) and
 ///   when, without bodies, so the log stays small and holds no Secret data.
 /// - Reads (get, list, watch) by ServiceAccounts at `Metadata` level: the manager runs as one,
@@ -19,7 +23,15 @@ use crate::{Error, Paths, Result};
 ///
 /// `RequestReceived` is omitted: every request would otherwise be logged twice, and the
 /// `ResponseComplete` event already carries `requestReceivedTimestamp`.
-const POLICY: &str = "\
+fn policy_text() -> String {
+    let status_of_platform_objects: String = product::API_GROUPS
+        .iter()
+        .map(|group| format!("      - group: {group}\n        resources: [\"*/status\"]\n"))
+        .collect();
+    format!("{POLICY_START}{status_of_platform_objects}{POLICY_END}")
+}
+
+const POLICY_START: &str = "\
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages:
@@ -30,13 +42,20 @@ rules:
     resources:
       - group: coordination.k8s.io
         resources: [leases]
-  - level: Metadata
+  - level: RequestResponse
+    verbs: [update, patch]
+    userGroups: [\"system:serviceaccounts\"]
+    resources:
+";
+
+// Not a `\`-continued string: that would strip the first rule's indentation.
+const POLICY_END: &str = r#"  - level: Metadata
     verbs: [create, update, patch, delete, deletecollection]
   - level: Metadata
     verbs: [get, list, watch]
-    userGroups: [\"system:serviceaccounts\"]
+    userGroups: ["system:serviceaccounts"]
   - level: None
-";
+"#;
 
 /// The size in megabytes at which the log is rotated; with [`MAX_BACKUPS`] it bounds the disk
 /// the log can take (a benchmark writes many thousands of objects).
@@ -51,7 +70,7 @@ const MAX_BACKUPS: u32 = 3;
 /// request completes, so the file is in request order and complete when a request returns.
 pub(crate) fn apiserver_args(paths: &Paths) -> Result<Vec<String>> {
     let policy = paths.audit_policy();
-    std::fs::write(&policy, POLICY).map_err(Error::io("writing", &policy))?;
+    std::fs::write(&policy, policy_text()).map_err(Error::io("writing", &policy))?;
     let dir = paths.audit_dir();
     std::fs::create_dir_all(&dir).map_err(Error::io("creating", &dir))?;
     Ok(vec![
@@ -105,12 +124,12 @@ mod tests {
 
     #[test]
     fn policy_logs_lease_bodies_other_writes_as_metadata_and_only_service_accounts_reads() {
-        let policy: serde_json::Value = yaml_serde::from_str(POLICY).expect("valid YAML");
+        let policy: serde_json::Value = yaml_serde::from_str(&policy_text()).expect("valid YAML");
         assert_eq!(policy["apiVersion"], "audit.k8s.io/v1");
         assert_eq!(policy["kind"], "Policy");
         assert_eq!(policy["omitStages"], serde_json::json!(["RequestReceived"]));
         let rules = policy["rules"].as_array().expect("rules");
-        assert_eq!(rules.len(), 4);
+        assert_eq!(rules.len(), 5);
         assert_eq!(rules[0]["level"], "RequestResponse");
         assert_eq!(
             rules[0]["resources"],
@@ -120,6 +139,24 @@ mod tests {
             rules[0]["verbs"],
             serde_json::json!(["create", "update", "patch", "delete"])
         );
+        // The platform objects' status writes by ServiceAccounts (the managers), with bodies.
+        assert_eq!(rules[1]["level"], "RequestResponse");
+        assert_eq!(rules[1]["verbs"], serde_json::json!(["update", "patch"]));
+        assert_eq!(
+            rules[1]["userGroups"],
+            serde_json::json!(["system:serviceaccounts"])
+        );
+        let groups: Vec<&str> = rules[1]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .map(|r| {
+                assert_eq!(r["resources"], serde_json::json!(["*/status"]));
+                r["group"].as_str().expect("a group")
+            })
+            .collect();
+        assert_eq!(groups, product::API_GROUPS);
+        let rules = &rules[1..];
         assert_eq!(rules[1]["level"], "Metadata");
         assert_eq!(
             rules[1]["verbs"],
@@ -146,7 +183,7 @@ mod tests {
         let args = apiserver_args(&paths).expect("args");
         assert_eq!(
             std::fs::read_to_string(paths.audit_policy()).expect("policy"),
-            POLICY
+            policy_text()
         );
         assert!(paths.audit_dir().is_dir());
         let log = paths.state_dir().join("audit").join("audit.log");

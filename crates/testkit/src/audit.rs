@@ -447,6 +447,78 @@ pub fn check_fencing(
     report
 }
 
+/// A status write that changed nothing, sent by the replica that had written the object's
+/// status just before: its controller computed the status from a cache that had not yet shown
+/// its own last write (a controller writes a status only when its cache shows another).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepeatedWrite {
+    /// `namespace/name` of the object.
+    pub object: String,
+    /// The replica's leader-election identity.
+    pub identity: String,
+    /// When the API server received the repeat.
+    pub received: Timestamp,
+}
+
+/// What [`repeated_status_writes`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusWrites {
+    /// Accepted status writes by managers, with the object as stored.
+    pub checked: usize,
+    /// Those that changed nothing after the same replica's own write.
+    pub repeats: Vec<RepeatedWrite>,
+    /// Those that changed nothing after another replica's write: a new leader whose cache had
+    /// not yet shown its predecessor's last write.
+    pub after_another_replica: usize,
+}
+
+/// The managers' status writes that changed nothing (the object came back with the
+/// resourceVersion the previous status write left), by whom they followed. Needs the log's
+/// stored objects of status writes (the local cluster's audit policy records them).
+pub fn repeated_status_writes(events: &[AuditEvent]) -> StatusWrites {
+    let mut found = StatusWrites::default();
+    // Per object: the resourceVersion the last status write left, and who wrote it.
+    let mut last: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut writes: Vec<&AuditEvent> = events
+        .iter()
+        .filter(|e| e.subresource == "status" && e.succeeded())
+        .filter(|e| matches!(e.verb.as_str(), "update" | "patch"))
+        .collect();
+    writes.sort_by_key(|e| e.completed);
+    for event in writes {
+        let (Some(identity), Some(version)) = (
+            manager_identity(&event.user_agent),
+            event
+                .response_object
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/resourceVersion"))
+                .and_then(serde_json::Value::as_str),
+        ) else {
+            continue;
+        };
+        found.checked += 1;
+        let object = format!(
+            "{}/{}/{}/{}",
+            event.group, event.resource, event.namespace, event.name
+        );
+        if let Some((before, writer)) = last.get(&object)
+            && before == version
+        {
+            if *writer == identity {
+                found.repeats.push(RepeatedWrite {
+                    object: object.clone(),
+                    identity: identity.clone(),
+                    received: event.received,
+                });
+            } else {
+                found.after_another_replica += 1;
+            }
+        }
+        last.insert(object, (version.to_owned(), identity));
+    }
+    found
+}
+
 /// The pod (or host) name in a manager's leader-election identity, `<pod>_<suffix>`: the
 /// identity itself when it has no suffix (another program's, say).
 pub fn identity_pod(identity: &str) -> &str {
@@ -464,6 +536,53 @@ pub fn manager_identity(user_agent: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status_write(ms: i64, identity: &str, name: &str, version: &str) -> AuditEvent {
+        AuditEvent {
+            verb: "patch".into(),
+            request_uri: format!(
+                "/apis/cache.example.com/v1alpha1/namespaces/ns/memcacheds/{name}/status"
+            ),
+            user_agent: format!("{}/0.1.0 ({identity})", product::NAME),
+            user: String::new(),
+            group: "cache.example.com".into(),
+            resource: "memcacheds".into(),
+            subresource: "status".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            code: 200,
+            received: at(ms),
+            completed: at(ms + 5),
+            request_object: None,
+            response_object: Some(serde_json::json!({"metadata": {"resourceVersion": version}})),
+        }
+    }
+
+    #[test]
+    fn a_status_write_that_changed_nothing_after_its_own_is_a_repeat() {
+        let events = vec![
+            status_write(0, "a_1", "m", "10"),
+            status_write(10, "a_1", "m", "11"),
+            // Nothing changed: a's cache still showed its status before version 11.
+            status_write(20, "a_1", "m", "11"),
+            // Another object's versions are its own.
+            status_write(30, "a_1", "n", "11"),
+            // A new leader's first write changing nothing follows a's, not its own.
+            status_write(40, "b_2", "m", "11"),
+            status_write(50, "b_2", "m", "12"),
+        ];
+        let found = repeated_status_writes(&events);
+        assert_eq!(found.checked, 6);
+        assert_eq!(
+            found.repeats,
+            [RepeatedWrite {
+                object: "cache.example.com/memcacheds/ns/m".into(),
+                identity: "a_1".into(),
+                received: at(20),
+            }]
+        );
+        assert_eq!(found.after_another_replica, 1);
+    }
 
     fn at(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()

@@ -38,9 +38,9 @@ mod serviceaccount;
 mod wait;
 
 pub use audit::{
-    AuditEvent, Breach, FencingReport, LateWrite, ReplicaHistory, Tenure, check_fencing,
-    identity_pod, lease_tenures, manager_identity, parse_audit_log, read_audit_files,
-    read_audit_files_where,
+    AuditEvent, Breach, FencingReport, LateWrite, RepeatedWrite, ReplicaHistory, StatusWrites,
+    Tenure, check_fencing, identity_pod, lease_tenures, manager_identity, parse_audit_log,
+    read_audit_files, read_audit_files_where, repeated_status_writes,
 };
 pub use cluster::{TestCluster, cluster, pod_ready};
 pub use error::{Error, Result};
