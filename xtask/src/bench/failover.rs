@@ -161,7 +161,8 @@ pub async fn measure(
         args.size,
         stop_load.clone(),
     ));
-    let measured = rounds(cluster, contender, kubeconfig, probe, live, objects, args).await;
+    let changed = Changed { probe, live };
+    let measured = rounds(cluster, contender, kubeconfig, &tenants, &changed, args).await;
     stop_load.store(true, Ordering::SeqCst);
     let _ = load.await;
     tenants.delete_and_wait(cluster, args.timeout()).await?;
@@ -299,6 +300,35 @@ async fn live_changes(
     Ok(written.into_iter().flatten().collect())
 }
 
+/// Waits until the tenants' namespaces hold a Deployment per Memcached.
+async fn every_memcached_deployed(
+    cluster: &TestCluster,
+    tenants: &Tenants,
+    objects: usize,
+    within: Duration,
+) -> anyhow::Result<()> {
+    use kube::api::ListParams;
+    let deadline = Instant::now() + within;
+    loop {
+        let mut deployed = 0;
+        for api in tenants.apis::<Deployment>(cluster) {
+            // One item and the count of the rest: the API server counts, the bench does not
+            // page through thousands.
+            let page = api.list_metadata(&ListParams::default().limit(1)).await?;
+            let rest = page.metadata.remaining_item_count.unwrap_or(0);
+            deployed += page.items.len() + usize::try_from(rest).unwrap_or(0);
+        }
+        if deployed >= objects {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the first leader gave {deployed} of {objects} Memcacheds their Deployments within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// The resident memory of `replica` now, in MiB (NaN when it cannot be read).
 fn rss_mib(replica: &Replica) -> f64 {
     replica_mib(replica, |sample| sample.rss_bytes)
@@ -403,17 +433,26 @@ async fn scale_continuously(targets: Vec<Target>, size: i32, stop: Arc<AtomicBoo
     }
 }
 
-/// The graceful and crash handovers of `--failover-rounds` rounds each, with `probe` changed
-/// at each stop and `live` as the new leader leads, under `objects` Memcacheds.
+/// The Memcacheds left out of the scaling: `probe` is changed at each stop, `live` as the new
+/// leader leads.
+#[derive(Clone, Copy)]
+struct Changed<'a> {
+    probe: &'a Target,
+    live: &'a [Target],
+}
+
+/// The graceful and crash handovers of `--failover-rounds` rounds each, under the tenants'
+/// Memcacheds.
 async fn rounds(
     cluster: &TestCluster,
     contender: &Contender,
     kubeconfig: &ServiceAccountKubeconfig,
-    probe: &Target,
-    live: &[Target],
-    objects: usize,
+    tenants: &Tenants,
+    changed: &Changed<'_>,
     args: &BenchArgs,
 ) -> anyhow::Result<Rounds> {
+    let Changed { probe, live } = *changed;
+    let objects = tenants.targets().len();
     let lease = testkit::unique_name("bench-failover");
     let mut replicas = [
         spawn(contender, kubeconfig, &lease, REPLICAS[0]).await?,
@@ -425,6 +464,15 @@ async fn rounds(
     let namespace = kubeconfig.namespace.as_str();
     let takes_over = LEASE_DURATION * 3;
     let api_server = api_server_pid()?;
+    // The Memcacheds are "being scaled", not being created: the first leader gives each its
+    // Deployment before the first stop, and the standby gets time to fill its caches.
+    let began = Instant::now();
+    every_memcached_deployed(cluster, tenants, objects, args.timeout()).await?;
+    println!(
+        "the first leader gave the {objects} Memcacheds their Deployments in {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(settle_time(objects)).await;
 
     let mut measured = Rounds::default();
     for round in 0..args.failover_rounds * 2 {
