@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use clap::CommandFactory as _;
 use clap_complete::Shell;
 
 /// The binary the completions complete.

@@ -1,6 +1,6 @@
 //! `cargo xtask manifests [--check]`: render `deploy/` from the Rust types, the Helm chart in
 //! `deploy/chart/` from them and the project metadata, and the single-file installer
-//! `dist/install.yaml`.
+//! `dist/install.yaml`, and the manager's configuration reference `docs/configuration.md`.
 
 use std::path::PathBuf;
 
@@ -32,6 +32,13 @@ pub fn run(check: bool, deploy_dir: Option<PathBuf>) -> anyhow::Result<()> {
         .with_context(|| format!("generating the installer into {}", dist_dir.display()))?;
     outcome.rendered.extend(under("dist")(installer.rendered));
     outcome.stale.extend(under("dist")(installer.stale));
+    let reference = deploy_dir.with_file_name("docs").join("configuration.md");
+    if write_if_changed(&reference, &manager::config::reference(), mode)? {
+        outcome.stale.push(PathBuf::from("docs/configuration.md"));
+    }
+    outcome
+        .rendered
+        .push(PathBuf::from("docs/configuration.md"));
     if check {
         if !outcome.stale.is_empty() {
             let list: Vec<String> = outcome
@@ -46,12 +53,12 @@ pub fn run(check: bool, deploy_dir: Option<PathBuf>) -> anyhow::Result<()> {
             );
         }
         println!(
-            "deploy/ and dist/ are up to date ({} files)",
+            "deploy/, dist/ and the configuration reference are up to date ({} files)",
             outcome.rendered.len()
         );
     } else if outcome.stale.is_empty() {
         println!(
-            "deploy/ and dist/ already up to date ({} files)",
+            "deploy/, dist/ and the configuration reference already up to date ({} files)",
             outcome.rendered.len()
         );
     } else {
@@ -60,4 +67,19 @@ pub fn run(check: bool, deploy_dir: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `path` differs from `text`; writes it in [`Mode::Write`].
+fn write_if_changed(path: &std::path::Path, text: &str, mode: Mode) -> anyhow::Result<bool> {
+    let current = std::fs::read_to_string(path).ok();
+    if current.as_deref() == Some(text) {
+        return Ok(false);
+    }
+    if mode == Mode::Write {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(true)
 }

@@ -1,33 +1,13 @@
 //! The manager's configuration: defaults < file < environment < flags.
 //!
-//! Every setting has one key, spelled three ways:
-//!
-//! | key (file)                   | environment                          | flag                            | default                      |
-//! |------------------------------|--------------------------------------|---------------------------------|------------------------------|
-//! | `metrics_bind_address`       | `MANAGER_METRICS_BIND_ADDRESS`       | `--metrics-bind-address`        | `:8080` (`0` disables)       |
-//! | `metrics_secure`             | `MANAGER_METRICS_SECURE`             | `--metrics-secure[=BOOL]`       | `false`                      |
-//! | `metrics_cert_path`          | `MANAGER_METRICS_CERT_PATH`          | `--metrics-cert-path`           | none (webhook certificate)   |
-//! | `health_probe_bind_address`  | `MANAGER_HEALTH_PROBE_BIND_ADDRESS`  | `--health-probe-bind-address`   | `:8081` (`0` disables)       |
-//! | `webhook_bind_address`       | `MANAGER_WEBHOOK_BIND_ADDRESS`       | `--webhook-bind-address`        | `:9443` (`0` disables)       |
-//! | `webhook_cert_path`          | `MANAGER_WEBHOOK_CERT_PATH`          | `--webhook-cert-path`           | none (provisioned)           |
-//! | `webhook_cert_validity`      | `MANAGER_WEBHOOK_CERT_VALIDITY`      | `--webhook-cert-validity`       | `8760h` (a year)             |
-//! | `leader_elect`               | `MANAGER_LEADER_ELECT`               | `--leader-elect[=BOOL]`         | `false`                      |
-//! | `warm_standby`               | `MANAGER_WARM_STANDBY`               | `--warm-standby[=BOOL]`         | `true`                       |
-//! | `leader_election_id`         | `MANAGER_LEADER_ELECTION_ID`         | `--leader-election-id`          | `operator-manager-leader`    |
-//! | `leader_election_namespace`  | `MANAGER_LEADER_ELECTION_NAMESPACE`  | `--leader-election-namespace`   | see below                    |
-//! | `lease_duration`             | `MANAGER_LEASE_DURATION`             | `--lease-duration`              | `15s`                        |
-//! | `renew_deadline`             | `MANAGER_RENEW_DEADLINE`             | `--renew-deadline`              | `10s`                        |
-//! | `retry_period`               | `MANAGER_RETRY_PERIOD`               | `--retry-period`                | `2s`                         |
-//! | `log_format`                 | `MANAGER_LOG_FORMAT`                 | `--log-format`                  | `auto` (`json`, `text`)      |
-//! | `controllers`                | `MANAGER_CONTROLLERS`                | `--controllers`                 | `*` (all)                    |
-//! | `max_concurrent_reconciles`  | `MANAGER_MAX_CONCURRENT_RECONCILES`  | `--max-concurrent-reconciles`   | `4`                          |
-//! | `shutdown_timeout`           | `MANAGER_SHUTDOWN_TIMEOUT`           | `--shutdown-timeout`            | `30s`                        |
-//! | `reconcile_debounce`         | `MANAGER_RECONCILE_DEBOUNCE`         | `--reconcile-debounce`          | `250ms`                      |
-//! | `reconcile_timeout`          | `MANAGER_RECONCILE_TIMEOUT`          | `--reconcile-timeout`           | `0s` (none)                  |
-//! | `namespace`                  | `MANAGER_NAMESPACE`                  | `--namespace` (repeatable)      | every namespace              |
+//! Every setting is declared once, in [`settings!`] below: its key, its type, its default and
+//! what it does. From that one declaration come the [`Config`] field, its default, the
+//! `MANAGER_*` environment variable, the flag with its `--help` line (default, variable and
+//! allowed values), the shell completions and the man page, and the reference table in
+//! `docs/configuration.md` (written by `cargo xtask manifests`, checked by a test).
 //!
 //! The file is named by `--config PATH` (or `MANAGER_CONFIG`) and read as YAML (`.yaml`, `.yml`)
-//! or TOML (`.toml`) by its extension; its top level is a map of the keys above.
+//! or TOML (`.toml`) by its extension; its top level is a map of the keys.
 //!
 //! - Addresses are `[HOST]:PORT` as in controller-runtime: `:8080` listens on all IPv4
 //!   interfaces (in-cluster), `127.0.0.1:8080` on loopback only, `[::]:8080` on all IPv6 (and,
@@ -83,10 +63,16 @@
 //!   only Roles in those namespaces (`deploy/namespaced/`), not the ClusterRole. Empty means
 //!   every namespace.
 //!
+//! Every source is read as text the same way: a file's `true`, `4` or list is read as the
+//! flag `--key=true`, `--key=4` or `--key=a,b` would be, so a value means the same wherever it
+//! is written. The environment is scanned here rather than by figment's `Env` provider, so
+//! that tests hand it in without changing the process's own.
+//!
 //! # Errors
-//! Any bad value stops start-up with a message that names the key and where its value came
-//! from (`file /etc/manager.yaml`, `env var MANAGER_LEASE_DURATION`, `flag --lease-duration`);
-//! the binary then exits with status 2.
+//! A flag with a bad value stops the command line's parsing with a message naming the flag. Any
+//! other bad value stops start-up with a message that names the key and where its value came
+//! from (`file /etc/manager.yaml`, `env var MANAGER_LEASE_DURATION`, `flag --lease-duration`).
+//! The binary exits with status 2 either way.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -94,9 +80,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use figment::value::{Dict, Map, Value};
+use figment::value::{Dict, Map, Value as FigmentValue};
 use figment::{Figment, Metadata, Profile, Provider};
-use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+use serde::{Deserialize, Serialize};
 
 use crate::duration;
 
@@ -120,129 +106,318 @@ pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// client-go's jitter factor: a retry comes up to 20% late, and must still meet the deadline.
 const RETRY_JITTER: f64 = 1.2;
 
-/// Every key of [`Config`], in the order of its fields.
-pub const KEYS: &[&str] = &[
-    "metrics_bind_address",
-    "metrics_secure",
-    "metrics_cert_path",
-    "health_probe_bind_address",
-    "webhook_bind_address",
-    "webhook_cert_path",
-    "webhook_cert_validity",
-    "leader_elect",
-    "warm_standby",
-    "leader_election_id",
-    "leader_election_namespace",
-    "lease_duration",
-    "renew_deadline",
-    "retry_period",
-    "log_format",
-    "controllers",
-    "max_concurrent_reconciles",
-    "shutdown_timeout",
-    "reconcile_debounce",
-    "reconcile_timeout",
-    "namespace",
-];
+/// Declares every setting once: `key: Type = "default as text";` after its description (its
+/// `--help` line). Generates [`Config`], its [`Default`] and [`SETTINGS`].
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])+
+        $key:ident: $type:ty = $default:expr;
+    )+) => {
+        /// The manager's effective configuration. See the module documentation and
+        /// [`SETTINGS`] for every key.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Config {
+            $(
+                $(#[doc = $doc])+
+                #[serde(with = "as_text")]
+                pub $key: $type,
+            )+
+        }
 
-/// The manager's effective configuration. See the module documentation for every key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    /// Where `/metrics` is served.
-    pub metrics_bind_address: BindAddress,
-    /// Serve `/metrics` over HTTPS to authorized scrapers only.
-    pub metrics_secure: bool,
-    /// A directory with `tls.crt` and `tls.key` for secure metrics; without it, the provisioned
-    /// webhook certificate (self-signed when no webhooks are served).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metrics_cert_path: Option<PathBuf>,
-    /// Where `/healthz` and `/readyz` are served.
-    pub health_probe_bind_address: BindAddress,
-    /// Where the admission webhooks are served.
-    pub webhook_bind_address: BindAddress,
-    /// A directory with the webhooks' `tls.crt` and `tls.key`; provisioned without it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub webhook_cert_path: Option<PathBuf>,
-    /// How long a provisioned webhook serving certificate is valid.
-    #[serde(with = "duration::serde")]
-    pub webhook_cert_validity: Duration,
-    /// Run controllers only while holding the leader-election Lease.
-    pub leader_elect: bool,
-    /// While standing by, keep the controllers' caches current (module docs).
-    pub warm_standby: bool,
-    /// Name of the Lease.
-    #[serde(deserialize_with = "lenient_string")]
-    pub leader_election_id: String,
-    /// Namespace of the Lease; `None` picks one at start-up (module docs).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient_option_string"
-    )]
-    pub leader_election_namespace: Option<String>,
-    /// How long a non-leader waits after the last observed renewal before taking over.
-    #[serde(with = "duration::serde")]
-    pub lease_duration: Duration,
-    /// How long the leader keeps trying to renew before giving up leadership.
-    #[serde(with = "duration::serde")]
-    pub renew_deadline: Duration,
-    /// How often candidates try to acquire and the leader renews.
-    #[serde(with = "duration::serde")]
-    pub retry_period: Duration,
-    /// Log output format.
-    pub log_format: LogFormat,
-    /// Which controllers run (module docs).
-    pub controllers: ControllerSelection,
-    /// Upper bound on concurrent reconciles per controller.
-    pub max_concurrent_reconciles: u16,
-    /// How long controllers get to finish in-flight reconciles at shutdown.
-    #[serde(with = "duration::serde")]
-    pub shutdown_timeout: Duration,
-    /// How long an object must go without a new trigger before it is reconciled.
-    #[serde(with = "duration::serde")]
-    pub reconcile_debounce: Duration,
-    /// How long a reconcile may run before it is cancelled; zero for no limit.
-    #[serde(with = "duration::serde")]
-    pub reconcile_timeout: Duration,
-    /// The namespaces watched; empty for every namespace.
-    pub namespace: NamespaceList,
+        impl Default for Config {
+            fn default() -> Self {
+                Self {
+                    $( $key: built_in::<$type>(stringify!($key), $default), )+
+                }
+            }
+        }
+
+        /// Every setting, in the order of [`Config`]'s fields.
+        pub const SETTINGS: &[Setting] = &[
+            $(
+                Setting {
+                    key: stringify!($key),
+                    description: concat!($($doc, "\n"),+),
+                    default: $default,
+                    value_name: <$type as SettingValue>::VALUE_NAME,
+                    allowed: <$type as SettingValue>::ALLOWED,
+                    switch: <$type as SettingValue>::SWITCH,
+                    repeatable: <$type as SettingValue>::REPEATABLE,
+                    check: check_text::<$type>,
+                },
+            )+
+        ];
+    };
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            metrics_bind_address: BindAddress::Listen(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                8080,
-            )),
-            metrics_secure: false,
-            metrics_cert_path: None,
-            health_probe_bind_address: BindAddress::Listen(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                8081,
-            )),
-            webhook_bind_address: BindAddress::Listen(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                kube_operator_runtime::webhook::PORT,
-            )),
-            webhook_cert_path: None,
-            webhook_cert_validity: Duration::from_secs(365 * 24 * 60 * 60),
-            leader_elect: false,
-            warm_standby: true,
-            leader_election_id: concat!(product::name!(), "-leader").to_owned(),
-            leader_election_namespace: None,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-            log_format: LogFormat::Auto,
-            controllers: ControllerSelection(vec!["*".to_owned()]),
-            max_concurrent_reconciles: 4,
-            shutdown_timeout: Duration::from_secs(30),
-            reconcile_debounce: kube_operator_runtime::RunOptions::DEFAULT_DEBOUNCE,
-            reconcile_timeout: Duration::ZERO,
-            namespace: NamespaceList::default(),
+settings! {
+    /// Address of the metrics endpoint, e.g. `:8080` or `127.0.0.1:8080`; `0` disables it.
+    metrics_bind_address: BindAddress = ":8080";
+    /// Serve `/metrics` over HTTPS to authorized scrapers only.
+    metrics_secure: bool = "false";
+    /// Directory holding `tls.crt` and `tls.key` for secure metrics; without it, the
+    /// provisioned webhook certificate (self-signed when no webhooks are served).
+    metrics_cert_path: Option<PathBuf> = "";
+    /// Address of the health probe endpoints `/healthz` and `/readyz`; `0` disables them.
+    health_probe_bind_address: BindAddress = ":8081";
+    /// Address of the admission webhook server (HTTPS), e.g. `:9443`; `0` disables it.
+    webhook_bind_address: BindAddress = ":9443";
+    /// Directory holding the webhooks' `tls.crt` and `tls.key`; provisioned without it.
+    webhook_cert_path: Option<PathBuf> = "";
+    /// Validity of a provisioned webhook serving certificate (its CA: four times as long).
+    webhook_cert_validity: Duration = "8760h";
+    /// Run the controllers only while holding the leader-election Lease.
+    leader_elect: bool = "false";
+    /// While standing by, keep the controllers' caches current so a takeover reconciles at
+    /// once.
+    warm_standby: bool = "true";
+    /// Name of the leader-election Lease.
+    leader_election_id: String = concat!(product::name!(), "-leader");
+    /// Namespace of the leader-election Lease; without it `$POD_NAMESPACE`, else the client's
+    /// default namespace.
+    leader_election_namespace: Option<String> = "";
+    /// How long a standby waits after the last renewal it saw before taking over.
+    lease_duration: Duration = "15s";
+    /// How long the leader retries renewing before it gives up leadership.
+    renew_deadline: Duration = "10s";
+    /// Interval between acquire and renew attempts.
+    retry_period: Duration = "2s";
+    /// Log format: `json`, `text`, or `auto` (JSON unless stdout is a terminal).
+    log_format: LogFormat = "auto";
+    /// Controllers to run: comma-separated names, `-name` to leave one out, `*` for all.
+    controllers: ControllerSelection = "*";
+    /// Maximum concurrent reconciles per controller.
+    max_concurrent_reconciles: u16 = "4";
+    /// Time controllers get to finish in-flight reconciles at shutdown.
+    shutdown_timeout: Duration = "30s";
+    /// How long the triggers that follow a reconcile must pause before the next; `0s`
+    /// reconciles every trigger at once.
+    reconcile_debounce: Duration = "250ms";
+    /// Cancel and retry a reconcile that runs longer than this; `0s` for no limit.
+    reconcile_timeout: Duration = "0s";
+    /// Watch only these namespaces (comma-separated, or the flag repeated); empty for every
+    /// namespace.
+    namespace: NamespaceList = "";
+}
+
+/// One setting as declared: what its flag, its `--help` line and the reference table show.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The key, as a file spells it.
+    pub key: &'static str,
+    /// What it does, as declared (one line or several).
+    pub description: &'static str,
+    /// Its default, written as a flag's value would be.
+    pub default: &'static str,
+    /// The placeholder for its value in `--help`.
+    pub value_name: &'static str,
+    /// The values it allows; empty when any value its type reads is allowed.
+    pub allowed: &'static [&'static str],
+    /// Whether its flag may be given without a value (`--leader-elect` is `=true`).
+    pub switch: bool,
+    /// Whether its flag may be repeated, the values joined with commas.
+    pub repeatable: bool,
+    /// Reads a value as its type would, for the flag's parser.
+    check: fn(&str) -> Result<(), String>,
+}
+
+impl Setting {
+    /// Its environment variable, e.g. `MANAGER_LEASE_DURATION`.
+    pub fn env_var(&self) -> String {
+        format!("{ENV_PREFIX}{}", self.key.to_ascii_uppercase())
+    }
+
+    /// Its flag without the dashes, e.g. `lease-duration`.
+    pub fn flag(&self) -> String {
+        self.key.replace('_', "-")
+    }
+
+    /// Its description on one line, for `--help` and the reference.
+    pub fn summary(&self) -> String {
+        self.description
+            .lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Every key of [`Config`], in the order of its fields.
+pub fn keys() -> impl Iterator<Item = &'static str> {
+    SETTINGS.iter().map(|s| s.key)
+}
+
+/// A setting's type: how its value is read from text, written back, and shown in `--help`.
+///
+/// Every source reads through [`SettingValue::parse`]: a flag's and a variable's text as
+/// given, a file's scalars and lists as the text a flag would carry.
+pub trait SettingValue: Sized {
+    /// The placeholder for the value in `--help`.
+    const VALUE_NAME: &'static str;
+    /// The values allowed; empty when `parse` decides.
+    const ALLOWED: &'static [&'static str] = &[];
+    /// Whether the flag may be given alone, meaning `true`.
+    const SWITCH: bool = false;
+    /// Whether the flag may be repeated, its values joined with commas.
+    const REPEATABLE: bool = false;
+
+    /// Reads the value from text.
+    ///
+    /// # Errors
+    /// A message saying what is wrong with `text`.
+    fn parse(text: &str) -> Result<Self, String>;
+
+    /// Writes the value as [`SettingValue::parse`] reads it back.
+    fn to_text(&self) -> String;
+}
+
+/// Whether `text` reads as a `T`, for a flag's parser.
+fn check_text<T: SettingValue>(text: &str) -> Result<(), String> {
+    T::parse(text).map(drop)
+}
+
+/// A built-in default, read as any other value is.
+fn built_in<T: SettingValue>(key: &str, text: &str) -> T {
+    T::parse(text).unwrap_or_else(|e| panic!("the built-in default of {key} ({text:?}): {e}"))
+}
+
+/// `#[serde(with = "as_text")]`: every setting is written as its text and read from text, a
+/// file's number, boolean or list first turned into the text a flag would carry.
+mod as_text {
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    use super::SettingValue;
+
+    pub fn serialize<T: SettingValue, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&value.to_text())
+    }
+
+    pub fn deserialize<'de, T: SettingValue, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<T, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Bool(bool),
+            Unsigned(u64),
+            Signed(i64),
+            Float(f64),
+            List(Vec<Raw>),
         }
+        fn text(raw: Raw) -> Result<String, String> {
+            Ok(match raw {
+                Raw::Text(text) => text,
+                Raw::Bool(value) => value.to_string(),
+                Raw::Unsigned(value) => value.to_string(),
+                Raw::Signed(value) => value.to_string(),
+                Raw::Float(value) => value.to_string(),
+                Raw::List(items) => items
+                    .into_iter()
+                    .map(|item| match item {
+                        Raw::List(_) => Err("expected a list of values, not of lists".to_owned()),
+                        scalar => text(scalar),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+                    .join(","),
+            })
+        }
+        let raw = Raw::deserialize(deserializer)
+            .map_err(|_| de::Error::custom(format!("expected {}", T::VALUE_NAME)))?;
+        let text = text(raw).map_err(de::Error::custom)?;
+        T::parse(&text).map_err(de::Error::custom)
+    }
+}
+
+impl SettingValue for bool {
+    const VALUE_NAME: &'static str = "BOOL";
+    const ALLOWED: &'static [&'static str] = &["true", "false"];
+    const SWITCH: bool = true;
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(format!("expected `true` or `false`, not {other:?}")),
+        }
+    }
+
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl SettingValue for u16 {
+    const VALUE_NAME: &'static str = "N";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        text.trim().parse().map_err(|_| {
+            format!(
+                "expected a whole number from 0 to {}, not {text:?}",
+                u16::MAX
+            )
+        })
+    }
+
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl SettingValue for Duration {
+    const VALUE_NAME: &'static str = "DURATION";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        duration::parse(text.trim()).map_err(|e| e.to_string())
+    }
+
+    fn to_text(&self) -> String {
+        duration::Display(*self).to_string()
+    }
+}
+
+impl SettingValue for String {
+    const VALUE_NAME: &'static str = "NAME";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        Ok(text.to_owned())
+    }
+
+    fn to_text(&self) -> String {
+        self.clone()
+    }
+}
+
+impl SettingValue for PathBuf {
+    const VALUE_NAME: &'static str = "DIR";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        Ok(PathBuf::from(text))
+    }
+
+    fn to_text(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+/// Optional: empty text is none.
+impl<T: SettingValue> SettingValue for Option<T> {
+    const VALUE_NAME: &'static str = T::VALUE_NAME;
+
+    fn parse(text: &str) -> Result<Self, String> {
+        if text.trim().is_empty() {
+            Ok(None)
+        } else {
+            T::parse(text).map(Some)
+        }
+    }
+
+    fn to_text(&self) -> String {
+        self.as_ref().map(T::to_text).unwrap_or_default()
     }
 }
 
@@ -257,118 +432,155 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-/// Command-line flags. Every flag is optional: an absent flag leaves the value from the
-/// environment, the file or the default. Values are checked together with the other sources,
-/// so a bad flag is reported like any other bad value.
-#[derive(Debug, Clone, Default, clap::Parser)]
-// As with Go's flag package, a repeated flag takes its last value.
-#[command(
-    name = "manager",
-    version = VERSION,
-    about = "Runs the platform's controllers behind leader election.",
-    args_override_self = true
-)]
+/// The command line: `--config` and one flag per setting. Every setting's flag is optional: an
+/// absent flag leaves the value from the environment, the file or the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Flags {
-    /// Configuration file, YAML (.yaml, .yml) or TOML (.toml) [env: MANAGER_CONFIG]
-    #[arg(long, value_name = "PATH")]
+    /// The configuration file (`--config`).
     pub config: Option<PathBuf>,
-    /// Address of the metrics endpoint, e.g. `:8080` or `127.0.0.1:8080`; `0` disables it
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_bind_address: Option<String>,
-    /// Serve metrics over HTTPS to authorized scrapers only (`--metrics-secure` or `=false`)
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub metrics_secure: Option<String>,
-    /// Directory holding `tls.crt` and `tls.key` for secure metrics (without it, the provisioned
-    /// webhook certificate, or self-signed)
-    #[arg(long, value_name = "DIR")]
-    pub metrics_cert_path: Option<String>,
-    /// Address of the health probe endpoints; `0` disables them
-    #[arg(long, value_name = "ADDR")]
-    pub health_probe_bind_address: Option<String>,
-    /// Address of the admission webhook server (HTTPS), e.g. `:9443`; `0` disables it
-    #[arg(long, value_name = "ADDR")]
-    pub webhook_bind_address: Option<String>,
-    /// Directory holding the webhooks' `tls.crt` and `tls.key` (provisioned without it)
-    #[arg(long, value_name = "DIR")]
-    pub webhook_cert_path: Option<String>,
-    /// Validity of a provisioned webhook serving certificate, e.g. `8760h`
-    #[arg(long, value_name = "DURATION")]
-    pub webhook_cert_validity: Option<String>,
-    /// Enable leader election (`--leader-elect` or `--leader-elect=false`)
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub leader_elect: Option<String>,
-    /// While standing by, keep the controllers' caches current so a takeover reconciles at once
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub warm_standby: Option<String>,
-    /// Name of the leader-election Lease
-    #[arg(long, value_name = "NAME")]
-    pub leader_election_id: Option<String>,
-    /// Namespace of the leader-election Lease
-    #[arg(long, value_name = "NAMESPACE")]
-    pub leader_election_namespace: Option<String>,
-    /// Lease duration, e.g. `15s`
-    #[arg(long, value_name = "DURATION")]
-    pub lease_duration: Option<String>,
-    /// How long the leader retries renewing before giving up, e.g. `10s`
-    #[arg(long, value_name = "DURATION")]
-    pub renew_deadline: Option<String>,
-    /// Interval between acquire and renew attempts, e.g. `2s`
-    #[arg(long, value_name = "DURATION")]
-    pub retry_period: Option<String>,
-    /// Log format: `json`, `text` or `auto` (JSON unless stdout is a terminal)
-    #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<String>,
-    /// Controllers to run: comma-separated names, `-name` to disable one, `*` for all
-    #[arg(long, value_name = "LIST")]
-    pub controllers: Option<String>,
-    /// Maximum concurrent reconciles per controller
-    #[arg(long, value_name = "N")]
-    pub max_concurrent_reconciles: Option<String>,
-    /// Time controllers get to finish in-flight work at shutdown, e.g. `30s`
-    #[arg(long, value_name = "DURATION")]
-    pub shutdown_timeout: Option<String>,
-    /// How long the triggers that follow a reconcile must pause before the next, e.g. `250ms`
-    #[arg(long, value_name = "DURATION")]
-    pub reconcile_debounce: Option<String>,
-    /// Cancel and retry a reconcile that runs longer than this, e.g. `2m`; `0s` for no limit
-    #[arg(long, value_name = "DURATION")]
-    pub reconcile_timeout: Option<String>,
-    /// Watch only these namespaces (comma-separated, or the flag repeated); default: all
-    #[arg(long, value_name = "LIST", action = clap::ArgAction::Append)]
-    pub namespace: Vec<String>,
+    /// The settings given on the command line, as given: a repeated flag's values joined
+    /// with commas when it may be repeated, else its last value (as with Go's flag package).
+    given: Vec<(&'static str, String)>,
 }
 
 impl Flags {
-    /// The flags that were given, as configuration keys and raw values.
-    fn values(&self) -> Vec<(&'static str, String)> {
-        let all = [
-            ("metrics_bind_address", &self.metrics_bind_address),
-            ("metrics_secure", &self.metrics_secure),
-            ("metrics_cert_path", &self.metrics_cert_path),
-            ("health_probe_bind_address", &self.health_probe_bind_address),
-            ("webhook_bind_address", &self.webhook_bind_address),
-            ("webhook_cert_path", &self.webhook_cert_path),
-            ("webhook_cert_validity", &self.webhook_cert_validity),
-            ("leader_elect", &self.leader_elect),
-            ("warm_standby", &self.warm_standby),
-            ("leader_election_id", &self.leader_election_id),
-            ("leader_election_namespace", &self.leader_election_namespace),
-            ("lease_duration", &self.lease_duration),
-            ("renew_deadline", &self.renew_deadline),
-            ("retry_period", &self.retry_period),
-            ("log_format", &self.log_format),
-            ("controllers", &self.controllers),
-            ("max_concurrent_reconciles", &self.max_concurrent_reconciles),
-            ("shutdown_timeout", &self.shutdown_timeout),
-            ("reconcile_debounce", &self.reconcile_debounce),
-            ("reconcile_timeout", &self.reconcile_timeout),
-        ];
-        let namespace = (!self.namespace.is_empty()).then(|| self.namespace.join(","));
-        all.into_iter()
-            .filter_map(|(key, value)| value.clone().map(|v| (key, v)))
-            .chain(namespace.map(|list| ("namespace", list)))
-            .collect()
+    /// The command line's definition: what `--help`, the completions and the man page show.
+    pub fn command() -> clap::Command {
+        let config = clap::Arg::new("config")
+            .long("config")
+            .value_name("PATH")
+            .value_parser(clap::value_parser!(PathBuf))
+            .help(format!(
+                "Configuration file, YAML (.yaml, .yml) or TOML (.toml) [env: {CONFIG_ENV}]"
+            ));
+        let settings = SETTINGS.iter().map(|setting| {
+            let check = setting.check;
+            let mut arg = clap::Arg::new(setting.key)
+                .long(setting.flag())
+                .value_name(setting.value_name)
+                .help(Self::help_line(setting))
+                .value_parser(move |text: &str| check(text).map(|()| text.to_owned()));
+            if setting.switch {
+                arg = arg
+                    .num_args(0..=1)
+                    .require_equals(true)
+                    .default_missing_value("true");
+            }
+            if setting.repeatable {
+                arg = arg.action(clap::ArgAction::Append);
+            }
+            arg
+        });
+        clap::Command::new("manager")
+            .version(VERSION)
+            .about("Runs the platform's controllers behind leader election.")
+            // As with Go's flag package, a repeated flag takes its last value.
+            .args_override_self(true)
+            .arg(config)
+            .args(settings)
     }
+
+    /// A setting's `--help` line: what it does, its default, its variable and its values.
+    fn help_line(setting: &Setting) -> String {
+        let default = if setting.default.is_empty() {
+            "none".to_owned()
+        } else {
+            setting.default.to_owned()
+        };
+        let allowed = if setting.allowed.is_empty() {
+            String::new()
+        } else {
+            format!(" [possible values: {}]", setting.allowed.join(", "))
+        };
+        format!(
+            "{} [default: {default}] [env: {}]{allowed}",
+            setting.summary(),
+            setting.env_var()
+        )
+    }
+
+    /// Reads the process's command line; prints the error and exits 2 (0 for `--help` and
+    /// `--version`) when it cannot.
+    pub fn parse() -> Self {
+        Self::from_matches(&Self::command().get_matches())
+    }
+
+    /// Reads `args`, the first being the program's name.
+    ///
+    /// # Errors
+    /// clap's, naming the flag and what is wrong with its value.
+    pub fn try_parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Self::command()
+            .try_get_matches_from(args)
+            .map(|matches| Self::from_matches(&matches))
+    }
+
+    fn from_matches(matches: &clap::ArgMatches) -> Self {
+        let given = SETTINGS
+            .iter()
+            .filter_map(|setting| {
+                let values: Vec<&String> = matches.get_many::<String>(setting.key)?.collect();
+                let value = if setting.repeatable {
+                    values
+                        .iter()
+                        .map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                } else {
+                    (*values.last()?).clone()
+                };
+                Some((setting.key, value))
+            })
+            .collect();
+        Self {
+            config: matches.get_one::<PathBuf>("config").cloned(),
+            given,
+        }
+    }
+
+    /// The settings given, as keys and values.
+    fn values(&self) -> &[(&'static str, String)] {
+        &self.given
+    }
+}
+
+/// The reference table of every setting, as `docs/configuration.md` holds it.
+pub fn reference() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "# Configuration\n\n\
+         The manager reads its settings from its defaults, then an optional file (`--config \
+         manager.yaml` or `.toml`, or `MANAGER_CONFIG`), then `MANAGER_*` environment \
+         variables, then flags; each later source overrides the earlier. A file's top level is \
+         a map of the keys below. `manager --help` shows the same.\n\n\
+         | key (file) | environment | flag | default | |\n|---|---|---|---|---|\n",
+    );
+    for setting in SETTINGS {
+        let flag = if setting.switch {
+            format!("`--{}[=BOOL]`", setting.flag())
+        } else if setting.repeatable {
+            format!("`--{}` (repeatable)", setting.flag())
+        } else {
+            format!("`--{}`", setting.flag())
+        };
+        let default = if setting.default.is_empty() {
+            "none".to_owned()
+        } else {
+            format!("`{}`", setting.default)
+        };
+        let _ = writeln!(
+            out,
+            "| `{}` | `{}` | {flag} | {default} | {} |",
+            setting.key,
+            setting.env_var(),
+            setting.summary().replace('|', "\\|")
+        );
+    }
+    out
 }
 
 /// A listen address, or none.
@@ -429,36 +641,20 @@ impl fmt::Display for BindAddress {
     }
 }
 
-impl Serialize for BindAddress {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
+impl SettingValue for BindAddress {
+    const VALUE_NAME: &'static str = "ADDR";
 
-impl<'de> Deserialize<'de> for BindAddress {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Number(i64),
-        }
-        match Raw::deserialize(deserializer) {
-            Ok(Raw::Text(text)) => text.parse().map_err(de::Error::custom),
-            Ok(Raw::Number(0)) => Ok(Self::Disabled),
-            Ok(Raw::Number(n)) => Err(de::Error::custom(format!(
-                "invalid address {n}: expected `[HOST]:PORT` such as `:{n}`, or `0` to disable"
-            ))),
-            Err(_) => Err(de::Error::custom(
-                "expected an address such as `:8080`, or `0` to disable",
-            )),
-        }
+    fn parse(text: &str) -> Result<Self, String> {
+        text.parse()
+    }
+
+    fn to_text(&self) -> String {
+        self.to_string()
     }
 }
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     /// One JSON object per line.
     Json,
@@ -468,42 +664,55 @@ pub enum LogFormat {
     Auto,
 }
 
-/// Which controllers run: names, `-name` exclusions and `*` for all.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ControllerSelection(pub Vec<String>);
+impl SettingValue for LogFormat {
+    const VALUE_NAME: &'static str = "FORMAT";
+    const ALLOWED: &'static [&'static str] = &["json", "text", "auto"];
 
-impl<'de> Deserialize<'de> for ControllerSelection {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        list_of_names(deserializer, "controller names").map(Self)
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "json" => Ok(Self::Json),
+            "text" => Ok(Self::Text),
+            "auto" => Ok(Self::Auto),
+            other => Err(format!(
+                "unknown log format {other:?}; expected one of: {}",
+                Self::ALLOWED.join(", ")
+            )),
+        }
+    }
+
+    fn to_text(&self) -> String {
+        match self {
+            Self::Json => "json",
+            Self::Text => "text",
+            Self::Auto => "auto",
+        }
+        .to_owned()
     }
 }
 
-/// A comma-separated list (from a flag or the environment) or a list (in a file) of `what`,
-/// trimmed, without empty entries.
-fn list_of_names<'de, D: Deserializer<'de>>(
-    deserializer: D,
-    what: &str,
-) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Text(String),
-        List(Vec<String>),
+/// Which controllers run: names, `-name` exclusions and `*` for all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerSelection(pub Vec<String>);
+
+impl SettingValue for ControllerSelection {
+    const VALUE_NAME: &'static str = "LIST";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        Ok(Self(list_of_names(text)))
     }
-    let entries = match Raw::deserialize(deserializer) {
-        Ok(Raw::Text(text)) => text.split(',').map(str::to_owned).collect(),
-        Ok(Raw::List(list)) => list,
-        Err(_) => {
-            return Err(de::Error::custom(format!(
-                "expected a comma-separated list of {what}"
-            )));
-        }
-    };
-    Ok(entries
-        .into_iter()
-        .map(|e| e.trim().to_owned())
+
+    fn to_text(&self) -> String {
+        self.0.join(",")
+    }
+}
+
+/// The entries of a comma-separated list, trimmed, without empty ones.
+fn list_of_names(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
         .filter(|e| !e.is_empty())
-        .collect())
+        .map(str::to_owned)
+        .collect()
 }
 
 impl ControllerSelection {
@@ -551,19 +760,26 @@ impl fmt::Display for ControllerSelection {
 }
 
 /// The namespaces the manager watches (`namespace`); empty for every namespace.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamespaceList(pub Vec<String>);
 
-impl<'de> Deserialize<'de> for NamespaceList {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let names = list_of_names(deserializer, "namespace names")?;
+impl SettingValue for NamespaceList {
+    const VALUE_NAME: &'static str = "LIST";
+    const REPEATABLE: bool = true;
+
+    fn parse(text: &str) -> Result<Self, String> {
+        let names = list_of_names(text);
         if let Some(bad) = names.iter().find(|n| !is_dns_label(n)) {
-            return Err(de::Error::custom(format!(
+            return Err(format!(
                 "{bad:?} is not a namespace name: lower-case letters, digits and '-', \
                  starting and ending with a letter or digit, at most 63 characters"
-            )));
+            ));
         }
         Ok(Self(names))
+    }
+
+    fn to_text(&self) -> String {
+        self.0.join(",")
     }
 }
 
@@ -596,32 +812,6 @@ fn is_dns_label(name: &str) -> bool {
         && name.chars().all(|c| alnum(c) || c == '-')
         && name.starts_with(alnum)
         && name.ends_with(alnum)
-}
-
-fn lenient_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-    // The environment and flags are parsed like YAML scalars, so `MANAGER_LEADER_ELECTION_ID=42`
-    // arrives as a number; a name is still what was meant.
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Text(String),
-        Unsigned(u64),
-        Signed(i64),
-        Bool(bool),
-    }
-    match Raw::deserialize(deserializer) {
-        Ok(Raw::Text(s)) => Ok(s),
-        Ok(Raw::Unsigned(n)) => Ok(n.to_string()),
-        Ok(Raw::Signed(n)) => Ok(n.to_string()),
-        Ok(Raw::Bool(b)) => Ok(b.to_string()),
-        Err(_) => Err(de::Error::custom("expected a string")),
-    }
-}
-
-fn lenient_option_string<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<String>, D::Error> {
-    lenient_string(deserializer).map(|s| Some(s).filter(|s| !s.is_empty()))
 }
 
 /// One problem in the configuration: which key, where its value came from, what is wrong.
@@ -780,7 +970,7 @@ pub fn load(
         if name == CONFIG_ENV {
             continue;
         }
-        env_dict.insert(key.to_ascii_lowercase(), parse_scalar(value));
+        env_dict.insert(key.to_ascii_lowercase(), FigmentValue::from(value.clone()));
     }
     layers.push(LayerProvider {
         layer: Layer::Env,
@@ -790,8 +980,8 @@ pub fn load(
 
     let flag_dict = flags
         .values()
-        .into_iter()
-        .map(|(key, value)| (key.to_owned(), parse_scalar(&value)))
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), FigmentValue::from(value.clone())))
         .collect();
     layers.push(LayerProvider {
         layer: Layer::Flag,
@@ -803,7 +993,7 @@ pub fn load(
     let mut problems = Vec::new();
     for layer in &layers {
         for key in layer.dict.keys() {
-            if !KEYS.contains(&key.as_str()) {
+            if !keys().any(|known| known == key) {
                 let origin = match &layer.path {
                     Some(path) => format!("file {}", path.display()),
                     None => format!("{} {}", layer.layer.name(), layer.layer.spell(key)),
@@ -811,7 +1001,10 @@ pub fn load(
                 problems.push(Problem {
                     key: key.clone(),
                     origin,
-                    message: format!("unknown key; known keys: {}", KEYS.join(", ")),
+                    message: format!(
+                        "unknown key; known keys: {}",
+                        keys().collect::<Vec<_>>().join(", ")
+                    ),
                 });
             }
         }
@@ -842,19 +1035,10 @@ pub fn load(
     Ok(config)
 }
 
-/// Parses a value from the environment or a flag the way figment parses environment values:
-/// `true` is a boolean, `4` a number, anything else a string.
-fn parse_scalar(value: &str) -> Value {
-    match Value::from_str(value) {
-        Ok(parsed @ (Value::Bool(..) | Value::Num(..) | Value::String(..))) => parsed,
-        _ => Value::from(value.to_owned()),
-    }
-}
-
 fn defaults() -> Result<Dict, ConfigError> {
-    Value::serialize(Config::default())
+    FigmentValue::serialize(Config::default())
         .ok()
-        .and_then(Value::into_dict)
+        .and_then(FigmentValue::into_dict)
         .ok_or_else(|| {
             ConfigError::one(
                 "*",
@@ -1067,8 +1251,6 @@ fn check(
 mod tests {
     use std::io::Write as _;
 
-    use clap::Parser as _;
-
     use super::*;
 
     const KNOWN: &[&str] = &["memcached", "myapp"];
@@ -1081,6 +1263,18 @@ mod tests {
 
     fn flags(args: &[&str]) -> Flags {
         Flags::try_parse_from(std::iter::once("manager").chain(args.iter().copied())).unwrap()
+    }
+
+    /// The message of a command line refused for a bad value.
+    fn refused(args: &[&str]) -> String {
+        let error = Flags::try_parse_from(std::iter::once("manager").chain(args.iter().copied()))
+            .expect_err("refused");
+        assert_eq!(
+            error.kind(),
+            clap::error::ErrorKind::ValueValidation,
+            "{error}"
+        );
+        error.to_string()
     }
 
     #[test]
@@ -1178,14 +1372,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.reconcile_debounce, Duration::ZERO);
-        let problem = one_problem(load(
-            &flags(&["--reconcile-debounce=soon"]),
-            env(&[]),
-            KNOWN,
-        ));
-        assert_eq!(
-            (problem.key.as_str(), problem.origin.as_str()),
-            ("reconcile_debounce", "flag --reconcile-debounce")
+        let message = refused(&["--reconcile-debounce=soon"]);
+        assert!(
+            message.contains("--reconcile-debounce") && message.contains("invalid duration"),
+            "{message}"
         );
     }
 
@@ -1202,15 +1392,8 @@ mod tests {
         assert_eq!(config.reconcile_timeout, Duration::from_secs(120));
         let config = load(&flags(&["--reconcile-timeout=30s"]), env(&[]), KNOWN).unwrap();
         assert_eq!(config.reconcile_timeout, Duration::from_secs(30));
-        let problem = one_problem(load(
-            &flags(&["--reconcile-timeout=forever"]),
-            env(&[]),
-            KNOWN,
-        ));
-        assert_eq!(
-            (problem.key.as_str(), problem.origin.as_str()),
-            ("reconcile_timeout", "flag --reconcile-timeout")
-        );
+        let message = refused(&["--reconcile-timeout=forever"]);
+        assert!(message.contains("--reconcile-timeout"), "{message}");
     }
 
     #[test]
@@ -1287,22 +1470,63 @@ mod tests {
     }
 
     #[test]
-    fn keys_cover_every_field() {
-        let mut serialized: Vec<String> = defaults().unwrap().into_keys().collect();
-        // The optional keys with no default.
-        serialized.push("leader_election_namespace".to_owned());
-        serialized.push("metrics_cert_path".to_owned());
-        serialized.push("webhook_cert_path".to_owned());
-        serialized.sort();
-        let mut keys: Vec<String> = KEYS.iter().map(|k| (*k).to_owned()).collect();
-        keys.sort();
-        assert_eq!(serialized, keys);
-        let cli: Vec<&str> = Flags::default()
-            .values()
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        assert!(cli.is_empty());
+    fn every_setting_has_one_field_a_flag_a_variable_and_a_default() {
+        let serialized: Vec<String> = defaults().unwrap().into_keys().collect();
+        let mut declared: Vec<&str> = keys().collect();
+        declared.sort_unstable();
+        assert_eq!(serialized, declared);
+        assert!(Flags::default().values().is_empty());
+        let command = Flags::command();
+        for setting in SETTINGS {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id() == setting.key)
+                .unwrap_or_else(|| panic!("no flag for {}", setting.key));
+            assert_eq!(arg.get_long(), Some(setting.flag().as_str()));
+            // Every default reads back as itself.
+            assert!((setting.check)(setting.default).is_ok(), "{}", setting.key);
+        }
+        assert_eq!(
+            Config::default()
+                .webhook_bind_address
+                .socket_addr()
+                .map(|a| a.port()),
+            Some(kube_operator_runtime::webhook::PORT)
+        );
+        assert_eq!(
+            Config::default().reconcile_debounce,
+            kube_operator_runtime::RunOptions::DEFAULT_DEBOUNCE
+        );
+    }
+
+    #[test]
+    fn help_shows_each_default_variable_and_allowed_value() {
+        let help = Flags::command().render_long_help().to_string();
+        for needle in [
+            "--lease-duration <DURATION>",
+            "[default: 15s] [env: MANAGER_LEASE_DURATION]",
+            "[default: :8080] [env: MANAGER_METRICS_BIND_ADDRESS]",
+            "[default: none] [env: MANAGER_WEBHOOK_CERT_PATH]",
+            "[env: MANAGER_LOG_FORMAT] [possible values: json, text, auto]",
+            "--leader-elect[=<BOOL>]",
+            "[env: MANAGER_CONFIG]",
+        ] {
+            assert!(help.contains(needle), "{needle:?} missing from:\n{help}");
+        }
+    }
+
+    #[test]
+    fn the_configuration_reference_is_current() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+        let written = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            written == reference(),
+            "{} is not current: run `cargo xtask manifests`",
+            path.display()
+        );
+        for setting in SETTINGS {
+            assert!(written.contains(&setting.env_var()), "{}", setting.key);
+        }
     }
 
     #[test]
@@ -1465,32 +1689,42 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_namespace_name_is_named_with_its_flag() {
+    fn a_bad_namespace_name_is_named_with_its_flag_or_variable() {
+        let message = refused(&["--namespace", "team-a,Team_B"]);
+        assert!(
+            message.contains("--namespace")
+                && message.contains("\"Team_B\" is not a namespace name"),
+            "{message}"
+        );
         let p = one_problem(load(
-            &flags(&["--namespace", "team-a,Team_B"]),
-            env(&[]),
+            &Flags::default(),
+            env(&[("MANAGER_NAMESPACE", "Team_B")]),
             KNOWN,
         ));
         assert_eq!(
             (p.key.as_str(), p.origin.as_str()),
-            ("namespace", "flag --namespace")
-        );
-        assert!(
-            p.message.contains("\"Team_B\" is not a namespace name"),
-            "{p}"
+            ("namespace", "env var MANAGER_NAMESPACE")
         );
     }
 
     #[test]
-    fn bad_address_names_key_and_flag() {
+    fn bad_address_names_its_flag_or_variable() {
+        let message = refused(&["--metrics-bind-address", "nope"]);
+        assert!(
+            message.contains("--metrics-bind-address") && message.contains("invalid address"),
+            "{message}"
+        );
         let p = one_problem(load(
-            &flags(&["--metrics-bind-address", "nope"]),
-            env(&[]),
+            &Flags::default(),
+            env(&[("MANAGER_METRICS_BIND_ADDRESS", "nope")]),
             KNOWN,
         ));
         assert_eq!(
             (p.key.as_str(), p.origin.as_str()),
-            ("metrics_bind_address", "flag --metrics-bind-address")
+            (
+                "metrics_bind_address",
+                "env var MANAGER_METRICS_BIND_ADDRESS"
+            )
         );
         assert!(p.message.contains("invalid address"), "{p}");
     }
@@ -1696,17 +1930,17 @@ mod tests {
 
     #[test]
     fn wrong_types() {
-        let p = one_problem(load(
-            &flags(&["--max-concurrent-reconciles", "many"]),
-            env(&[]),
-            KNOWN,
-        ));
+        let message = refused(&["--max-concurrent-reconciles", "many"]);
+        assert!(
+            message.contains("--max-concurrent-reconciles") && message.contains("whole number"),
+            "{message}"
+        );
+        let file = TempFile::new("m.yaml", "max_concurrent_reconciles: many\n");
+        let path = file.0.to_string_lossy().into_owned();
+        let p = one_problem(load(&flags(&["--config", &path]), env(&[]), KNOWN));
         assert_eq!(
-            (p.key.as_str(), p.origin.as_str()),
-            (
-                "max_concurrent_reconciles",
-                "flag --max-concurrent-reconciles"
-            )
+            (p.key.as_str(), p.origin.clone()),
+            ("max_concurrent_reconciles", format!("file {path}"))
         );
         let p = one_problem(load(
             &Flags::default(),
@@ -1717,10 +1951,16 @@ mod tests {
             (p.key.as_str(), p.origin.as_str()),
             ("log_format", "env var MANAGER_LOG_FORMAT")
         );
-        let p = one_problem(load(&flags(&["--leader-elect=maybe"]), env(&[]), KNOWN));
+        let message = refused(&["--leader-elect=maybe"]);
+        assert!(message.contains("--leader-elect"), "{message}");
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_LEADER_ELECT", "maybe")]),
+            KNOWN,
+        ));
         assert_eq!(
             (p.key.as_str(), p.origin.as_str()),
-            ("leader_elect", "flag --leader-elect")
+            ("leader_elect", "env var MANAGER_LEADER_ELECT")
         );
         let p = one_problem(load(
             &flags(&["--max-concurrent-reconciles", "0"]),

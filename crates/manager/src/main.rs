@@ -5,7 +5,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
 use manager::config::{self, Flags};
 
 /// jemalloc, not the system allocator: with thousands of objects cached, glibc's malloc held on
