@@ -58,7 +58,7 @@ use crate::own_writes::OwnWrites;
 use crate::priority::Priority;
 use crate::scope::{self, Namespaces, ScopedApi};
 use crate::watches::{Refusal, refusal_reason};
-use crate::workqueue::WorkQueue;
+use crate::workqueue::{Deferred, WorkQueue};
 use crate::{Error, Metrics, RunContext};
 
 /// How long a successful reconcile waits before it runs again without any watch event: a
@@ -382,21 +382,24 @@ impl<K: Reconciled> Driver<K> {
                         tracing::warn!(controller = name, "the cache's watch ended before its first list");
                     }
                 }
-                () = &mut lead, if !leading => {
+                handled_until = &mut lead, if !leading => {
                     leading = true;
                     // A warm standby that takes over leaves what the previous leader left
-                    // converged to the resync: every change since came to its watches live.
+                    // converged to the resync: what changed after it stopped acting came to
+                    // the watches later, and stays queued.
                     let deferred = if standby && synced {
-                        queue.defer_catch_up(Instant::now(), RESYNC_PERIOD, |key| {
+                        let handled_until = handled_until.map(Instant::from_std);
+                        queue.defer_catch_up(Instant::now(), RESYNC_PERIOD, handled_until, |key| {
                             cache.get(key).is_some_and(|obj| looks_converged(obj.as_ref()))
                         })
                     } else {
-                        0
+                        Deferred::default()
                     };
                     tracing::info!(
                         controller = name,
                         synced,
-                        left_to_the_resync = deferred,
+                        left_to_the_resync = deferred.to_resync,
+                        checked_after_live_changes = deferred.behind_live,
                         "leading: reconciling"
                     );
                 }

@@ -49,6 +49,8 @@ struct Entry {
     /// In [`WorkQueue::ready`] at this priority, under this sequence number (an older copy
     /// left in the other queue when it moved ahead is skipped).
     queued: Option<(Priority, u64)>,
+    /// When it was last triggered.
+    last_trigger: Option<Instant>,
 }
 
 impl Default for Entry {
@@ -58,6 +60,7 @@ impl Default for Entry {
             priority: Priority::CatchUp,
             timer: None,
             queued: None,
+            last_trigger: None,
         }
     }
 }
@@ -75,6 +78,15 @@ enum Timer {
     Replace,
     /// Only if the new one is earlier: a requeue never postpones a pending trigger.
     Earliest,
+}
+
+/// What [`WorkQueue::defer_catch_up`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Deferred {
+    /// Settled keys left to their resync.
+    pub to_resync: usize,
+    /// Settled keys a live trigger queued late, moved behind the live changes to come.
+    pub behind_live: usize,
 }
 
 /// The work queue of one controller (see the module documentation).
@@ -134,6 +146,7 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         let idle = !self.running.contains_key(&key) && !self.finished.contains_key(&key);
         let was_waiting = self.wait(&key, now, priority);
         let entry = self.entries.entry(key.clone()).or_default();
+        entry.last_trigger = Some(now);
         match entry.queued {
             Some((queued, _)) if queued >= entry.priority => {}
             Some(_) => self.make_ready(key),
@@ -297,40 +310,68 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         self.publish_depth();
     }
 
-    /// Takes the keys waiting only to catch up (not running, triggered by nothing live) that
-    /// `settled` says need no reconcile out of the queue, and gives each a requeue instead,
-    /// spread evenly over the second half of `after` so they do not all fall due at once.
-    /// Returns how many it deferred.
+    /// Takes the keys waiting to catch up that `settled` says need no reconcile out of the
+    /// queue, and gives each a requeue instead, spread evenly over the second half of `after`
+    /// so they do not all fall due at once.
+    ///
+    /// Waiting to catch up: triggered by nothing live, or, when `handled_until` is given (a
+    /// standby taking over), last triggered by or before it: the previous leader was there to
+    /// act on what came before, and a settled object shows that it did. A settled key
+    /// triggered live after `handled_until` is checked again, but moves behind the live
+    /// changes that come from now on: it was most likely the echo of the previous leader's
+    /// own last writes. Running keys, and those not settled, stay as they are.
     pub fn defer_catch_up(
         &mut self,
         now: Instant,
         after: Duration,
+        handled_until: Option<Instant>,
         mut settled: impl FnMut(&Key) -> bool,
-    ) -> usize {
-        let waiting: Vec<Key> = self
+    ) -> Deferred {
+        let candidates: Vec<(Key, bool)> = self
             .entries
             .iter()
             .filter(|(key, e)| {
-                e.waiting_since.is_some()
-                    && e.priority == Priority::CatchUp
-                    && e.queued.is_some()
-                    && !self.running.contains_key(*key)
+                e.waiting_since.is_some() && e.queued.is_some() && !self.running.contains_key(*key)
             })
-            .map(|(key, _)| key.clone())
+            .filter(|(_, e)| e.priority == Priority::CatchUp || handled_until.is_some())
+            .map(|(key, e)| {
+                let handled = e.priority == Priority::CatchUp
+                    || e.last_trigger
+                        .zip(handled_until)
+                        .is_some_and(|(last, until)| last <= until);
+                (key.clone(), handled)
+            })
             .collect();
-        let deferred: Vec<Key> = waiting.into_iter().filter(|key| settled(key)).collect();
-        let count = u32::try_from(deferred.len()).unwrap_or(u32::MAX).max(1);
-        for (i, key) in (0u32..).zip(deferred.iter()) {
+        let (to_resync, behind_live): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .filter(|(key, _)| settled(key))
+            .partition(|(_, handled)| *handled);
+        let count = u32::try_from(to_resync.len()).unwrap_or(u32::MAX).max(1);
+        for (i, (key, _)) in (0u32..).zip(to_resync.iter()) {
             if let Some(entry) = self.entries.get_mut(key) {
                 entry.waiting_since = None;
                 entry.queued = None;
-                self.waiting[Priority::CatchUp.index()] -= 1;
+                self.waiting[entry.priority.index()] -= 1;
+                entry.priority = Priority::CatchUp;
             }
             let at = later(now, after / 2 + (after / 2) * i / count);
             self.set_timer(key.clone(), at, Timer::Earliest, Priority::CatchUp);
         }
+        for (key, _) in &behind_live {
+            if let Some(entry) = self.entries.get_mut(key) {
+                self.waiting[entry.priority.index()] -= 1;
+                self.waiting[Priority::CatchUp.index()] += 1;
+                entry.priority = Priority::CatchUp;
+                // Its copy among the live keys is skipped from now on.
+                entry.queued = None;
+            }
+            self.make_ready(key.clone());
+        }
         self.publish_depth();
-        deferred.len()
+        Deferred {
+            to_resync: to_resync.len(),
+            behind_live: behind_live.len(),
+        }
     }
 
     /// Drops every waiting key and timer (at shutdown); running reconciles still end with
@@ -746,8 +787,15 @@ mod tests {
         }
         q.trigger("d", now);
         let hour = Duration::from_secs(3600);
-        let deferred = q.defer_catch_up(now, hour, |key| *key != "b");
-        assert_eq!(deferred, 2, "a and c; d is live, b is not settled");
+        let deferred = q.defer_catch_up(now, hour, None, |key| *key != "b");
+        assert_eq!(
+            deferred,
+            Deferred {
+                to_resync: 2,
+                behind_live: 0
+            },
+            "a and c; d is live, b is not settled"
+        );
         assert_eq!(depths(&q), (1, 1));
         assert_eq!(drain(&mut q, now), ["d", "b"]);
         let due = q.next_timer().expect("requeued");
@@ -756,5 +804,40 @@ mod tests {
         let mut resynced = drain(&mut q, now + hour);
         resynced.sort_unstable();
         assert_eq!(resynced, ["a", "c"]);
+    }
+
+    #[test]
+    fn in_a_takeover_settled_keys_go_to_the_resync_or_behind_live_changes() {
+        let mut q = queue(Duration::ZERO);
+        let start = Instant::now();
+        // What a standby saw while the previous leader worked: its writes' echoes, live.
+        for key in ["echo-1", "echo-2", "unsettled"] {
+            q.trigger(key, start);
+        }
+        // Changed after the previous leader was last seen acting: its last writes' echo, and
+        // a user's change that is not settled yet.
+        let handled_until = start + Duration::from_secs(10);
+        let late = handled_until + Duration::from_millis(1);
+        q.trigger("late-echo", late);
+        q.trigger("late-change", late);
+        let hour = Duration::from_secs(3600);
+        let now = handled_until + Duration::from_secs(5);
+        let deferred = q.defer_catch_up(now, hour, Some(handled_until), |key| {
+            !["unsettled", "late-change"].contains(key)
+        });
+        assert_eq!(
+            deferred,
+            Deferred {
+                to_resync: 2,
+                behind_live: 1
+            },
+            "the early echoes go to the resync, the late one is checked after live changes"
+        );
+        assert_eq!(depths(&q), (2, 1));
+        q.trigger("after-takeover", now);
+        assert_eq!(
+            drain(&mut q, now),
+            ["unsettled", "late-change", "after-takeover", "late-echo"]
+        );
     }
 }

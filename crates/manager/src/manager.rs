@@ -297,7 +297,12 @@ async fn run_connected(
         Ok(LeaderElector::new(client, settings, status).with_events(events))
     })?;
     let result = runner
-        .run_elected(elector, &fence, config.warm_standby, shutdown)
+        .run_elected(
+            elector,
+            &fence,
+            config.warm_standby.then_some(config.lease_duration),
+            shutdown,
+        )
         .await;
     publisher
         .finish(kube_operator_runtime::events::EVENTS_FLUSH)
@@ -463,7 +468,12 @@ type ControllersTask = JoinHandle<Result<(), kube_operator_runtime::Error>>;
 /// A replica waiting for the Lease: with its controllers started and reconciling nothing
 /// until [`kube_operator_runtime::Lead::start`], or not started yet.
 enum Standby {
-    Warm((ControllersTask, Duration), kube_operator_runtime::Lead),
+    /// The controllers running, the switch that lets them reconcile, and the lease duration.
+    Warm(
+        (ControllersTask, Duration),
+        kube_operator_runtime::Lead,
+        Duration,
+    ),
     Cold(Box<Runner>),
 }
 
@@ -515,17 +525,17 @@ impl Runner {
         mut self,
         mut elector: ElectorThread,
         fence: &WriteFence,
-        warm_standby: bool,
+        warm_standby: Option<Duration>,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
         let stop = CancellationToken::new();
         // A warm standby starts its controllers now: their caches fill and follow every change
         // while it waits, and nothing is reconciled until it leads.
-        let mut standby = if warm_standby {
+        let mut standby = if let Some(lease_duration) = warm_standby {
             let (lead, leadership) = kube_operator_runtime::Leadership::standby();
             self.options.leadership = leadership;
             tracing::info!("standing by with the controllers' caches warm");
-            Standby::Warm(self.start(stop.clone()), lead)
+            Standby::Warm(self.start(stop.clone()), lead, lease_duration)
         } else {
             Standby::Cold(Box::new(self))
         };
@@ -533,7 +543,7 @@ impl Runner {
         let mut returned = None;
         let acquired = match &mut standby {
             Standby::Cold(_) => elector.acquire(shutdown).await,
-            Standby::Warm((task, _), _) => tokio::select! {
+            Standby::Warm((task, _), _, _) => tokio::select! {
                 acquired = elector.acquire(shutdown) => acquired,
                 joined = task => {
                     if let Err(error) = flatten(joined) {
@@ -549,7 +559,7 @@ impl Runner {
         if !acquired || shutdown.is_cancelled() {
             // An attempt cut short by the signal may have taken the Lease: release finds out.
             tracing::info!("shutdown before leading");
-            if let (Standby::Warm((mut task, timeout), _), None) = (standby, &returned) {
+            if let (Standby::Warm((mut task, timeout), _, _), None) = (standby, &returned) {
                 stop.cancel();
                 stop_controllers(&mut task, timeout).await?;
             }
@@ -557,9 +567,18 @@ impl Runner {
             return Ok(());
         }
         let (mut task, timeout) = match standby {
-            Standby::Warm(started, lead) => {
+            Standby::Warm(started, lead, lease_duration) => {
                 tracing::info!("leading: the warm controllers start reconciling");
-                lead.start();
+                // Whoever led before renewed its Lease until a lease duration ago at the
+                // latest (a graceful leader released it now, having acted on everything), and
+                // worked through what it had queued then for a while: what changed in the last
+                // two lease durations is reconciled first, what it settled before is left to
+                // the resync.
+                let handled_until = std::time::Instant::now().checked_sub(lease_duration * 2);
+                match handled_until {
+                    Some(until) => lead.take_over(until),
+                    None => lead.start(),
+                }
                 started
             }
             Standby::Cold(runner) => runner.start(stop.clone()),
