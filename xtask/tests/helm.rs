@@ -205,6 +205,8 @@ fn values_land_where_they_should() {
             "image.tag=dev",
             "image.pullPolicy=Always",
             "resources.limits.memory=512Mi",
+            "logging.level=debug",
+            "logging.keys=zap",
         ])
         .expect("renders");
     let objects = objects(&rendered).expect("objects");
@@ -220,6 +222,8 @@ fn values_land_where_they_should() {
             "--metrics-bind-address=:8080",
             "--health-probe-bind-address=:8081",
             "--controllers=memcached",
+            "--zap-log-level=debug",
+            "--log-keys=zap",
         ])
     );
     assert_eq!(
@@ -366,6 +370,8 @@ fn the_schema_refuses_what_the_manager_would_not_understand() {
         "got number, want string",
     );
     refused("imagePullSecrets[0].nam=x", "missing property 'name'");
+    refused("logging.level=loud", "/logging/level");
+    refused("logging.keys=json", "/logging/keys");
     // Two replicas without leader election would both reconcile.
     refused("leaderElection.enabled=false", "/replicas");
 }

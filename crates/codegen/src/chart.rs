@@ -363,6 +363,21 @@ impl Template {
                 text: r#"--controllers={{ join "," .Values.controllers }}"#.to_owned(),
             },
         )?;
+        // Kubebuilder's flag name, so a values file written for a scaffolded chart reads alike.
+        self.push(
+            &args,
+            Fill::If {
+                condition: ".Values.logging.level".to_owned(),
+                text: "--zap-log-level={{ .Values.logging.level }}".to_owned(),
+            },
+        )?;
+        self.push(
+            &args,
+            Fill::If {
+                condition: ".Values.logging.keys".to_owned(),
+                text: "--log-keys={{ .Values.logging.keys }}".to_owned(),
+            },
+        )?;
 
         let ports = format!("{container}/ports");
         let index = self.index_of_port(&ports)?;
@@ -694,6 +709,15 @@ imagePullSecrets: []
 # MANAGER_* variable; values are strings: `--set-string` on the command line).
 extraEnv: []
 
+logging:
+  # The manager's log level (`--zap-log-level`): debug, info, error, or a number of
+  # verbosity levels above 0; empty for the manager's default, info.
+  level: ""
+  # Key names of its JSON log lines: tracing (timestamp, level, target, message) or zap (ts,
+  # level, logger, msg, as controller-runtime's zap logger writes them); empty for the
+  # manager's default, tracing.
+  keys: ""
+
 # The controllers the manager runs: {names}. A name runs that one, `-name`
 # leaves it out, `*` means all (["*", "-{example}"] runs all but {example}). Empty runs them all.
 controllers: []
@@ -764,6 +788,20 @@ fn values_schema() -> Result<GeneratedFile, Error> {
             "leaderElection": boolean("enabled", "Run the controllers only in the Lease holder."),
             "metrics": boolean("secure", "HTTPS with authentication and authorization, or plain HTTP."),
             "serviceMonitor": boolean("enabled", "A Prometheus Operator ServiceMonitor."),
+            "logging": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "level": {
+                        "description": "debug, info, error, panic, trace, or a number of verbosity levels above 0.",
+                        "oneOf": [
+                            {"type": "string", "pattern": "^(debug|info|error|panic|trace|[1-9][0-9]*)?$"},
+                            {"type": "integer", "minimum": 1},
+                        ],
+                    },
+                    "keys": {"enum": ["", "tracing", "zap"]},
+                },
+            },
             "affinity": {"type": "object"},
             "nodeSelector": strings.clone(),
             "tolerations": {"type": "array", "items": {"type": "object"}},

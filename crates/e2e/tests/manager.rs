@@ -149,7 +149,7 @@ fn each_bad_value_exits_2_naming_key_and_source() -> Result<()> {
             vec!["--metrics-bind-address=not-an-address"],
             vec![],
             vec![
-                "metrics_bind_address (from flag --metrics-bind-address)".into(),
+                "invalid value 'not-an-address' for '--metrics-bind-address <ADDR>'".into(),
                 "invalid address".into(),
             ],
         ),
@@ -241,7 +241,15 @@ fn each_bad_value_exits_2_naming_key_and_source() -> Result<()> {
         (
             vec!["--log-format=xml"],
             vec![],
-            vec!["log_format (from flag --log-format)".into()],
+            vec![
+                "invalid value 'xml' for '--log-format <FORMAT>'".into(),
+                "expected one of: json, text, console, auto".into(),
+            ],
+        ),
+        (
+            vec![],
+            vec![("MANAGER_LOG_FORMAT", "xml")],
+            vec!["log_format (from env var MANAGER_LOG_FORMAT)".into()],
         ),
         (
             vec!["--no-such-flag"],

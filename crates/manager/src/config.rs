@@ -22,8 +22,9 @@
 //! - `metrics_secure` serves `/metrics` over HTTPS to scrapers whose bearer token the API
 //!   server authenticates and allows `get` on `/metrics` (the generated `metrics-reader`
 //!   ClusterRole); off by default for a local run, on in the generated Deployment (port 8443,
-//!   as Kubebuilder). `metrics_cert_path` names a directory with `tls.crt` and `tls.key` (read
-//!   again when they change); without it the metrics are served with the webhook certificate
+//!   as Kubebuilder). `metrics_cert_path` names a directory with the certificate and key,
+//!   `metrics_cert_name` and `metrics_cert_key` their files (`tls.crt` and `tls.key`, as a
+//!   mounted TLS Secret has them; read again when they change); without it the metrics are served with the webhook certificate
 //!   the manager provisions (it carries the metrics Service's names), or, when no webhooks are
 //!   served, a certificate self-signed at start.
 //! - `webhook_bind_address` serves the admission webhooks the controllers declare, over HTTPS,
@@ -32,9 +33,14 @@
 //!   and a serving certificate for the webhook Service, kept in a Secret in its namespace (the
 //!   leader election namespace), the CA put into the webhook configurations, renewed with a
 //!   third of `webhook_cert_validity` left (the CA lives four times as long). With
-//!   `webhook_cert_path`, a directory with `tls.crt` and `tls.key` (read again when they
-//!   change), it serves those instead, and their CA is the configurations' business
+//!   `webhook_cert_path`, a directory with `webhook_cert_name` and `webhook_cert_key` (read
+//!   again when they change), it serves those instead, and their CA is the configurations' business
 //!   (cert-manager's CA injector, OLM).
+//! - Logs: `log_format` (`--zap-encoder`), `log_level` (`--zap-log-level`) and
+//!   `log_development` (`--zap-devel`) take the values of controller-runtime's zap flags, so a
+//!   Kubebuilder scaffold's arguments work unchanged; `RUST_LOG`, when set, filters instead of
+//!   `log_level`, per module. `log_keys: zap` names the JSON fields as zap does (`ts`, `level`,
+//!   `logger`, `msg`) for log pipelines built for controller-runtime.
 //! - `leader_elect` defaults to `false`, as in Kubebuilder's scaffold, so a developer running
 //!   the manager against their own cluster does not need a Lease; the generated Deployment
 //!   passes `--leader-elect`.
@@ -107,10 +113,14 @@ pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 const RETRY_JITTER: f64 = 1.2;
 
 /// Declares every setting once: `key: Type = "default as text";` after its description (its
-/// `--help` line). Generates [`Config`], its [`Default`] and [`SETTINGS`].
+/// `--help` line), and `#[alias = "flag-name"]` for a second flag name (controller-runtime's
+/// zap flags). Generates [`Config`], its [`Default`] and [`SETTINGS`].
 macro_rules! settings {
+    (@alias) => { None };
+    (@alias $alias:literal) => { Some($alias) };
     ($(
         $(#[doc = $doc:literal])+
+        $(#[alias = $alias:literal])?
         $key:ident: $type:ty = $default:expr;
     )+) => {
         /// The manager's effective configuration. See the module documentation and
@@ -138,6 +148,7 @@ macro_rules! settings {
             $(
                 Setting {
                     key: stringify!($key),
+                    alias: settings!(@alias $($alias)?),
                     description: concat!($($doc, "\n"),+),
                     default: $default,
                     value_name: <$type as SettingValue>::VALUE_NAME,
@@ -156,15 +167,23 @@ settings! {
     metrics_bind_address: BindAddress = ":8080";
     /// Serve `/metrics` over HTTPS to authorized scrapers only.
     metrics_secure: bool = "false";
-    /// Directory holding `tls.crt` and `tls.key` for secure metrics; without it, the
+    /// Directory holding the certificate and key for secure metrics; without it, the
     /// provisioned webhook certificate (self-signed when no webhooks are served).
     metrics_cert_path: Option<PathBuf> = "";
+    /// File name of the metrics certificate (PEM, leaf first) in `metrics_cert_path`.
+    metrics_cert_name: String = "tls.crt";
+    /// File name of the metrics certificate's private key (PEM) in `metrics_cert_path`.
+    metrics_cert_key: String = "tls.key";
     /// Address of the health probe endpoints `/healthz` and `/readyz`; `0` disables them.
     health_probe_bind_address: BindAddress = ":8081";
     /// Address of the admission webhook server (HTTPS), e.g. `:9443`; `0` disables it.
     webhook_bind_address: BindAddress = ":9443";
-    /// Directory holding the webhooks' `tls.crt` and `tls.key`; provisioned without it.
+    /// Directory holding the webhooks' certificate and key; provisioned without it.
     webhook_cert_path: Option<PathBuf> = "";
+    /// File name of the webhook certificate (PEM, leaf first) in `webhook_cert_path`.
+    webhook_cert_name: String = "tls.crt";
+    /// File name of the webhook certificate's private key (PEM) in `webhook_cert_path`.
+    webhook_cert_key: String = "tls.key";
     /// Validity of a provisioned webhook serving certificate (its CA: four times as long).
     webhook_cert_validity: Duration = "8760h";
     /// Run the controllers only while holding the leader-election Lease.
@@ -183,8 +202,21 @@ settings! {
     renew_deadline: Duration = "10s";
     /// Interval between acquire and renew attempts.
     retry_period: Duration = "2s";
-    /// Log format: `json`, `text`, or `auto` (JSON unless stdout is a terminal).
+    /// Log format: `json`, `text` (or zap's `console`), or `auto` (JSON unless stdout is a
+    /// terminal).
+    #[alias = "zap-encoder"]
     log_format: LogFormat = "auto";
+    /// Log level: `debug`, `info`, `error` (or zap's `panic`), or a number of verbosity
+    /// levels (`1` is `debug`, more is `trace`); `RUST_LOG`, when set, filters instead.
+    #[alias = "zap-log-level"]
+    log_level: LogLevel = "info";
+    /// Development logging: text lines at `debug` level, where `log_format` and `log_level`
+    /// are not set.
+    #[alias = "zap-devel"]
+    log_development: bool = "false";
+    /// Key names of JSON log lines: `tracing` (timestamp, level, target, message) or `zap` (ts,
+    /// level, logger, msg, as controller-runtime's zap logger writes them).
+    log_keys: LogKeys = "tracing";
     /// Controllers to run: comma-separated names, `-name` to leave one out, `*` for all.
     controllers: ControllerSelection = "*";
     /// Maximum concurrent reconciles per controller.
@@ -206,6 +238,8 @@ settings! {
 pub struct Setting {
     /// The key, as a file spells it.
     pub key: &'static str,
+    /// A second name of its flag, without the dashes.
+    pub alias: Option<&'static str>,
     /// What it does, as declared (one line or several).
     pub description: &'static str,
     /// Its default, written as a flag's value would be.
@@ -469,6 +503,9 @@ impl Flags {
             if setting.repeatable {
                 arg = arg.action(clap::ArgAction::Append);
             }
+            if let Some(alias) = setting.alias {
+                arg = arg.visible_alias(alias);
+            }
             arg
         });
         clap::Command::new("manager")
@@ -560,13 +597,16 @@ pub fn reference() -> String {
          | key (file) | environment | flag | default | |\n|---|---|---|---|---|\n",
     );
     for setting in SETTINGS {
-        let flag = if setting.switch {
+        let mut flag = if setting.switch {
             format!("`--{}[=BOOL]`", setting.flag())
         } else if setting.repeatable {
             format!("`--{}` (repeatable)", setting.flag())
         } else {
             format!("`--{}`", setting.flag())
         };
+        if let Some(alias) = setting.alias {
+            let _ = write!(flag, " or `--{alias}`");
+        }
         let default = if setting.default.is_empty() {
             "none".to_owned()
         } else {
@@ -666,12 +706,12 @@ pub enum LogFormat {
 
 impl SettingValue for LogFormat {
     const VALUE_NAME: &'static str = "FORMAT";
-    const ALLOWED: &'static [&'static str] = &["json", "text", "auto"];
+    const ALLOWED: &'static [&'static str] = &["json", "text", "console", "auto"];
 
     fn parse(text: &str) -> Result<Self, String> {
         match text.trim() {
             "json" => Ok(Self::Json),
-            "text" => Ok(Self::Text),
+            "text" | "console" => Ok(Self::Text),
             "auto" => Ok(Self::Auto),
             other => Err(format!(
                 "unknown log format {other:?}; expected one of: {}",
@@ -685,6 +725,90 @@ impl SettingValue for LogFormat {
             Self::Json => "json",
             Self::Text => "text",
             Self::Auto => "auto",
+        }
+        .to_owned()
+    }
+}
+
+/// The most detailed level logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// What an operator of the platform wants to see.
+    Info,
+    /// What a developer of a controller wants to see.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The level as a `RUST_LOG` directive.
+    pub fn directive(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Info => "info",
+            Self::Debug => "debug",
+            Self::Trace => "trace",
+        }
+    }
+}
+
+impl SettingValue for LogLevel {
+    const VALUE_NAME: &'static str = "LEVEL";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "error" | "panic" => Ok(Self::Error),
+            "info" => Ok(Self::Info),
+            "debug" | "1" => Ok(Self::Debug),
+            "trace" => Ok(Self::Trace),
+            // zap's custom levels: each number more verbose than the one before.
+            other => match other.parse::<u32>() {
+                Ok(n) if n > 1 => Ok(Self::Trace),
+                _ => Err(format!(
+                    "unknown log level {other:?}; expected `debug`, `info`, `error`, `panic`, \
+                     `trace` or a number of verbosity levels above 0"
+                )),
+            },
+        }
+    }
+
+    fn to_text(&self) -> String {
+        self.directive().to_owned()
+    }
+}
+
+/// The key names of JSON log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogKeys {
+    /// `timestamp`, `level`, `target`, `message`.
+    Tracing,
+    /// `ts` (seconds since the epoch), `level` (lower case), `logger`, `msg`: what log
+    /// pipelines built for controller-runtime's zap logger read.
+    Zap,
+}
+
+impl SettingValue for LogKeys {
+    const VALUE_NAME: &'static str = "KEYS";
+    const ALLOWED: &'static [&'static str] = &["tracing", "zap"];
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "tracing" => Ok(Self::Tracing),
+            "zap" => Ok(Self::Zap),
+            other => Err(format!(
+                "unknown log keys {other:?}; expected one of: {}",
+                Self::ALLOWED.join(", ")
+            )),
+        }
+    }
+
+    fn to_text(&self) -> String {
+        match self {
+            Self::Tracing => "tracing",
+            Self::Zap => "zap",
         }
         .to_owned()
     }
@@ -1032,7 +1156,44 @@ pub fn load(
             .collect(),
     })?;
     check(&config, &figment, known_controllers)?;
-    Ok(config)
+    Ok(development_logging(config, &figment))
+}
+
+/// With `log_development`, the log format and level nobody set become text and `debug`, as
+/// zap's development mode has them.
+fn development_logging(mut config: Config, figment: &Figment) -> Config {
+    let unset = |key: &str| {
+        figment
+            .find_metadata(key)
+            .is_none_or(|metadata| metadata.name == Layer::DEFAULT_NAME)
+    };
+    if config.log_development {
+        if unset("log_format") {
+            config.log_format = LogFormat::Text;
+        }
+        if unset("log_level") {
+            config.log_level = LogLevel::Debug;
+        }
+    }
+    config
+}
+
+/// A certificate or key file's name: relative to its directory, and inside it.
+fn check_file_name(name: &str) -> Result<(), String> {
+    let path = Path::new(name);
+    if name.trim().is_empty() {
+        return Err("is empty: name the file in the certificate directory".to_owned());
+    }
+    if path.is_absolute()
+        || path
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!(
+            "{name:?} is not a file name inside the certificate directory (no leading '/',              no '..')"
+        ));
+    }
+    Ok(())
 }
 
 fn defaults() -> Result<Dict, ConfigError> {
@@ -1224,6 +1385,35 @@ fn check(
             ),
         );
     }
+    for (path_key, path, names) in [
+        (
+            "metrics_cert_path",
+            &config.metrics_cert_path,
+            [
+                ("metrics_cert_name", &config.metrics_cert_name),
+                ("metrics_cert_key", &config.metrics_cert_key),
+            ],
+        ),
+        (
+            "webhook_cert_path",
+            &config.webhook_cert_path,
+            [
+                ("webhook_cert_name", &config.webhook_cert_name),
+                ("webhook_cert_key", &config.webhook_cert_key),
+            ],
+        ),
+    ] {
+        for (key, name) in names {
+            if let Err(why) = check_file_name(name) {
+                problem(key, why);
+            } else if path.is_none() && from(key) != Layer::DEFAULT_NAME {
+                problem(
+                    key,
+                    format!("is set, but {path_key} is not: the file would not be read"),
+                );
+            }
+        }
+    }
     if config.webhook_cert_validity < MIN_WEBHOOK_CERT_VALIDITY {
         problem(
             "webhook_cert_validity",
@@ -1397,6 +1587,60 @@ mod tests {
     }
 
     #[test]
+    fn certificate_file_names_default_to_a_tls_secret_and_need_their_directory() {
+        let config = load(
+            &flags(&[
+                "--metrics-secure",
+                "--metrics-cert-path=/certs",
+                "--metrics-cert-name=serving.pem",
+                "--metrics-cert-key=keys/serving.key",
+            ]),
+            env(&[]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                config.metrics_cert_name.as_str(),
+                config.metrics_cert_key.as_str()
+            ),
+            ("serving.pem", "keys/serving.key")
+        );
+        assert_eq!(
+            (
+                config.webhook_cert_name.as_str(),
+                config.webhook_cert_key.as_str()
+            ),
+            ("tls.crt", "tls.key")
+        );
+        let p = one_problem(load(
+            &Flags::default(),
+            env(&[("MANAGER_WEBHOOK_CERT_KEY", "other.key")]),
+            KNOWN,
+        ));
+        assert_eq!(
+            (p.key.as_str(), p.origin.as_str()),
+            ("webhook_cert_key", "env var MANAGER_WEBHOOK_CERT_KEY")
+        );
+        assert!(
+            p.message.contains("webhook_cert_path is not"),
+            "{}",
+            p.message
+        );
+        for bad in ["", "/etc/tls.crt", "../tls.crt"] {
+            let p = one_problem(load(
+                &flags(&[
+                    "--webhook-cert-path=/certs",
+                    &format!("--webhook-cert-name={bad}"),
+                ]),
+                env(&[]),
+                KNOWN,
+            ));
+            assert_eq!(p.key, "webhook_cert_name", "{bad:?}");
+        }
+    }
+
+    #[test]
     fn secure_metrics_from_flags_and_a_cert_path_without_them_refused() {
         let config = load(
             &flags(&["--metrics-secure", "--metrics-cert-path=/certs"]),
@@ -1507,7 +1751,9 @@ mod tests {
             "[default: 15s] [env: MANAGER_LEASE_DURATION]",
             "[default: :8080] [env: MANAGER_METRICS_BIND_ADDRESS]",
             "[default: none] [env: MANAGER_WEBHOOK_CERT_PATH]",
-            "[env: MANAGER_LOG_FORMAT] [possible values: json, text, auto]",
+            "[env: MANAGER_LOG_FORMAT] [possible values: json, text, console, auto]",
+            "--log-level <LEVEL>",
+            "[alias: --zap-log-level]",
             "--leader-elect[=<BOOL>]",
             "[env: MANAGER_CONFIG]",
         ] {
@@ -1968,6 +2214,70 @@ mod tests {
             KNOWN,
         ));
         assert_eq!(p.key, "max_concurrent_reconciles");
+    }
+
+    #[test]
+    fn zap_flags_set_the_log_settings() {
+        let config = load(
+            &flags(&["--zap-log-level=debug", "--zap-encoder=console"]),
+            env(&[]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(
+            (config.log_level, config.log_format),
+            (LogLevel::Debug, LogFormat::Text)
+        );
+        for (level, expected) in [
+            ("error", LogLevel::Error),
+            ("panic", LogLevel::Error),
+            ("info", LogLevel::Info),
+            ("1", LogLevel::Debug),
+            ("3", LogLevel::Trace),
+        ] {
+            let config = load(
+                &Flags::default(),
+                env(&[("MANAGER_LOG_LEVEL", level)]),
+                KNOWN,
+            )
+            .unwrap();
+            assert_eq!(config.log_level, expected, "{level}");
+        }
+        for bad in ["0", "loud"] {
+            let p = one_problem(load(
+                &Flags::default(),
+                env(&[("MANAGER_LOG_LEVEL", bad)]),
+                KNOWN,
+            ));
+            assert_eq!(p.origin, "env var MANAGER_LOG_LEVEL");
+        }
+        assert!(refused(&["--zap-log-level=loud"]).contains("--log-level"));
+        let config = load(&flags(&["--log-keys=zap"]), env(&[]), KNOWN).unwrap();
+        assert_eq!(config.log_keys, LogKeys::Zap);
+    }
+
+    #[test]
+    fn development_logging_fills_only_what_is_unset() {
+        let config = load(&flags(&["--zap-devel"]), env(&[]), KNOWN).unwrap();
+        assert_eq!(
+            (config.log_level, config.log_format),
+            (LogLevel::Debug, LogFormat::Text)
+        );
+        let config = load(
+            &flags(&["--zap-devel", "--zap-log-level=info"]),
+            env(&[("MANAGER_LOG_FORMAT", "json")]),
+            KNOWN,
+        )
+        .unwrap();
+        assert_eq!(
+            (config.log_level, config.log_format),
+            (LogLevel::Info, LogFormat::Json)
+        );
+        let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
+        assert_eq!(
+            (config.log_level, config.log_format),
+            (LogLevel::Info, LogFormat::Auto)
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! JSON log lines with every field at the top level, as controller-runtime's zap logger writes
 //! them: `{"timestamp":..,"level":..,"target":..,"controller":"memcached","namespace":"ns",
-//! "name":"m","message":..}`.
+//! "name":"m","message":..}`, or with zap's own key names (`log_keys: zap`):
+//! `{"ts":1733400000.123,"level":"info","logger":..,"msg":..,"controller":..}`.
 //!
 //! tracing-subscriber's own JSON format nests the current span's fields in a `span` object and
 //! adds the span's name there under `name`, so the reconcile span's `name` field (the object's)
@@ -17,10 +18,27 @@ use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::config::LogKeys;
+
 /// Formats each event as one flat JSON object (see the module documentation). Spans' fields
 /// must be recorded with [`JsonFields`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FlatJson;
+#[derive(Clone, Copy, Debug)]
+pub struct FlatJson {
+    keys: LogKeys,
+}
+
+impl Default for FlatJson {
+    fn default() -> Self {
+        Self::with_keys(LogKeys::Tracing)
+    }
+}
+
+impl FlatJson {
+    /// Lines with `keys`' names for the time, level, logger and message.
+    pub fn with_keys(keys: LogKeys) -> Self {
+        Self { keys }
+    }
+}
 
 impl<S> FormatEvent<S, JsonFields> for FlatJson
 where
@@ -33,14 +51,21 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let mut line = Map::new();
-        line.insert(
-            "timestamp".into(),
-            Value::String(k8s_openapi::jiff::Timestamp::now().to_string()),
-        );
-        line.insert(
-            "level".into(),
-            Value::String(event.metadata().level().to_string()),
-        );
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let level = *event.metadata().level();
+        match self.keys {
+            LogKeys::Tracing => {
+                line.insert("timestamp".into(), Value::String(now.to_string()));
+                line.insert("level".into(), Value::String(level.to_string()));
+            }
+            LogKeys::Zap => {
+                // zap's epoch time encoder: seconds, with the fraction.
+                #[allow(clippy::cast_precision_loss)] // microseconds of the epoch fit
+                let seconds = now.as_microsecond() as f64 / 1e6;
+                line.insert("ts".into(), seconds.into());
+                line.insert("level".into(), Value::String(zap_level(level).into()));
+            }
+        }
         for span in ctx.event_scope().into_iter().flat_map(|s| s.from_root()) {
             let extensions = span.extensions();
             let Some(fields) = extensions.get::<FormattedFields<JsonFields>>() else {
@@ -52,12 +77,30 @@ where
             }
         }
         event.record(&mut Fields(&mut line));
-        line.insert(
-            "target".into(),
-            Value::String(event.metadata().target().to_owned()),
-        );
+        let target = Value::String(event.metadata().target().to_owned());
+        match self.keys {
+            LogKeys::Tracing => {
+                line.insert("target".into(), target);
+            }
+            LogKeys::Zap => {
+                line.insert("logger".into(), target);
+                if let Some(message) = line.remove("message") {
+                    line.insert("msg".into(), message);
+                }
+            }
+        }
         let text = serde_json::to_string(&line).map_err(|_| fmt::Error)?;
         writeln!(writer, "{text}")
+    }
+}
+
+/// zap's name of a level: it has no trace, and its debug is logr's first verbosity.
+fn zap_level(level: tracing::Level) -> &'static str {
+    match level {
+        tracing::Level::ERROR => "error",
+        tracing::Level::WARN => "warn",
+        tracing::Level::INFO => "info",
+        tracing::Level::DEBUG | tracing::Level::TRACE => "debug",
     }
 }
 
@@ -145,7 +188,7 @@ mod tests {
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
             .fmt_fields(JsonFields::new())
-            .event_format(FlatJson)
+            .event_format(FlatJson::default())
             .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, || {
@@ -179,5 +222,31 @@ mod tests {
                 .is_some_and(|t| t.ends_with('Z'))
         );
         assert_eq!(lines[1]["replica"], "b", "the event's own field wins");
+    }
+
+    #[test]
+    fn zap_keys_name_the_time_level_logger_and_message_as_zap_does() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(JsonFields::new())
+            .event_format(FlatJson::with_keys(LogKeys::Zap))
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info_span!("reconcile", controller = "memcached")
+                .in_scope(|| tracing::warn!(ready = 2, "status changed"));
+        });
+        let lines = lines(&captured);
+        let line = &lines[0];
+        assert_eq!(line["msg"], "status changed");
+        assert_eq!(line["level"], "warn");
+        assert_eq!(line["controller"], "memcached");
+        assert_eq!(line["ready"], 2);
+        assert!(line["logger"].as_str().is_some_and(|l| !l.is_empty()));
+        assert!(line["ts"].as_f64().is_some_and(|ts| ts > 1.7e9), "{line}");
+        for tracing_key in ["timestamp", "message", "target"] {
+            assert!(line.get(tracing_key).is_none(), "{tracing_key} in {line}");
+        }
     }
 }

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(error) = manager::telemetry::init_logging(config.log_format) {
+    if let Err(error) = manager::telemetry::init_logging(&config) {
         eprintln!("error: {error}");
         return ExitCode::FAILURE;
     }

@@ -30,7 +30,7 @@ use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
 use crate::leader_thread::ElectorThread;
 use crate::metrics_auth::MetricsAuth;
 use crate::server::{Health, MetricsEndpoint, Secure, Servers};
-use crate::tls::ServingCert;
+use crate::tls::{CertFiles, ServingCert};
 use crate::webhook_certs::{CertSettings, InjectionTargets, WebhookCerts, service_names};
 use crate::webhooks::DeclaredWebhooks;
 use crate::{Error, telemetry};
@@ -88,9 +88,10 @@ pub async fn run(
         config.webhook_bind_address.socket_addr(),
         &config.webhook_cert_path,
     ) {
-        (Some(_), Some(dir)) if !webhooks.is_empty() => {
-            Some(ServingCert::from_dir(dir, &cert_reads)?)
-        }
+        (Some(_), Some(dir)) if !webhooks.is_empty() => Some(ServingCert::from_files(
+            &CertFiles::in_dir(dir, &config.webhook_cert_name, &config.webhook_cert_key),
+            &cert_reads,
+        )?),
         _ => None,
     };
     let identity = leader::default_identity();
@@ -395,11 +396,14 @@ pub fn user_agent(identity: &str) -> String {
     )
 }
 
-/// The certificate secure metrics are served with: from `metrics_cert_path` (its reads
-/// counted in `reads`), or self-signed for this host.
+/// The certificate secure metrics are served with: from `metrics_cert_path`'s files (their
+/// reads counted in `reads`), or self-signed for this host.
 fn serving_cert(config: &Config, reads: &crate::tls::CertReads) -> Result<Arc<ServingCert>, Error> {
     match &config.metrics_cert_path {
-        Some(dir) => ServingCert::from_dir(dir, reads),
+        Some(dir) => ServingCert::from_files(
+            &CertFiles::in_dir(dir, &config.metrics_cert_name, &config.metrics_cert_key),
+            reads,
+        ),
         None => {
             let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
             if let Some(host) = hostname::get().ok().and_then(|h| h.into_string().ok()) {
@@ -736,6 +740,8 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         renew_deadline = %show(config.renew_deadline),
         retry_period = %show(config.retry_period),
         log_format = ?config.log_format,
+        log_level = config.log_level.directive(),
+        log_keys = ?config.log_keys,
         controllers = ?enabled,
         max_concurrent_reconciles = config.max_concurrent_reconciles,
         shutdown_timeout = %show(config.shutdown_timeout),

@@ -7,22 +7,22 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
 
 use crate::Error;
-use crate::config::LogFormat;
+use crate::config::{Config, LogFormat};
 use crate::json_log::FlatJson;
 
-/// Installs the global tracing subscriber: flat JSON lines ([`FlatJson`]) when `format` is
-/// `json`, or `auto` and stdout is not a terminal (in-cluster); human-readable lines otherwise. `RUST_LOG` filters,
-/// defaulting to `info`.
+/// Installs the global tracing subscriber: flat JSON lines ([`FlatJson`], with the configured
+/// key names) when the format is `json`, or `auto` and stdout is not a terminal (in-cluster);
+/// human-readable lines otherwise. `RUST_LOG`, when set, filters; else the configured level.
 ///
 /// # Errors
 /// [`Error::Telemetry`] when `RUST_LOG` is invalid or a subscriber is already installed.
-pub fn init_logging(format: LogFormat) -> Result<(), Error> {
+pub fn init_logging(config: &Config) -> Result<(), Error> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(value) if !value.trim().is_empty() => EnvFilter::try_new(&value)
             .map_err(|e| Error::Telemetry(format!("invalid RUST_LOG {value:?}: {e}")))?,
-        _ => EnvFilter::new("info"),
+        _ => EnvFilter::new(config.log_level.directive()),
     };
-    let json = match format {
+    let json = match config.log_format {
         LogFormat::Json => true,
         LogFormat::Text => false,
         LogFormat::Auto => !std::io::stdout().is_terminal(),
@@ -33,7 +33,7 @@ pub fn init_logging(format: LogFormat) -> Result<(), Error> {
     let installed = if json {
         builder
             .fmt_fields(JsonFields::new())
-            .event_format(FlatJson)
+            .event_format(FlatJson::with_keys(config.log_keys))
             .try_init()
     } else {
         builder.try_init()

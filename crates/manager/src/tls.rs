@@ -2,9 +2,10 @@
 //! configuration ([`crate::serving`] does the handshakes).
 //!
 //! The certificate is self-signed at start, given as PEM (the webhook certificate the manager
-//! keeps in a Secret, see [`crate::webhook_certs`]), or read from `tls.crt` and `tls.key` in a directory
-//! (`--metrics-cert-path` or `--webhook-cert-path`, for example a cert-manager Secret mounted there) and read again when
-//! those files change, as controller-runtime's certificate watcher does: rotation needs no
+//! keeps in a Secret, see [`crate::webhook_certs`]), or read from a certificate file and a key
+//! file in a directory (`--metrics-cert-path` with `--metrics-cert-name` and
+//! `--metrics-cert-key`, or the `--webhook-cert-*` flags: for example a cert-manager Secret
+//! mounted there, `tls.crt` and `tls.key`) and read again when those files change, as controller-runtime's certificate watcher does: rotation needs no
 //! restart, and a half-written or broken pair keeps the previous certificate in service.
 
 use std::path::{Path, PathBuf};
@@ -22,10 +23,29 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 
-/// The certificate file in a `--metrics-cert-path` directory.
+/// The usual certificate file in a certificate directory (a `kubernetes.io/tls` Secret's).
 pub const CERT_FILE: &str = "tls.crt";
-/// The key file in a `--metrics-cert-path` directory.
+/// The usual key file in a certificate directory.
 pub const KEY_FILE: &str = "tls.key";
+
+/// Where a certificate and its private key are read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertFiles {
+    /// The PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The PEM private key.
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// `cert_name` and `key_name` in `dir`.
+    pub fn in_dir(dir: &Path, cert_name: &str, key_name: &str) -> Self {
+        Self {
+            cert: dir.join(cert_name),
+            key: dir.join(key_name),
+        }
+    }
+}
 
 /// How often the certificate files are checked for changes.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
@@ -34,7 +54,7 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct ServingCert {
     current: RwLock<Loaded>,
-    dir: Option<PathBuf>,
+    files: Option<CertFiles>,
     reads: CertReads,
 }
 
@@ -110,21 +130,20 @@ impl ServingCert {
                 key,
                 source: Vec::new(),
             }),
-            dir: None,
+            files: None,
             reads: CertReads::unregistered()?,
         }))
     }
 
-    /// The certificate in `dir`'s `tls.crt` and `tls.key`, each read of them counted in
-    /// `reads`.
+    /// The certificate in `files`, each read of them counted in `reads`.
     ///
     /// # Errors
     /// [`Error::Tls`] naming the file when either is missing or unusable.
-    pub fn from_dir(dir: &Path, reads: &CertReads) -> Result<Arc<Self>, Error> {
-        let (key, source) = reads.count(read_pair(dir))?;
+    pub fn from_files(files: &CertFiles, reads: &CertReads) -> Result<Arc<Self>, Error> {
+        let (key, source) = reads.count(read_pair(files))?;
         Ok(Arc::new(Self {
             current: RwLock::new(Loaded { key, source }),
-            dir: Some(dir.to_owned()),
+            files: Some(files.clone()),
             reads: reads.clone(),
         }))
     }
@@ -141,7 +160,7 @@ impl ServingCert {
                 key: key_pair,
                 source: [cert, key].concat(),
             }),
-            dir: None,
+            files: None,
             reads: CertReads::unregistered()?,
         }))
     }
@@ -190,14 +209,14 @@ impl ServingCert {
     /// # Errors
     /// [`Error::Tls`] when the files changed but are unusable; the previous certificate stays.
     pub fn reload(&self) -> Result<bool, Error> {
-        let Some(dir) = &self.dir else {
+        let Some(files) = &self.files else {
             return Ok(false);
         };
-        let bytes = self.reads.count(pair_bytes(dir))?;
+        let bytes = self.reads.count(pair_bytes(files))?;
         if self.read_lock().source == bytes {
             return Ok(false);
         }
-        let (key, source) = self.reads.count(read_pair(dir))?;
+        let (key, source) = self.reads.count(read_pair(files))?;
         *self
             .current
             .write()
@@ -207,7 +226,7 @@ impl ServingCert {
 
     /// Reloads every [`RELOAD_EVERY`] until `stop`, logging what changed or failed.
     pub fn watch(self: &Arc<Self>, stop: CancellationToken) -> Option<JoinHandle<()>> {
-        let dir = self.dir.clone()?;
+        let files = self.files.clone()?;
         let cert = self.clone();
         Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(RELOAD_EVERY);
@@ -219,11 +238,11 @@ impl ServingCert {
                 }
                 match cert.reload() {
                     Ok(true) => {
-                        tracing::info!(dir = %dir.display(), "serving a new metrics certificate")
+                        tracing::info!(cert = %files.cert.display(), "serving a new certificate")
                     }
                     Ok(false) => {}
                     Err(error) => {
-                        tracing::warn!(%error, "keeping the previous metrics certificate")
+                        tracing::warn!(%error, "keeping the previous certificate")
                     }
                 }
             }
@@ -249,24 +268,23 @@ impl ResolvesServerCert for ServingCert {
 }
 
 /// Both files' bytes, to tell whether they changed.
-fn pair_bytes(dir: &Path) -> Result<Vec<u8>, Error> {
+fn pair_bytes(files: &CertFiles) -> Result<Vec<u8>, Error> {
     let mut bytes = Vec::new();
-    for name in [CERT_FILE, KEY_FILE] {
-        let path = dir.join(name);
+    for path in [&files.cert, &files.key] {
         bytes.extend(
-            std::fs::read(&path)
+            std::fs::read(path)
                 .map_err(|e| Error::Tls(format!("cannot read {}: {e}", path.display())))?,
         );
     }
     Ok(bytes)
 }
 
-fn read_pair(dir: &Path) -> Result<(Arc<CertifiedKey>, Vec<u8>), Error> {
-    let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
+fn read_pair(files: &CertFiles) -> Result<(Arc<CertifiedKey>, Vec<u8>), Error> {
+    let (cert_path, key_path) = (&files.cert, &files.key);
     let read = |path: &Path| {
         std::fs::read(path).map_err(|e| Error::Tls(format!("cannot read {}: {e}", path.display())))
     };
-    let (cert, key) = (read(&cert_path)?, read(&key_path)?);
+    let (cert, key) = (read(cert_path)?, read(key_path)?);
     let certified = parse_pair(
         &cert,
         &key,
@@ -358,13 +376,34 @@ mod tests {
         }
     }
 
+    fn usual(dir: &Path) -> CertFiles {
+        CertFiles::in_dir(dir, CERT_FILE, KEY_FILE)
+    }
+
     fn write_pair(dir: &Path, name: &str) -> Vec<u8> {
+        write_pair_to(&usual(dir), name)
+    }
+
+    fn write_pair_to(files: &CertFiles, name: &str) -> Vec<u8> {
         let generated =
             rcgen::generate_simple_self_signed(vec![name.to_owned()]).expect("generated");
-        std::fs::write(dir.join(CERT_FILE), generated.cert.pem()).expect("cert written");
-        std::fs::write(dir.join(KEY_FILE), generated.signing_key.serialize_pem())
-            .expect("key written");
+        std::fs::write(&files.cert, generated.cert.pem()).expect("cert written");
+        std::fs::write(&files.key, generated.signing_key.serialize_pem()).expect("key written");
         generated.cert.der().to_vec()
+    }
+
+    #[test]
+    fn files_of_other_names_are_read_and_named_in_errors() {
+        let dir = TempDir::new();
+        let files = CertFiles::in_dir(&dir.0, "serving.pem", "serving-key.pem");
+        let reads = CertReads::unregistered().expect("counters");
+        let error = ServingCert::from_files(&files, &reads)
+            .expect_err("no files yet")
+            .to_string();
+        assert!(error.contains("serving.pem"), "{error}");
+        let written = write_pair_to(&files, "other.example");
+        let cert = ServingCert::from_files(&files, &reads).expect("loaded");
+        assert_eq!(cert.chain()[0].as_ref(), written.as_slice());
     }
 
     #[test]
@@ -372,7 +411,7 @@ mod tests {
         let dir = TempDir::new();
         let first = write_pair(&dir.0, "first.example");
         let reads = CertReads::unregistered().expect("counters");
-        let cert = ServingCert::from_dir(&dir.0, &reads).expect("loaded");
+        let cert = ServingCert::from_files(&usual(&dir.0), &reads).expect("loaded");
         assert_eq!(cert.chain()[0].as_ref(), first.as_slice());
         assert!(!cert.reload().expect("unchanged"), "nothing changed");
 
@@ -393,15 +432,21 @@ mod tests {
     #[test]
     fn missing_or_broken_files_are_named() {
         let dir = TempDir::new();
-        let error = ServingCert::from_dir(&dir.0, &CertReads::unregistered().expect("counters"))
-            .expect_err("no files")
-            .to_string();
+        let error = ServingCert::from_files(
+            &usual(&dir.0),
+            &CertReads::unregistered().expect("counters"),
+        )
+        .expect_err("no files")
+        .to_string();
         assert!(error.contains(CERT_FILE), "{error}");
         std::fs::write(dir.0.join(CERT_FILE), "not a certificate").expect("written");
         std::fs::write(dir.0.join(KEY_FILE), "not a key").expect("written");
-        let error = ServingCert::from_dir(&dir.0, &CertReads::unregistered().expect("counters"))
-            .expect_err("broken")
-            .to_string();
+        let error = ServingCert::from_files(
+            &usual(&dir.0),
+            &CertReads::unregistered().expect("counters"),
+        )
+        .expect_err("broken")
+        .to_string();
         assert!(error.contains(CERT_FILE), "{error}");
     }
 
