@@ -10,6 +10,7 @@ mod cluster;
 mod completions;
 mod component;
 mod demo;
+mod docs;
 mod gomodule;
 mod helm;
 mod image;
@@ -92,6 +93,13 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Build the user documentation (the mdBook in `docs/book/`, with the mdBook version it
+    /// pins, installed once) and check every link of the result.
+    Docs {
+        /// Directory to write the book into (default: `book/` in the cargo target directory).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Run every test, end-to-end tests included, against the local cluster (started and
     /// stopped around the run unless one is already up).
     Test {
@@ -133,6 +141,7 @@ fn main() -> ExitCode {
         Command::Helm { args } => helm::run(&args),
         Command::Olm { command } => olm::run(command),
         Command::Completions { out } => completions::run(out),
+        Command::Docs { out } => docs::run(out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
