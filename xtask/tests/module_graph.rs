@@ -143,6 +143,7 @@ fn the_runtime_depends_on_no_crate_of_the_workspace() {
         "testkit",
         "localcluster",
         "ociimage",
+        "imageref",
     ] {
         let named = manifest
             .lines()

@@ -74,7 +74,7 @@ pub enum Error {
         /// The reference as given.
         reference: String,
         /// What is wrong with it.
-        reason: &'static str,
+        reason: String,
     },
     /// A user or group name for `/etc/passwd` is not a plain name.
     #[error("invalid user or group name {name:?}: use letters, digits, `_` and `-`")]

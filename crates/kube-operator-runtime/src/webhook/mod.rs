@@ -22,7 +22,6 @@
 //! copy of the objects is made on the way, which matters when the body is several MiB.
 
 pub mod conversion;
-pub mod image;
 
 use std::borrow::Cow;
 use std::time::Duration;
