@@ -6,6 +6,11 @@
 //! (`${XDG_CACHE_HOME:-$HOME/.cache}/operator-manager/tools/mdbook-<version>/`), so later runs
 //! start at once.
 //!
+//! The benchmark plots (`docs/bench-results/plots/*.svg`, which `cargo xtask bench --report
+//! ... --plot` writes) are copied into the built book at the same path, where BENCHMARKS.md,
+//! included at the book's root, finds them as it does in the repository: mdBook copies only
+//! what is under the book's own `src/`.
+//!
 //! The link check reads the generated HTML: every relative `href` and `src` must name a file of
 //! the output (a directory stands for its `index.html`), and every `#fragment` an `id` in the
 //! page it points at. Links with a scheme (`https:`, `mailto:`, ...) are listed as not checked:
@@ -42,6 +47,11 @@ pub fn run(out: Option<PathBuf>) -> anyhow::Result<()> {
     if !status.success() {
         bail!("mdbook build {} failed ({status})", book.display());
     }
+    let plots = copy_plots(&crate::workspace_root(), &out)?;
+    println!(
+        "copied {plots} benchmark plots into {}",
+        out.join(PLOTS).display()
+    );
 
     let report = check_links(&out)?;
     println!(
@@ -73,6 +83,35 @@ pub fn run(out: Option<PathBuf>) -> anyhow::Result<()> {
         out.join("index.html").display()
     );
     Ok(())
+}
+
+/// Where the benchmark plots are, in the repository and in the built book alike.
+const PLOTS: &str = "docs/bench-results/plots";
+
+/// Copies every `.svg` of [`PLOTS`] under `repository` to the same path under `book`, and
+/// returns how many; none when the directory does not exist.
+fn copy_plots(repository: &Path, book: &Path) -> anyhow::Result<usize> {
+    let from = repository.join(PLOTS);
+    if !from.is_dir() {
+        return Ok(0);
+    }
+    let to = book.join(PLOTS);
+    std::fs::create_dir_all(&to).with_context(|| format!("creating {}", to.display()))?;
+    let entries =
+        std::fs::read_dir(&from).with_context(|| format!("listing {}", from.display()))?;
+    let mut copied = 0;
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("listing {}", from.display()))?
+            .path();
+        if path.is_file() && path.extension().is_some_and(|e| e == "svg") {
+            let target = to.join(path.file_name().unwrap_or_default());
+            std::fs::copy(&path, &target)
+                .with_context(|| format!("copying {} to {}", path.display(), target.display()))?;
+            copied += 1;
+        }
+    }
+    Ok(copied)
 }
 
 /// The pinned mdBook, installed into the cache on first use.
@@ -521,6 +560,36 @@ mod tests {
         ]);
         assert_eq!(report.broken, [], "{report:?}");
         assert_eq!((report.pages, report.checked), (3, 4));
+    }
+
+    #[test]
+    fn the_benchmark_plots_are_copied_to_the_same_path_in_the_book() {
+        let repository = tempfile::tempdir().expect("a temporary directory");
+        let book = tempfile::tempdir().expect("a temporary directory");
+        assert_eq!(
+            copy_plots(repository.path(), book.path()).expect("nothing to copy"),
+            0
+        );
+        let plots = repository.path().join(PLOTS);
+        std::fs::create_dir_all(&plots).expect("created");
+        std::fs::write(plots.join("time.svg"), "<svg/>").expect("written");
+        std::fs::write(plots.join("notes.txt"), "not a plot").expect("written");
+        assert_eq!(
+            copy_plots(repository.path(), book.path()).expect("copied"),
+            1
+        );
+        let copied = book.path().join("docs/bench-results/plots/time.svg");
+        assert_eq!(std::fs::read_to_string(copied).expect("read"), "<svg/>");
+        assert!(!book.path().join(PLOTS).join("notes.txt").exists());
+        // A page at the book's root finds it as BENCHMARKS.md writes it.
+        std::fs::write(
+            book.path().join("BENCHMARKS.html"),
+            r#"<img src="docs/bench-results/plots/time.svg" alt="time">"#,
+        )
+        .expect("written");
+        let report = check_links(book.path()).expect("checked");
+        assert_eq!(report.broken, [], "{report:?}");
+        assert_eq!(report.checked, 1);
     }
 
     #[test]

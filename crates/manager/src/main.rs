@@ -8,8 +8,7 @@ use std::process::ExitCode;
 use manager::config::{self, Flags};
 
 /// jemalloc, not the system allocator: with thousands of objects cached, glibc's malloc held on
-/// to a sixth of the manager's peak memory after it was freed (docs/benchmarks-history.md has
-/// the numbers).
+/// to a sixth of the manager's peak memory after it was freed.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -55,7 +54,7 @@ fn main() -> ExitCode {
     // One thread runs every controller: a manager waits on the API server far more than it
     // computes (0.03 of a core on average at 10,000 objects), and one thread spares the wake-ups
     // between worker threads and their allocator caches: a tenth less CPU and 1.5 MiB less
-    // memory than tokio's multi-threaded runtime, at the same speed (docs/benchmarks-history.md).
+    // memory than tokio's multi-threaded runtime, at the same speed, measured by the bench.
     // Blocking work (webhook reviews) still goes to tokio's blocking threads.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -38,6 +38,7 @@ mod cluster_ready;
 mod crds;
 mod failover;
 mod merge;
+mod plot;
 mod probe;
 mod recovery;
 mod reference;
@@ -124,10 +125,10 @@ pub struct BenchArgs {
     pub output: Option<PathBuf>,
     /// Measure nothing: print the tables of the results in these JSON files, which earlier
     /// runs wrote (their `--output`), with the settings they hold (so no other option goes
-    /// with it). A run stopped part-way keeps the runs it finished there, and this prints their
-    /// ratios and growth all the same. Several files, each measuring other object counts or
-    /// phases of the same builds (e.g. `--objects 100,1000`, then `--objects 10000`), print as
-    /// one run of them all; see `bench/merge.rs` for what must agree.
+    /// with it but `--plot`). A run stopped part-way keeps the runs it finished there, and
+    /// this prints their ratios and growth all the same. Several files, each measuring other
+    /// object counts or phases of the same builds (e.g. `--objects 100,1000`, then `--objects
+    /// 10000`), print as one run of them all; see `bench/merge.rs` for what must agree.
     #[arg(
         long,
         value_name = "PATH",
@@ -140,6 +141,12 @@ pub struct BenchArgs {
         ]
     )]
     pub report: Vec<PathBuf>,
+    /// With `--report`: write SVG plots of those results into this directory instead of
+    /// printing their tables: time to converge and to scale, CPU per object, peak RSS and
+    /// requests per object against the object count, each manager a line, and ours over the
+    /// reference (see `bench/plot.rs`), e.g. `--report <files> --plot docs/bench-results/plots`.
+    #[arg(long, value_name = "DIR", requires = "report")]
+    pub plot: Option<PathBuf>,
 }
 
 /// A part of the bench that `--phases` can select.
@@ -234,6 +241,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .map(|path| Ok((path.clone(), report::read_json(path)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let merged = merge::merge(parts)?;
+        if let Some(dir) = &args.plot {
+            let mut text = String::new();
+            for path in plot::write(&merged.results, dir)? {
+                text.push_str(&format!("wrote {}\n", path.display()));
+            }
+            return print_to_stdout(&text);
+        }
         let mut text = String::new();
         if merged.sources.len() > 1 {
             text.push_str(&format!(
@@ -644,6 +658,35 @@ mod tests {
                 "{measuring:?}"
             );
         }
+    }
+
+    #[test]
+    fn plots_are_drawn_from_a_report_only() {
+        let parsed =
+            Bench::try_parse_from(["bench", "--report", "a.json", "b.json", "--plot", "plots"])
+                .expect("valid");
+        assert_eq!(parsed.args.plot, Some(PathBuf::from("plots")));
+        assert_eq!(parsed.args.report.len(), 2);
+        let parsed = Bench::try_parse_from(["bench", "--plot", "plots", "--report", "a.json"])
+            .expect("either order");
+        assert_eq!(parsed.args.report, [PathBuf::from("a.json")]);
+        // Plots need results to draw: a measuring run has none yet.
+        let error = Bench::try_parse_from(["bench", "--plot", "plots"]).expect_err("no report");
+        assert_eq!(
+            error.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        let error = Bench::try_parse_from([
+            "bench",
+            "--report",
+            "a.json",
+            "--plot",
+            "plots",
+            "--objects",
+            "100",
+        ])
+        .expect_err("a measuring option");
+        assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
     }
 
     #[test]

@@ -362,7 +362,7 @@ pub fn sample(pid: u32) -> anyhow::Result<ProcessSample> {
 ///
 /// The same `schedstat` line also counts how long each thread was runnable but waited for a
 /// CPU ([`CpuClock::wait_seconds_since`]): the contention the manager met. On a machine busy
-/// with other work the same reconciles cost more CPU time (the benchmark history measures it), so
+/// with other work the same reconciles cost more CPU time, so
 /// this tells a count whose machine was saturated from one whose manager did more.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuClock {

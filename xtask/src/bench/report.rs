@@ -116,7 +116,7 @@ impl Build {
     }
 
     /// The digest as the tables print it: long enough to tell builds apart.
-    fn short_digest(&self) -> &str {
+    pub(super) fn short_digest(&self) -> &str {
         self.digest
             .get(..("sha256:".len() + 12))
             .unwrap_or(&self.digest)
@@ -650,7 +650,7 @@ fn phases(run: &Run) -> [(&'static str, &Phase); 3] {
 
 /// CPU milliseconds per object of the burst (the same work at every object count).
 #[allow(clippy::cast_precision_loss)]
-fn burst_cpu_ms_per_object(run: &Run) -> f64 {
+pub(super) fn burst_cpu_ms_per_object(run: &Run) -> f64 {
     run.burst.cpu_seconds * 1000.0 / run.burst_objects.max(1) as f64
 }
 
@@ -669,7 +669,7 @@ fn cpu_seconds(run: &Run) -> f64 {
 
 /// CPU milliseconds per object over the converge and scale phases.
 #[allow(clippy::cast_precision_loss)]
-fn cpu_ms_per_object(run: &Run) -> f64 {
+pub(super) fn cpu_ms_per_object(run: &Run) -> f64 {
     cpu_seconds(run) * 1000.0 / run.objects.max(1) as f64
 }
 
@@ -703,15 +703,15 @@ fn machine_busy(run: &Run) -> f64 {
 
 /// The runs of one manager at one object count: one, or several when the count was short
 /// enough to be measured again (`--min-measured-seconds`).
-struct Point<'a> {
-    manager: &'a str,
-    objects: usize,
-    runs: Vec<&'a Run>,
+pub(super) struct Point<'a> {
+    pub(super) manager: &'a str,
+    pub(super) objects: usize,
+    pub(super) runs: Vec<&'a Run>,
 }
 
 impl Point<'_> {
     /// The median of `value` over the runs (of an even number, the mean of the middle two).
-    fn median(&self, value: impl Fn(&Run) -> f64) -> f64 {
+    pub(super) fn median(&self, value: impl Fn(&Run) -> f64) -> f64 {
         let mut values: Vec<f64> = self.runs.iter().map(|run| value(run)).collect();
         values.sort_by(f64::total_cmp);
         let middle = values.len() / 2;
@@ -724,7 +724,7 @@ impl Point<'_> {
 }
 
 /// The runs grouped by manager and object count, in the order each group first ran.
-fn points(runs: &[Run]) -> Vec<Point<'_>> {
+pub(super) fn points(runs: &[Run]) -> Vec<Point<'_>> {
     let mut points: Vec<Point<'_>> = Vec::new();
     for run in runs {
         match points
@@ -764,7 +764,7 @@ fn growth<'a>(points: &'a [Point<'a>]) -> Vec<(&'a Point<'a>, &'a Point<'a>)> {
 
 /// Each count of ours (or of another build of ours) and the reference's runs of the same
 /// count, in the order ours first ran.
-fn pairs<'a>(points: &'a [Point<'a>]) -> Vec<(&'a Point<'a>, &'a Point<'a>)> {
+pub(super) fn pairs<'a>(points: &'a [Point<'a>]) -> Vec<(&'a Point<'a>, &'a Point<'a>)> {
     points
         .iter()
         .filter(|p| p.manager != REFERENCE)
