@@ -1,5 +1,6 @@
-//! The manager as users run it: its image loaded on the real node, installed with
-//! `kubectl apply -k deploy/`, probed by the kubelet, configured from its mounted
+//! The manager as users run it: its image loaded on the real node, installed with the
+//! single-file installer (`kubectl apply -f dist/install.yaml`) until the tutorial's sample
+//! converges, then removed and installed with `kubectl apply -k deploy/`, probed by the kubelet, configured from its mounted
 //! ServiceAccount token, two replicas electing one leader, every replica serving the admission
 //! webhooks through their Service with the certificate the replicas provisioned.
 //!
@@ -75,7 +76,21 @@ async fn metrics_tls(cluster: &TestCluster) -> Result<testkit::TargetTls> {
 
 async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
     let started = Instant::now();
-    install(cluster).await?;
+    install(cluster, Installer::SingleFile).await?;
+    {
+        let ns = TestNamespace::on_real_node(cluster, "installer", PodSecurity::Restricted).await?;
+        apply_sample(cluster, &ns, memcached_image)?;
+        converged_all(cluster, ns.name(), &[("memcached-sample", 3)]).await?;
+        // The namespace goes with its pods as it drops.
+    }
+    uninstall(cluster).await?;
+    println!(
+        "dist/install.yaml: installed, the sample converged, removed ({:.1}s)",
+        started.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    install(cluster, Installer::Kustomize).await?;
     let leader = wait_for_one_leader(cluster, None).await?;
     println!(
         "installed: 2 replicas Ready through the kubelet's probes, {leader} leads ({:.1}s)",
@@ -455,9 +470,19 @@ async fn total(prometheus: &testkit::Prometheus, promql: &str) -> Result<f64> {
         .map_or(0.0, |(_, value)| *value))
 }
 
-/// `kubectl apply -k deploy/`, after marking the manager's namespace for the real node (what a
-/// user's cluster needs no help with: it has only real nodes).
-async fn install(cluster: &TestCluster) -> Result<()> {
+/// The ways users install the manager.
+#[derive(Clone, Copy, Debug)]
+enum Installer {
+    /// `kubectl apply -f dist/install.yaml`, what `make build-installer` gives Kubebuilder users.
+    SingleFile,
+    /// `kubectl apply -k deploy/`.
+    Kustomize,
+}
+
+/// Installs the manager with `installer`, after marking the manager's namespace for the real
+/// node (what a user's cluster needs no help with: it has only real nodes), and waits for both
+/// replicas.
+async fn install(cluster: &TestCluster, installer: Installer) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     let marked = Namespace {
         metadata: ObjectMeta {
@@ -480,7 +505,15 @@ async fn install(cluster: &TestCluster) -> Result<()> {
             " for the real node"
         ))?;
     let deploy = testkit::deploy_dir();
-    cluster_kubectl(cluster, &["apply", "-k", &deploy.to_string_lossy()])?;
+    match installer {
+        Installer::SingleFile => {
+            let file = testkit::workspace_root().join("dist").join("install.yaml");
+            cluster_kubectl(cluster, &["apply", "-f", &file.to_string_lossy()])?
+        }
+        Installer::Kustomize => {
+            cluster_kubectl(cluster, &["apply", "-k", &deploy.to_string_lossy()])?
+        }
+    };
 
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     testkit::wait_for("both manager replicas Ready", TIMEOUT, || async {
@@ -532,14 +565,32 @@ async fn uninstall(cluster: &TestCluster) -> Result<()> {
         Err(kube::Error::Api(status)) if status.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
-    testkit::wait_for("the manager's pods to be gone", TIMEOUT, || async {
-        let pods = manager_pods(cluster).await.map_err(|e| e.to_string())?;
-        if pods.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{} pods left", pods.len()))
-        }
-    })
+    // The Deployment too: deleted in the foreground, it stays until its pods are gone, and an
+    // install meanwhile would apply to the object on its way out.
+    testkit::wait_for(
+        "the manager's pods and Deployment to be gone",
+        TIMEOUT,
+        || async {
+            let pods = manager_pods(cluster).await.map_err(|e| e.to_string())?;
+            let deployment = deployments
+                .get_opt(MANAGER)
+                .await
+                .map_err(|e| e.to_string())?;
+            if pods.is_empty() && deployment.is_none() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} pods left, the Deployment {}",
+                    pods.len(),
+                    if deployment.is_some() {
+                        "still there"
+                    } else {
+                        "gone"
+                    }
+                ))
+            }
+        },
+    )
     .await?;
     Ok(())
 }
@@ -563,26 +614,47 @@ async fn check_pod_security(cluster: &TestCluster) -> Result<()> {
 
 /// The Operator SDK tutorial, against the in-cluster manager: the sample, a merge patch of
 /// `spec.size`, a deleted pod replaced, hand scaling undone, deletion garbage-collecting.
+/// `kubectl apply` of the tutorial's sample in `ns`, with `image`: the sample names the public
+/// image, which cannot be pulled here.
+fn apply_sample(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Result<()> {
+    let sample = testkit::deploy_dir()
+        .join("samples")
+        .join("cache_v1alpha1_memcached.yaml");
+    let namespace = ns.name();
+    cluster_kubectl(
+        cluster,
+        &[
+            "--namespace",
+            namespace,
+            "apply",
+            "-f",
+            &sample.to_string_lossy(),
+        ],
+    )?;
+    let patch = format!(r#"{{"spec":{{"image":"{image}"}}}}"#);
+    cluster_kubectl(
+        cluster,
+        &[
+            "--namespace",
+            namespace,
+            "patch",
+            "memcached",
+            "memcached-sample",
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+    )?;
+    Ok(())
+}
+
 async fn tutorial(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Result<()> {
     let kubectl = |args: &[&str]| -> Result<String> {
         let mut all = vec!["--namespace", ns.name()];
         all.extend_from_slice(args);
         cluster_kubectl(cluster, &all)
     };
-    let sample = testkit::deploy_dir()
-        .join("samples")
-        .join("cache_v1alpha1_memcached.yaml");
-    kubectl(&["apply", "-f", &sample.to_string_lossy()])?;
-    // The sample names the public image, which cannot be pulled here.
-    let patch = format!(r#"{{"spec":{{"image":"{image}"}}}}"#);
-    kubectl(&[
-        "patch",
-        "memcached",
-        "memcached-sample",
-        "--type=merge",
-        "-p",
-        &patch,
-    ])?;
+    apply_sample(cluster, ns, image)?;
     converged_all(cluster, ns.name(), &[("memcached-sample", 3)]).await?;
 
     kubectl(&[
