@@ -382,14 +382,12 @@ impl<K: Reconciled> Driver<K> {
                         tracing::warn!(controller = name, "the cache's watch ended before its first list");
                     }
                 }
-                handled_until = &mut lead, if !leading => {
+                previous = &mut lead, if !leading => {
                     leading = true;
-                    // A warm standby that takes over leaves what the previous leader left
-                    // converged to the resync: what changed after it stopped acting came to
-                    // the watches later, and stays queued.
+                    // A warm standby that takes over leaves what the previous leader settled to
+                    // the resync, and what it had in hand behind the changes made from now on.
                     let deferred = if standby && synced {
-                        let handled_until = handled_until.map(Instant::from_std);
-                        queue.defer_catch_up(Instant::now(), RESYNC_PERIOD, handled_until, |key| {
+                        queue.defer_catch_up(Instant::now(), RESYNC_PERIOD, previous, |key| {
                             cache.get(key).is_some_and(|obj| looks_converged(obj.as_ref()))
                         })
                     } else {

@@ -13,8 +13,7 @@ use tokio::sync::watch;
 /// [`crate::RunOptions::leadership`].
 #[derive(Clone, Debug)]
 pub struct Leadership {
-    /// `None` while standing by; once leading, the last moment the previous leader was there
-    /// to act on what changed, if known.
+    /// `None` while standing by; once leading, what is known of the previous leader.
     leading: watch::Receiver<Option<Takeover>>,
 }
 
@@ -24,18 +23,26 @@ pub struct Lead {
     leading: watch::Sender<Option<Takeover>>,
 }
 
-/// What a standby knows when it starts leading.
-#[derive(Clone, Copy, Debug)]
-struct Takeover {
-    handled_until: Option<Instant>,
+/// What a standby knows of the leader before it when it starts leading
+/// ([`Lead::take_over`]), to order the work its queues collected while it stood by.
+///
+/// Both are moments on this process's monotonic clock; the earlier `settled_before` guards
+/// what is left to the resync, the later `acted_until` only what goes first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Takeover {
+    /// The previous leader had time to act on every change before this: an object changed
+    /// before it that shows it converged is left to the periodic resync.
+    pub settled_before: Option<Instant>,
+    /// The previous leader was seen acting until this moment (its last renewal seen, or when
+    /// it stopped reconciling before it released the Lease): what changed before it was in
+    /// its hands, and is checked after the changes that come later.
+    pub acted_until: Option<Instant>,
 }
 
 impl Leadership {
     /// Reconciling from the start: a process without an election, or one started after it won.
     pub fn always() -> Self {
-        let (_, leading) = watch::channel(Some(Takeover {
-            handled_until: None,
-        }));
+        let (_, leading) = watch::channel(Some(Takeover::default()));
         Self { leading }
     }
 
@@ -50,14 +57,14 @@ impl Leadership {
         self.leading.borrow().is_some()
     }
 
-    /// Completes once reconciling may start, with the last moment the previous leader was
-    /// there to act on what changed, if known ([`Lead::take_over`]); never, if the [`Lead`] is
-    /// dropped first (the run is then stopped by its shutdown).
-    pub async fn leading(mut self) -> Option<Instant> {
+    /// Completes once reconciling may start, with what is known of the previous leader
+    /// ([`Lead::take_over`]); never, if the [`Lead`] is dropped first (the run is then stopped
+    /// by its shutdown).
+    pub async fn leading(mut self) -> Takeover {
         // The guard `wait_for` returns is not `Send`: copy out of it before awaiting again.
         let takeover = self.leading.wait_for(Option::is_some).await.map(|t| *t);
         match takeover {
-            Ok(takeover) => takeover.and_then(|t| t.handled_until),
+            Ok(takeover) => takeover.unwrap_or_default(),
             Err(_) => std::future::pending().await,
         }
     }
@@ -73,19 +80,13 @@ impl Lead {
     /// The process leads: the controllers start reconciling, what they were triggered with
     /// live first.
     pub fn start(&self) {
-        self.leading.send_replace(Some(Takeover {
-            handled_until: None,
-        }));
+        self.take_over(Takeover::default());
     }
 
-    /// The process leads, and the previous leader was there to act on what changed until
-    /// `handled_until` (for a Lease that expired: its last renewal, at the latest). What
-    /// changed before then and shows it was acted on is left to the resync; what changed
-    /// after is reconciled first.
-    pub fn take_over(&self, handled_until: Instant) {
-        self.leading.send_replace(Some(Takeover {
-            handled_until: Some(handled_until),
-        }));
+    /// The process leads, after the leader `previous` describes: what that leader settled is
+    /// left to the resync, and what it had in hands goes after what changes from now on.
+    pub fn take_over(&self, previous: Takeover) {
+        self.leading.send_replace(Some(previous));
     }
 }
 

@@ -126,7 +126,7 @@ pub use children::{Child, desired, owned_metadata};
 pub use conditions::NewCondition;
 pub use driver::{Outcome, Reconciled};
 pub use error::Error;
-pub use leadership::{Lead, Leadership};
+pub use leadership::{Lead, Leadership, Takeover};
 pub use metrics::Metrics;
 pub use priority::Priority;
 pub use rbac::PolicyRule;

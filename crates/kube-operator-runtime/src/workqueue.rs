@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::leadership::Takeover;
 use crate::metrics::QueueMetrics;
 use crate::priority::Priority;
 
@@ -85,7 +86,8 @@ enum Timer {
 pub struct Deferred {
     /// Settled keys left to their resync.
     pub to_resync: usize,
-    /// Settled keys a live trigger queued late, moved behind the live changes to come.
+    /// Keys moved behind the live changes to come: settled ones a live trigger queued late,
+    /// and unsettled ones the previous leader had in hand.
     pub behind_live: usize,
 }
 
@@ -310,44 +312,51 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         self.publish_depth();
     }
 
-    /// Takes the keys waiting to catch up that `settled` says need no reconcile out of the
-    /// queue, and gives each a requeue instead, spread evenly over the second half of `after`
-    /// so they do not all fall due at once.
+    /// Orders what waits when the process starts reconciling, `previous` describing the
+    /// leader before it ([`Takeover`]); `settled` says which keys' objects look converged.
     ///
-    /// Waiting to catch up: triggered by nothing live, or, when `handled_until` is given (a
-    /// standby taking over), last triggered by or before it: the previous leader was there to
-    /// act on what came before, and a settled object shows that it did. A settled key
-    /// triggered live after `handled_until` is checked again, but moves behind the live
-    /// changes that come from now on: it was most likely the echo of the previous leader's
-    /// own last writes. Running keys, and those not settled, stay as they are.
+    /// - A settled key waiting to catch up (triggered by nothing live), or last triggered
+    ///   before `previous.settled_before`, leaves the queue for a requeue, spread evenly over
+    ///   the second half of `after` so they do not all fall due at once: the previous leader
+    ///   had time to act on it, and its object shows that it did.
+    /// - In a takeover, a settled key triggered live later is checked again, but behind the
+    ///   live changes from now on: most likely the echo of the previous leader's last writes.
+    /// - An unsettled key triggered live before `previous.acted_until` was in the previous
+    ///   leader's hands (a rollout it started, a change it was working through): it is checked
+    ///   behind the live changes too, so a change made at or after the handover goes first.
+    ///
+    /// Everything else, and every running key, stays as it is.
     pub fn defer_catch_up(
         &mut self,
         now: Instant,
         after: Duration,
-        handled_until: Option<Instant>,
+        previous: Takeover,
         mut settled: impl FnMut(&Key) -> bool,
     ) -> Deferred {
-        let candidates: Vec<(Key, bool)> = self
-            .entries
-            .iter()
-            .filter(|(key, e)| {
-                e.waiting_since.is_some() && e.queued.is_some() && !self.running.contains_key(*key)
-            })
-            .filter(|(_, e)| e.priority == Priority::CatchUp || handled_until.is_some())
-            .map(|(key, e)| {
-                let handled = e.priority == Priority::CatchUp
-                    || e.last_trigger
-                        .zip(handled_until)
-                        .is_some_and(|(last, until)| last <= until);
-                (key.clone(), handled)
-            })
-            .collect();
-        let (to_resync, behind_live): (Vec<_>, Vec<_>) = candidates
-            .into_iter()
-            .filter(|(key, _)| settled(key))
-            .partition(|(_, handled)| *handled);
+        let before = |last: Option<Instant>, until: Option<std::time::Instant>| {
+            last.zip(until)
+                .is_some_and(|(last, until)| last <= Instant::from_std(until))
+        };
+        let takeover = previous.settled_before.is_some() || previous.acted_until.is_some();
+        let mut to_resync = Vec::new();
+        let mut behind_live = Vec::new();
+        for (key, e) in &self.entries {
+            if e.waiting_since.is_none() || e.queued.is_none() || self.running.contains_key(key) {
+                continue;
+            }
+            let catching_up = e.priority == Priority::CatchUp;
+            if settled(key) {
+                if catching_up || before(e.last_trigger, previous.settled_before) {
+                    to_resync.push(key.clone());
+                } else if takeover {
+                    behind_live.push(key.clone());
+                }
+            } else if !catching_up && before(e.last_trigger, previous.acted_until) {
+                behind_live.push(key.clone());
+            }
+        }
         let count = u32::try_from(to_resync.len()).unwrap_or(u32::MAX).max(1);
-        for (i, (key, _)) in (0u32..).zip(to_resync.iter()) {
+        for (i, key) in (0u32..).zip(to_resync.iter()) {
             if let Some(entry) = self.entries.get_mut(key) {
                 entry.waiting_since = None;
                 entry.queued = None;
@@ -357,7 +366,7 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
             let at = later(now, after / 2 + (after / 2) * i / count);
             self.set_timer(key.clone(), at, Timer::Earliest, Priority::CatchUp);
         }
-        for (key, _) in &behind_live {
+        for key in &behind_live {
             if let Some(entry) = self.entries.get_mut(key) {
                 self.waiting[entry.priority.index()] -= 1;
                 self.waiting[Priority::CatchUp.index()] += 1;
@@ -787,7 +796,7 @@ mod tests {
         }
         q.trigger("d", now);
         let hour = Duration::from_secs(3600);
-        let deferred = q.defer_catch_up(now, hour, None, |key| *key != "b");
+        let deferred = q.defer_catch_up(now, hour, Takeover::default(), |key| *key != "b");
         assert_eq!(
             deferred,
             Deferred {
@@ -807,37 +816,62 @@ mod tests {
     }
 
     #[test]
-    fn in_a_takeover_settled_keys_go_to_the_resync_or_behind_live_changes() {
+    fn in_a_takeover_what_the_previous_leader_had_in_hand_goes_behind_live_changes() {
         let mut q = queue(Duration::ZERO);
         let start = Instant::now();
-        // What a standby saw while the previous leader worked: its writes' echoes, live.
-        for key in ["echo-1", "echo-2", "unsettled"] {
+        // What a standby saw while the previous leader worked: its writes' echoes, and a
+        // rollout it started that is not done yet.
+        for key in ["echo-1", "echo-2", "rolling-out"] {
             q.trigger(key, start);
         }
-        // Changed after the previous leader was last seen acting: its last writes' echo, and
-        // a user's change that is not settled yet.
-        let handled_until = start + Duration::from_secs(10);
-        let late = handled_until + Duration::from_millis(1);
+        // Between the moment everything before was surely handled and the last moment the
+        // previous leader was seen acting: its last writes' echo, and another change in its
+        // hands.
+        let settled_before = start + Duration::from_secs(10);
+        let acted_until = settled_before + Duration::from_secs(10);
+        let late = settled_before + Duration::from_millis(1);
         q.trigger("late-echo", late);
-        q.trigger("late-change", late);
+        q.trigger("in-hand", late);
+        // After it stopped acting: a user's change.
+        q.trigger("at-the-stop", acted_until + Duration::from_millis(1));
         let hour = Duration::from_secs(3600);
-        let now = handled_until + Duration::from_secs(5);
-        let deferred = q.defer_catch_up(now, hour, Some(handled_until), |key| {
-            !["unsettled", "late-change"].contains(key)
+        let now = acted_until + Duration::from_secs(5);
+        let previous = Takeover {
+            settled_before: Some(settled_before.into_std()),
+            acted_until: Some(acted_until.into_std()),
+        };
+        let deferred = q.defer_catch_up(now, hour, previous, |key| {
+            !["rolling-out", "in-hand", "at-the-stop"].contains(key)
         });
         assert_eq!(
             deferred,
             Deferred {
                 to_resync: 2,
-                behind_live: 1
+                behind_live: 3
             },
-            "the early echoes go to the resync, the late one is checked after live changes"
+            "the early echoes go to the resync; the late echo and what was in hand wait"
         );
-        assert_eq!(depths(&q), (2, 1));
+        assert_eq!(depths(&q), (1, 3));
         q.trigger("after-takeover", now);
-        assert_eq!(
-            drain(&mut q, now),
-            ["unsettled", "late-change", "after-takeover", "late-echo"]
-        );
+        let drained = drain(&mut q, now);
+        assert_eq!(drained[..2], ["at-the-stop", "after-takeover"]);
+        let mut behind: Vec<_> = drained[2..].to_vec();
+        behind.sort_unstable();
+        assert_eq!(behind, ["in-hand", "late-echo", "rolling-out"]);
+    }
+
+    #[test]
+    fn without_a_takeover_live_keys_keep_their_place() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        for key in ["settled", "unsettled"] {
+            q.trigger(key, now);
+        }
+        let deferred =
+            q.defer_catch_up(now, Duration::from_secs(3600), Takeover::default(), |key| {
+                *key == "settled"
+            });
+        assert_eq!(deferred, Deferred::default());
+        assert_eq!(drain(&mut q, now), ["settled", "unsettled"]);
     }
 }

@@ -18,7 +18,10 @@
 //!   someone shortened (a standby counts the shorter duration, the fence the renew deadline).
 //! - `leaseTransitions` is incremented whenever the holder changes; `acquireTime` is set then.
 //! - Releasing (on SIGTERM) writes an empty holder and a one-second duration, as client-go's
-//!   `ReleaseOnCancel`, so a standby takes over at once. It retries within a budget, reads the
+//!   `ReleaseOnCancel`, so a standby takes over at once. Its `renewTime` says when the leader
+//!   stopped reconciling, and its `acquireTime` when it released: the standby that takes over
+//!   reads how long before the release the leader stopped acting from the two (one clock), and
+//!   checks what changed before that after what changes from then on ([`Acquired`]). It retries within a budget, reads the
 //!   Lease first when an earlier write's outcome is unknown (also when shutdown interrupted an
 //!   acquisition), and says so when it gives up.
 //! - Candidates watch the single Lease object besides polling every retry period, so a standby
@@ -363,16 +366,55 @@ pub fn next_record(
     }
 }
 
-/// The record that releases `old`: no holder, a one-second duration (client-go's
-/// `ReleaseOnCancel`).
-pub fn released_record(old: &Record, now: Timestamp) -> Record {
+/// The record that releases `old` at `now`: no holder, a one-second duration (client-go's
+/// `ReleaseOnCancel`), and as `renewTime` the moment the holder stopped reconciling
+/// (`stopped_acting`, no later than `now`; `now` when not known).
+pub fn released_record(old: &Record, now: Timestamp, stopped_acting: Option<Timestamp>) -> Record {
     Record {
         holder: String::new(),
         lease_duration_seconds: 1,
         acquire_time: Some(now),
-        renew_time: Some(now),
+        renew_time: Some(stopped_acting.map_or(now, |at| at.min(now))),
         transitions: old.transitions,
     }
+}
+
+/// The most a released Lease is believed to say its holder stopped acting before it released
+/// it: longer than any shutdown.
+const MAX_STOP_BEFORE_RELEASE: Duration = Duration::from_secs(600);
+
+/// How much earlier than seen a release is taken to have been written: what a watch event
+/// takes to arrive, with room to spare. A change made in that time before the leader stopped
+/// is then still treated as made after.
+const RELEASE_SEEN_LATE_BY: Duration = Duration::from_secs(1);
+
+/// The last moment the holder before `record` (first seen as it is at `observed_at`) is known
+/// to have acted as leader: when it stopped reconciling, read from its release (how long
+/// before the release, on its own clock), or the last renewal seen of a Lease that expired.
+pub fn acted_until(record: &Record, observed_at: Instant) -> Instant {
+    let released = record.holder.is_empty() && record.lease_duration_seconds == 1;
+    if !released {
+        return observed_at;
+    }
+    let stopped_before_release = match (record.renew_time, record.acquire_time) {
+        (Some(stopped), Some(released)) => released
+            .duration_since(stopped)
+            .try_into()
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_STOP_BEFORE_RELEASE),
+        _ => Duration::ZERO,
+    };
+    observed_at
+        .checked_sub(stopped_before_release + RELEASE_SEEN_LATE_BY)
+        .unwrap_or(observed_at)
+}
+
+/// What [`LeaderElector::acquire`] learned of the leader before this candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Acquired {
+    /// The last moment the previous holder is known to have acted ([`acted_until`]); none
+    /// when the Lease was created (nobody led before).
+    pub previous_acted_until: Option<std::time::Instant>,
 }
 
 /// What [`LeaderElector`] remembers of another holder after seeing `record` (first seen
@@ -494,6 +536,9 @@ pub struct LeaderElector {
     /// Another holder last seen, and when its lease expires as seen from here: a Lease deleted
     /// or emptied by someone else is free only then (a holder's own release frees it at once).
     last_held: Option<(String, Instant)>,
+    /// The record this candidate last tried to take over from someone else, and when it
+    /// first saw it so.
+    taken_over: Option<(Record, Instant)>,
     /// The `resourceVersion` of the last Lease read or written.
     resource_version: Option<String>,
     /// When the last successful acquisition or renewal was sent.
@@ -571,6 +616,7 @@ impl LeaderElector {
             status,
             observed: None,
             last_held: None,
+            taken_over: None,
             resource_version: None,
             last_renew: None,
             uncertain: false,
@@ -712,6 +758,7 @@ impl LeaderElector {
                 transitions: 0,
                 ..record
             };
+            self.taken_over = None;
             let lease = self.lease_object(&record, None);
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(created) => {
@@ -742,6 +789,9 @@ impl LeaderElector {
                 Ok(held)
             }
             Decision::Renew | Decision::Acquire => {
+                if record.holder != identity {
+                    self.taken_over = Some((record.clone(), observed_at));
+                }
                 let next = next_record(&record, &identity, seconds, Timestamp::now());
                 self.replace(&next).await
             }
@@ -783,9 +833,10 @@ impl LeaderElector {
             .mul_f64(1.0 + fastrand::f64() * 0.1)
     }
 
-    /// Waits until the Lease is acquired (`true`) or `shutdown` is cancelled (`false`; then
-    /// [`LeaderElector::release`] finds out whether an interrupted attempt took the Lease).
-    pub async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
+    /// Waits until the Lease is acquired (with what is known of the leader before), or
+    /// `shutdown` is cancelled (`None`; then [`LeaderElector::release`] finds out whether an
+    /// interrupted attempt took the Lease).
+    pub async fn acquire(&mut self, shutdown: &CancellationToken) -> Option<Acquired> {
         tracing::info!(
             lease = %self.settings.lease_name,
             namespace = %self.settings.namespace,
@@ -796,7 +847,7 @@ impl LeaderElector {
         loop {
             let sent = Instant::now();
             let attempt = tokio::select! {
-                () = shutdown.cancelled() => return false,
+                () = shutdown.cancelled() => return None,
                 attempt = self.attempt(self.settings.renew_deadline, None) => attempt,
             };
             let wait = match attempt {
@@ -807,7 +858,13 @@ impl LeaderElector {
                     self.changes.borrow_and_update();
                     tracing::info!(lease = %self.settings.lease_name, identity = %self.settings.identity, "acquired the leader lease");
                     self.record("Acquire", "became leader");
-                    return true;
+                    let previous_acted_until = self
+                        .taken_over
+                        .take()
+                        .map(|(record, at)| acted_until(&record, at).into_std());
+                    return Some(Acquired {
+                        previous_acted_until,
+                    });
                 }
                 Some(Attempt::HeldBy { holder, remaining }) => {
                     if holder != last_holder {
@@ -820,7 +877,7 @@ impl LeaderElector {
                 Some(Attempt::Gone | Attempt::Conflict) | None => self.jittered_retry(),
             };
             if !self.wait_as_standby(shutdown, wait).await {
-                return false;
+                return None;
             }
         }
     }
@@ -957,11 +1014,17 @@ impl LeaderElector {
     }
 
     /// Gives the Lease up if this candidate holds it: empty holder, one-second duration, so
-    /// a standby takes over at once. Retries with backoff within `budget`; when the outcome
-    /// of an earlier write is unknown, reads the Lease first. Logs the outcome.
-    pub async fn release(&mut self, budget: Duration) -> Release {
+    /// a standby takes over at once, and when its controllers stopped reconciling
+    /// (`stopped_acting`, if they ran; see [`released_record`]). Retries with backoff within
+    /// `budget`; when the outcome of an earlier write is unknown, reads the Lease first. Logs
+    /// the outcome.
+    pub async fn release(
+        &mut self,
+        budget: Duration,
+        stopped_acting: Option<Timestamp>,
+    ) -> Release {
         self.status.stepped_down();
-        let outcome = self.try_release(budget).await;
+        let outcome = self.try_release(budget, stopped_acting).await;
         let lease = &self.settings.lease_name;
         match &outcome {
             Release::Released => {
@@ -978,7 +1041,11 @@ impl LeaderElector {
         outcome
     }
 
-    async fn try_release(&mut self, budget: Duration) -> Release {
+    async fn try_release(
+        &mut self,
+        budget: Duration,
+        stopped_acting: Option<Timestamp>,
+    ) -> Release {
         let deadline = Instant::now() + budget;
         let timed_out = || {
             Release::GaveUp(format!(
@@ -1010,7 +1077,7 @@ impl LeaderElector {
                 if record.holder != self.settings.identity {
                     return Release::NotHeld;
                 }
-                let released = released_record(&record, Timestamp::now());
+                let released = released_record(&record, Timestamp::now(), stopped_acting);
                 let lease = self.lease_object(&released, self.resource_version.clone());
                 let params = PostParams::default();
                 let written = self.api.replace(&self.settings.lease_name, &params, &lease);
@@ -1257,7 +1324,7 @@ mod tests {
     #[test]
     fn release_empties_the_holder() {
         let t = Timestamp::from_second(5).unwrap();
-        let released = released_record(&record("me", 15), t);
+        let released = released_record(&record("me", 15), t, None);
         assert_eq!(
             (
                 released.holder.as_str(),
@@ -1268,6 +1335,34 @@ mod tests {
         );
         let now = Instant::now();
         assert_eq!(decide(&released, now, now, "other"), Decision::Acquire);
+    }
+
+    #[test]
+    fn a_release_tells_how_long_before_it_its_holder_stopped_acting() {
+        let stopped = Timestamp::from_second(100).unwrap();
+        let released_at = Timestamp::from_second(103).unwrap();
+        let released = released_record(&record("me", 15), released_at, Some(stopped));
+        assert_eq!(
+            (released.renew_time, released.acquire_time),
+            (Some(stopped), Some(released_at))
+        );
+        let seen = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            acted_until(&released, seen),
+            seen - Duration::from_secs(3) - RELEASE_SEEN_LATE_BY
+        );
+        // A moment after the release is taken as the release (a clock that went back).
+        let later = released_record(
+            &record("me", 15),
+            released_at,
+            Some(Timestamp::from_second(108).unwrap()),
+        );
+        assert_eq!(later.renew_time, Some(released_at));
+        // A release without it (client-go's): stopped when released.
+        let theirs = released_record(&record("me", 15), released_at, None);
+        assert_eq!(acted_until(&theirs, seen), seen - RELEASE_SEEN_LATE_BY);
+        // An expired holder acted until its last renewal was seen.
+        assert_eq!(acted_until(&record("other", 15), seen), seen);
     }
 
     #[test]

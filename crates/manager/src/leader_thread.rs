@@ -10,11 +10,12 @@
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::leader::{LeaderElector, LeadershipEnd, Release};
+use crate::leader::{Acquired, LeaderElector, LeadershipEnd, Release};
 
 /// The elector, running on its thread. Dropping it closes the channel of calls, which ends the
 /// thread once its current call returns (it is not joined: that call may still wait on the API
@@ -29,7 +30,7 @@ pub struct ElectorThread {
 enum Call {
     Acquire {
         shutdown: CancellationToken,
-        reply: oneshot::Sender<bool>,
+        reply: oneshot::Sender<Option<Acquired>>,
     },
     Hold {
         stop: CancellationToken,
@@ -37,6 +38,7 @@ enum Call {
     },
     Release {
         budget: Duration,
+        stopped_acting: Option<Timestamp>,
         reply: oneshot::Sender<Release>,
     },
 }
@@ -96,12 +98,12 @@ impl ElectorThread {
     }
 
     /// [`LeaderElector::acquire`], on the thread.
-    pub async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
+    pub async fn acquire(&mut self, shutdown: &CancellationToken) -> Option<Acquired> {
         let shutdown = shutdown.child_token();
         let _stop_if_dropped = shutdown.clone().drop_guard();
         self.call(|reply| Call::Acquire { shutdown, reply })
             .await
-            .unwrap_or(false)
+            .flatten()
     }
 
     /// [`LeaderElector::hold`], on the thread.
@@ -114,10 +116,18 @@ impl ElectorThread {
     }
 
     /// [`LeaderElector::release`], on the thread.
-    pub async fn release(&mut self, budget: Duration) -> Release {
-        self.call(|reply| Call::Release { budget, reply })
-            .await
-            .unwrap_or_else(|| Release::GaveUp(THREAD_GONE.to_owned()))
+    pub async fn release(
+        &mut self,
+        budget: Duration,
+        stopped_acting: Option<Timestamp>,
+    ) -> Release {
+        self.call(|reply| Call::Release {
+            budget,
+            stopped_acting,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| Release::GaveUp(THREAD_GONE.to_owned()))
     }
 
     async fn call<T>(&self, call: impl FnOnce(oneshot::Sender<T>) -> Call) -> Option<T> {
@@ -146,8 +156,12 @@ async fn serve(mut elector: LeaderElector, mut calls: mpsc::Receiver<Call>) {
                 };
                 let _ = reply.send(end);
             }
-            Call::Release { budget, reply } => {
-                let _ = reply.send(elector.release(budget).await);
+            Call::Release {
+                budget,
+                stopped_acting,
+                reply,
+            } => {
+                let _ = reply.send(elector.release(budget, stopped_acting).await);
             }
         }
     }

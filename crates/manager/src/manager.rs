@@ -552,7 +552,7 @@ impl Runner {
                 joined = task => {
                     if let Err(error) = flatten(joined) {
                         // The controllers failed before leading (a watch refused, say).
-                        elector.release(RELEASE_BUDGET).await;
+                        elector.release(RELEASE_BUDGET, None).await;
                         return Err(error);
                     }
                     returned = Some(Ok(()));
@@ -560,29 +560,31 @@ impl Runner {
                 }
             },
         };
-        if !acquired || shutdown.is_cancelled() {
-            // An attempt cut short by the signal may have taken the Lease: release finds out.
-            tracing::info!("shutdown before leading");
-            if let (Standby::Warm((mut task, timeout), _, _), None) = (standby, &returned) {
-                stop.cancel();
-                stop_controllers(&mut task, timeout).await?;
+        let acquired = match acquired {
+            Some(acquired) if !shutdown.is_cancelled() => acquired,
+            _ => {
+                // An attempt cut short by the signal may have taken the Lease: release finds
+                // out.
+                tracing::info!("shutdown before leading");
+                if let (Standby::Warm((mut task, timeout), _, _), None) = (standby, &returned) {
+                    stop.cancel();
+                    stop_controllers(&mut task, timeout).await?;
+                }
+                elector.release(RELEASE_BUDGET, None).await;
+                return Ok(());
             }
-            elector.release(RELEASE_BUDGET).await;
-            return Ok(());
-        }
+        };
         let (mut task, timeout) = match standby {
             Standby::Warm(started, lead, lease_duration) => {
                 tracing::info!("leading: the warm controllers start reconciling");
                 // Whoever led before renewed its Lease until a lease duration ago at the
-                // latest (a graceful leader released it now, having acted on everything), and
-                // worked through what it had queued then for a while: what changed in the last
-                // two lease durations is reconciled first, what it settled before is left to
-                // the resync.
-                let handled_until = std::time::Instant::now().checked_sub(lease_duration * 2);
-                match handled_until {
-                    Some(until) => lead.take_over(until),
-                    None => lead.start(),
-                }
+                // latest, and worked through what it had queued then for a while: what it
+                // settled before two lease durations ago is left to the resync. What it had in
+                // hand until it was last seen acting is checked after what changes from now on.
+                lead.take_over(kube_operator_runtime::Takeover {
+                    settled_before: std::time::Instant::now().checked_sub(lease_duration * 2),
+                    acted_until: acquired.previous_acted_until,
+                });
                 started
             }
             Standby::Cold(runner) => runner.start(stop.clone()),
@@ -605,6 +607,8 @@ impl Runner {
             }
         };
         stop.cancel();
+        // From here no reconcile starts: the Lease's release says so to the next leader.
+        let stopped_acting = k8s_openapi::jiff::Timestamp::now();
         if let LeadershipEnd::Lost(reason) = end {
             // A standby may lead already, and the fence is closed: stop everything now.
             abort_controllers(task).await;
@@ -649,7 +653,7 @@ impl Runner {
                 "writes still unanswered at the end of the drain are abandoned"
             );
         }
-        elector.release(RELEASE_BUDGET).await;
+        elector.release(RELEASE_BUDGET, Some(stopped_acting)).await;
         result
     }
 }
