@@ -366,6 +366,13 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
             let at = later(now, after / 2 + (after / 2) * i / count);
             self.set_timer(key.clone(), at, Timer::Earliest, Priority::CatchUp);
         }
+        // In the order they were queued, so they keep first come, first served among themselves.
+        behind_live.sort_by_key(|key| {
+            self.entries
+                .get(key)
+                .and_then(|e| e.queued)
+                .map(|(_, sequence)| sequence)
+        });
         for key in &behind_live {
             if let Some(entry) = self.entries.get_mut(key) {
                 self.waiting[entry.priority.index()] -= 1;
@@ -853,11 +860,17 @@ mod tests {
         );
         assert_eq!(depths(&q), (1, 3));
         q.trigger("after-takeover", now);
-        let drained = drain(&mut q, now);
-        assert_eq!(drained[..2], ["at-the-stop", "after-takeover"]);
-        let mut behind: Vec<_> = drained[2..].to_vec();
-        behind.sort_unstable();
-        assert_eq!(behind, ["in-hand", "late-echo", "rolling-out"]);
+        assert_eq!(
+            drain(&mut q, now),
+            [
+                "at-the-stop",
+                "after-takeover",
+                "rolling-out",
+                "late-echo",
+                "in-hand"
+            ],
+            "live changes first, then what was in hand in the order it was queued"
+        );
     }
 
     #[test]
