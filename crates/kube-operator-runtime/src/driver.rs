@@ -57,6 +57,8 @@ use crate::metrics::result;
 use crate::own_writes::OwnWrites;
 use crate::priority::Priority;
 use crate::scope::{self, Namespaces, ScopedApi};
+use crate::shards::{Assignment, ShardFollower, Shards};
+use crate::slots::{Slots, slot_of_uid};
 use crate::watches::{Refusal, refusal_reason};
 use crate::workqueue::{Deferred, WorkQueue};
 use crate::{Error, Metrics, RunContext};
@@ -112,6 +114,9 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     leadership: crate::Leadership,
     /// What the controller wrote and its caches have not yet shown.
     own_writes: OwnWrites,
+    /// In a sharded manager, the slots whose objects this replica reconciles
+    /// ([`crate::RunOptions::shards`]); every object otherwise.
+    shards: Option<ShardFollower>,
     _resource: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -172,6 +177,7 @@ impl<K: Reconciled> Driver<K> {
             timeout: ctx.options.reconcile_timeout,
             leadership: ctx.options.leadership.clone(),
             own_writes: OwnWrites::default(),
+            shards: ctx.options.shards.as_ref().map(Shards::follow),
             _resource: std::marker::PhantomData,
         }
     }
@@ -306,6 +312,18 @@ impl<K: Reconciled> Driver<K> {
         let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut stopping = false;
+        let mut shards = self.shards;
+        // A sharded controller starts owning nothing, and takes its first assignment as a change.
+        let mut owned = if shards.is_some() {
+            Slots::NONE
+        } else {
+            Slots::ALL
+        };
+        // The assignment whose lost slots still have reconciles running, to report once they end.
+        let mut releasing = None;
+        // The slot of each running reconcile's object.
+        let mut running_slots: HashMap<ObjectRef<K>, u8> = HashMap::new();
+        let shard_objects = (self.metrics.shard_objects).with_label_values(&[name]);
         let mut leading = self.leadership.is_leading();
         let standby = !leading;
         let mut lead = std::pin::pin!(self.leadership.clone().leading());
@@ -334,6 +352,13 @@ impl<K: Reconciled> Driver<K> {
                         continue;
                     };
                     let meta = obj.meta();
+                    let slot = slot_of(meta);
+                    if !owned.contains(slot) {
+                        // Triggered, then its slot went to another replica.
+                        queue.gone(&key);
+                        held_back.remove(&key);
+                        continue;
+                    }
                     let behind = meta.uid.as_deref().is_some_and(|uid| {
                         (self.own_writes).behind(uid, meta.resource_version.as_deref())
                     });
@@ -349,9 +374,16 @@ impl<K: Reconciled> Driver<K> {
                     } else if held_back.remove(&key).is_some() {
                         cache_waits(cache_wait::CAUGHT_UP).inc();
                     }
+                    running_slots.insert(key.clone(), slot);
                     let reconciled = reconcile_instrumented(reconcile.clone(), obj, shared.clone());
                     running.push(reconciled.map(move |result| (key, result)).boxed());
                 }
+            }
+            if let (Some(follower), Some(generation)) = (&shards, releasing)
+                && running_slots.values().all(|slot| owned.contains(*slot))
+            {
+                follower.caught_up(generation);
+                releasing = None;
             }
             if stopping && running.is_empty() {
                 break;
@@ -362,10 +394,19 @@ impl<K: Reconciled> Driver<K> {
             }
             tokio::select! {
                 trigger = triggers.next(), if triggers_open && !stopping => match trigger {
-                    Some((key, priority)) => queue.trigger_with(key, Instant::now(), priority),
+                    Some((key, priority)) => {
+                        // What another replica owns is not queued here; an object no longer
+                        // cached (deleted) is, to be found gone.
+                        let theirs = shards.is_some()
+                            && cache.get(&key).is_some_and(|obj| !owned.contains(slot_of(obj.meta())));
+                        if !theirs {
+                            queue.trigger_with(key, Instant::now(), priority);
+                        }
+                    }
                     None => triggers_open = false,
                 },
                 Some((key, result)) = running.next(), if !running.is_empty() => {
+                    running_slots.remove(&key);
                     let requeue = match result {
                         Ok(outcome) => Some(requeue_after(outcome)),
                         Err(e) => retry_after(&key, &e, &shared),
@@ -401,7 +442,41 @@ impl<K: Reconciled> Driver<K> {
                         "leading: reconciling"
                     );
                 }
-                _ = tick.tick() => queue.refresh(Instant::now()),
+                assignment = next_assignment(&mut shards) => {
+                    let (lost, gained) = (owned.without(assignment.slots), assignment.slots.without(owned));                    owned = assignment.slots;
+                    let in_lost = |key: &ObjectRef<K>| {
+                        cache.get(key).is_some_and(|obj| lost.contains(slot_of(obj.meta())))
+                    };
+                    let dropped = queue.forget(in_lost);
+                    held_back.retain(|key, _| !in_lost(key));
+                    // The cache holds what its list has brought so far; what it brings later
+                    // is triggered by the list, and queued now that its slot is ours.
+                    let now = Instant::now();
+                    let mut queued = 0;
+                    for obj in cache.state() {
+                        if gained.contains(slot_of(obj.meta())) {
+                            queue.trigger_with(ObjectRef::from_obj(obj.as_ref()), now, Priority::CatchUp);
+                            queued += 1;
+                        }
+                    }
+                    releasing = Some(assignment.generation);
+                    shard_objects.set(owned_objects(&cache, owned));
+                    tracing::info!(
+                        controller = name,
+                        slots = %owned,
+                        %gained,
+                        %lost,
+                        queued,
+                        dropped,
+                        "shards assigned"
+                    );
+                }
+                _ = tick.tick() => {
+                    queue.refresh(Instant::now());
+                    if shards.is_some() {
+                        shard_objects.set(owned_objects(&cache, owned));
+                    }
+                }
                 () = self.shutdown.cancelled(), if !stopping => {
                     stopping = true;
                     // What waits is dropped: a new leader, or the next start, lists it again.
@@ -415,6 +490,29 @@ impl<K: Reconciled> Driver<K> {
         queue.refresh(Instant::now());
         tracing::info!(controller = name, "controller stopped");
         Ok(())
+    }
+}
+
+/// The slot of the object `meta` describes ([`crate::slots`]).
+fn slot_of(meta: &kube::api::ObjectMeta) -> u8 {
+    slot_of_uid(meta.uid.as_deref().unwrap_or_default())
+}
+
+/// How many cached objects belong to `owned`, for `operator_manager_shard_objects`.
+fn owned_objects<K: Resource<DynamicType = ()> + Clone>(cache: &Store<K>, owned: Slots) -> i64 {
+    let count = cache
+        .state()
+        .iter()
+        .filter(|obj| owned.contains(slot_of(obj.meta())))
+        .count();
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// The next assignment of a sharded replica; never, when not sharded.
+async fn next_assignment(shards: &mut Option<ShardFollower>) -> Assignment {
+    match shards {
+        Some(follower) => follower.changed().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -869,18 +967,41 @@ mod tests {
             Self::start_with(objects, concurrency, then, crate::Leadership::always())
         }
 
+        /// A controller of a sharded replica that owns what `shards` says; each object's uid
+        /// is its name.
+        fn start_sharded(objects: &[&str], then: Then, shards: crate::Shards) -> Self {
+            Self::start_configured(objects, 1, then, |options| options.shards = Some(shards))
+        }
+
         fn start_with(
             objects: &[&str],
             concurrency: u16,
             then: Then,
             leadership: crate::Leadership,
         ) -> Self {
+            Self::start_configured(objects, concurrency, then, |options| {
+                options.leadership = leadership;
+            })
+        }
+
+        fn start_configured(
+            objects: &[&str],
+            concurrency: u16,
+            then: Then,
+            configure: impl FnOnce(&mut crate::RunOptions),
+        ) -> Self {
             let shutdown = CancellationToken::new();
             let mut ctx = run_context(concurrency, shutdown.clone());
-            ctx.options.leadership = leadership;
+            let sharded = {
+                configure(&mut ctx.options);
+                ctx.options.shards.is_some()
+            };
             let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
             for name in objects {
                 let mut mc = (*memcached(name)).clone();
+                if sharded {
+                    mc.metadata.uid = Some((*name).to_owned());
+                }
                 // `converged-*` objects look as their last reconcile left them, settled.
                 if name.starts_with("converged-") {
                     mc.metadata.generation = Some(1);
@@ -1134,6 +1255,45 @@ mod tests {
         );
         shutdown.cancel();
         running.await.expect("joined").expect("stopped cleanly");
+    }
+
+    #[tokio::test]
+    async fn a_sharded_controller_reconciles_its_slots_and_lets_go_once_their_reconciles_end() {
+        // Three objects in three different slots.
+        // Uids vary from their first byte, as random ones do: FNV's high bits depend on it.
+        let names: Vec<String> = (0..64).map(|i| format!("{i}-object")).collect();
+        let mut distinct: Vec<&str> = Vec::new();
+        for name in &names {
+            if distinct.iter().all(|n| slot_of_uid(n) != slot_of_uid(name)) {
+                distinct.push(name);
+            }
+        }
+        let [a, b, c] = [distinct[0], distinct[1], distinct[2]];
+        let slot = |name: &str| Slots::one(slot_of_uid(name));
+        let (control, shards) = crate::Shards::new();
+        let r = Recording::start_sharded(&[a, b, c], Then::WaitForRelease, shards);
+
+        control.assign(slot(a), Default::default());
+        r.settle(1, 1).await;
+        // Another replica's object: not queued here (it would run, and be seen, below).
+        r.trigger(c);
+
+        // a's slot goes while a runs: b's comes, and is caught up once a has ended.
+        let generation = control.assign(slot(b), Default::default());
+        let released =
+            tokio::time::timeout(Duration::from_millis(200), control.released(generation));
+        assert!(released.await.is_err(), "a still runs");
+        r.trigger(a);
+        r.release.add_permits(1);
+        tokio::time::timeout(Duration::from_secs(10), control.released(generation))
+            .await
+            .expect("a ended, and nothing of its slot waits");
+        r.settle(2, 2).await;
+        assert_eq!(
+            r.finish(2).await,
+            [a, b],
+            "c's slot was never this replica's"
+        );
     }
 
     #[tokio::test]

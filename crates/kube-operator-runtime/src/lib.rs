@@ -110,6 +110,8 @@ pub mod quantity;
 pub mod rbac;
 pub mod reconnect;
 pub mod scope;
+pub mod shards;
+pub mod slots;
 pub mod status;
 pub mod status_writer;
 #[cfg(test)]
@@ -131,6 +133,8 @@ pub use metrics::Metrics;
 pub use priority::Priority;
 pub use rbac::PolicyRule;
 pub use scope::Namespaces;
+pub use shards::{ShardControl, Shards};
+pub use slots::Slots;
 pub use status::Rollout;
 pub use status_writer::{Progress, StatusWriter};
 pub use watches::SharedWatches;
@@ -176,6 +180,10 @@ pub struct RunOptions {
     /// When reconciling may start: always (the default), or, for a warm standby, once it
     /// leads ([`Leadership::standby`]). Watches and caches start either way.
     pub leadership: Leadership,
+    /// In a sharded manager, the slots of the objects this replica reconciles, as its
+    /// coordinator assigns them ([`Shards::new`]); `None`, the default, reconciles every
+    /// object.
+    pub shards: Option<Shards>,
 }
 
 impl RunOptions {
@@ -194,6 +202,7 @@ impl Default for RunOptions {
             namespaces: Namespaces::all(),
             reconcile_timeout: None,
             leadership: Leadership::always(),
+            shards: None,
         }
     }
 }

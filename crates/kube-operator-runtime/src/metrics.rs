@@ -81,6 +81,10 @@ pub struct Metrics {
     /// reconcile started without it after [`crate::driver::CATCH_UP_WAIT`]. `behind` is the
     /// count of reconciles that read a cache older than their own write; it should stay 0.
     pub reconcile_cache_waits: IntCounterVec,
+    /// `operator_manager_shard_objects{controller}`: in a sharded manager, the cached objects
+    /// of the slots this replica owns, that is, the objects it reconciles (see
+    /// [`crate::shards`]); absent when not sharded.
+    pub shard_objects: IntGaugeVec,
 }
 
 /// The outcomes of `operator_manager_reconcile_cache_waits_total`.
@@ -118,6 +122,7 @@ impl Metrics {
         registry.register(Box::new(metrics.reconcile_errors_by_kind.clone()))?;
         registry.register(Box::new(metrics.reconcile_triggers.clone()))?;
         registry.register(Box::new(metrics.reconcile_cache_waits.clone()))?;
+        registry.register(Box::new(metrics.shard_objects.clone()))?;
         Ok(metrics)
     }
 
@@ -266,6 +271,13 @@ impl Metrics {
                     "Reconciles held back until a cache showed the controller's own last write, per controller and outcome",
                 ),
                 &["controller", "outcome"],
+            )?,
+            shard_objects: IntGaugeVec::new(
+                Opts::new(
+                    "operator_manager_shard_objects",
+                    "Objects of the shards this replica owns, per controller",
+                ),
+                &["controller"],
             )?,
         })
     }

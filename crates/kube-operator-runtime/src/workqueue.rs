@@ -390,6 +390,29 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         }
     }
 
+    /// Drops the waiting keys `which` picks, with their timers: their objects are no longer
+    /// this queue's to reconcile (a shard handed to another replica). A running one still ends
+    /// with [`WorkQueue::done`]. How many waited.
+    pub fn forget(&mut self, mut which: impl FnMut(&Key) -> bool) -> usize {
+        let picked: Vec<Key> = self.entries.keys().filter(|k| which(k)).cloned().collect();
+        let mut forgotten = 0;
+        for key in &picked {
+            let Some(entry) = self.entries.remove(key) else {
+                continue;
+            };
+            if entry.waiting_since.is_some() {
+                self.waiting[entry.priority.index()] -= 1;
+                forgotten += 1;
+            }
+            if let Some(slot) = entry.timer {
+                self.timers.remove(&slot);
+            }
+            // Its copy among the ready keys is skipped, having no entry.
+        }
+        self.publish_depth();
+        forgotten
+    }
+
     /// Drops every waiting key and timer (at shutdown); running reconciles still end with
     /// [`WorkQueue::done`].
     pub fn clear(&mut self) {
@@ -886,5 +909,25 @@ mod tests {
             });
         assert_eq!(deferred, Deferred::default());
         assert_eq!(drain(&mut q, now), ["settled", "unsettled"]);
+    }
+
+    #[test]
+    fn forgotten_keys_leave_the_queue_and_their_timers() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        for key in ["a", "b", "c", "d"] {
+            q.trigger(key, now);
+        }
+        assert_eq!(q.pop(now), Some("a"));
+        q.done(&"a", Some(Duration::from_secs(1)), now);
+        assert_eq!(q.pop(now), Some("b"));
+        assert_eq!(q.forget(|key| matches!(*key, "a" | "b" | "c")), 1);
+        assert_eq!(q.depth(Priority::Live), 1);
+        assert_eq!(q.next_timer(), None, "a's requeue went with it");
+        // The running key ends as usual and may run again if asked.
+        q.done(&"b", None, now);
+        assert_eq!(drain(&mut q, now), ["d"]);
+        q.trigger("c", now);
+        assert_eq!(drain(&mut q, now), ["c"]);
     }
 }
