@@ -1275,3 +1275,219 @@ async fn survives_a_20s_apiserver_outage_and_converges() -> Result<()> {
     ensure!(status.success(), "exit status {status}");
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sharding.
+
+/// `operator_manager_shard_slots` of `manager`, 0 when it does not answer (stopped).
+async fn slots_of(manager: &Manager) -> f64 {
+    match manager.metrics_text().await {
+        Ok(text) => metric(&text, "operator_manager_shard_slots").unwrap_or(0.0),
+        Err(_) => 0.0,
+    }
+}
+
+/// Waits until `managers` own every slot between them, each at least one; how long it took.
+async fn wait_all_slots_owned(managers: &[&Manager], timeout: Duration) -> Result<Duration> {
+    let start = Instant::now();
+    loop {
+        let mut owned = Vec::new();
+        for manager in managers {
+            owned.push(slots_of(manager).await);
+        }
+        if owned.iter().sum::<f64>() == 64.0 && owned.iter().all(|n| *n > 0.0) {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > timeout {
+            bail!("after {timeout:?} the replicas own {owned:?} slots of 64");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The replicas (by pod name) that wrote each Memcached's status in `ns` since `since`, as the
+/// API server's audit log records them.
+fn status_writers(
+    fixture: &Fixture,
+    since: k8s_openapi::jiff::Timestamp,
+    pods: &[&str],
+) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>> {
+    let ns = fixture.ns.name();
+    let files = fixture.cluster.state.audit_log_files()?;
+    let events = testkit::read_audit_files_where(&files, |line| line.contains(ns))?;
+    let mut writers: std::collections::BTreeMap<_, std::collections::BTreeSet<_>> =
+        Default::default();
+    for e in events.iter().filter(|e| {
+        e.namespace == ns
+            && e.resource == "memcacheds"
+            && e.subresource == "status"
+            && e.received >= since
+            && e.succeeded()
+    }) {
+        let pod = pods
+            .iter()
+            .find(|pod| e.user_agent.contains(&format!("({pod}_")))
+            .map_or_else(|| e.user_agent.clone(), |pod| (*pod).to_owned());
+        writers.entry(e.name.clone()).or_default().insert(pod);
+    }
+    Ok(writers)
+}
+
+/// Fails unless every object of `names` was written by exactly one replica.
+fn ensure_one_writer_each(
+    writers: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    names: &[String],
+    what: &str,
+) -> Result<()> {
+    for name in names {
+        let by = writers.get(name).cloned().unwrap_or_default();
+        ensure!(by.len() == 1, "{what}: Memcached {name} written by {by:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()> {
+    let fixture = fixture("mgr-shards").await?;
+    let group = testkit::unique_name("shards");
+    let names: Vec<String> = (0..3)
+        .map(|i| testkit::unique_name(&format!("shard-{i}")))
+        .collect();
+    let flags = [
+        "--sharding",
+        "--lease-duration=4s",
+        "--renew-deadline=3s",
+        "--retry-period=1s",
+    ];
+    let mut replicas = Vec::new();
+    for name in &names {
+        replicas.push(Manager::start(&fixture.identity.path, name, &group, &flags).await?);
+    }
+    let pods: Vec<&str> = names.iter().map(String::as_str).collect();
+    let joined = wait_all_slots_owned(&replicas.iter().collect::<Vec<_>>(), CONVERGE).await?;
+    println!(
+        "3 replicas own every slot {:.3}s after the last one started",
+        joined.as_secs_f64()
+    );
+
+    // Each object is reconciled by exactly one replica, and every replica has a share.
+    let api = memcacheds(&fixture.cluster, fixture.ns.name());
+    let objects: Vec<String> = (0..18).map(|i| format!("cache-{i}")).collect();
+    let created = k8s_openapi::jiff::Timestamp::now();
+    for object in &objects {
+        create_memcached(&api, object, 1).await?;
+    }
+    for object in &objects {
+        wait_converged(&fixture.cluster, fixture.ns.name(), object, 1, CONVERGE).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writers = status_writers(&fixture, created, &pods)?;
+    ensure_one_writer_each(&writers, &objects, "three replicas")?;
+    let shares: std::collections::BTreeMap<&String, usize> = names
+        .iter()
+        .map(|n| (n, writers.values().filter(|by| by.contains(n)).count()))
+        .collect();
+    println!("objects per replica: {shares:?}");
+    for manager in &replicas {
+        let text = manager.metrics_text().await?;
+        ensure!(
+            metric(&text, "operator_manager_shard_member") == Some(1.0),
+            "{} is not a member",
+            manager.name
+        );
+    }
+
+    // SIGTERM on one: the two others own its slots within a second, and reconcile its objects.
+    let mut leaving = replicas.pop().context("three replicas")?;
+    let sent = Instant::now();
+    leaving.process.terminate();
+    let handover = wait_all_slots_owned(&replicas.iter().collect::<Vec<_>>(), CONVERGE).await?;
+    println!(
+        "SIGTERM: the others owned every slot {:.3}s after the signal",
+        handover.as_secs_f64()
+    );
+    ensure!(
+        handover < Duration::from_secs(1),
+        "graceful handover took {handover:?}"
+    );
+    let status = leaving
+        .process
+        .wait_timeout(Duration::from_secs(35))
+        .await?
+        .context("the replica did not exit after SIGTERM")?;
+    ensure!(
+        status.success(),
+        "it exited with {status}:\n{}",
+        leaving.process.log_text()
+    );
+    println!(
+        "it exited 0 {:.3}s after SIGTERM",
+        sent.elapsed().as_secs_f64()
+    );
+    let scaled = k8s_openapi::jiff::Timestamp::now();
+    for object in &objects {
+        set_size(&api, object, 2).await?;
+    }
+    for object in &objects {
+        wait_converged(&fixture.cluster, fixture.ns.name(), object, 2, CONVERGE).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writers = status_writers(&fixture, scaled, &pods)?;
+    ensure_one_writer_each(&writers, &objects, "two replicas after a SIGTERM")?;
+    ensure!(
+        writers.values().all(|by| !by.contains(&leaving.name)),
+        "the replica that left wrote: {writers:?}"
+    );
+
+    // SIGKILL on another: the last one owns everything once the member Lease expires, and
+    // reconciles every object again.
+    let mut killed = replicas.pop().context("two replicas")?;
+    let survivor = replicas.pop().context("one replica")?;
+    let crashed = Instant::now();
+    killed.process.kill().await?;
+    let scaled = k8s_openapi::jiff::Timestamp::now();
+    for object in &objects {
+        set_size(&api, object, 3).await?;
+    }
+    wait_slots(&survivor, 64.0, CONVERGE).await?;
+    println!(
+        "SIGKILL: the survivor owned every slot {:.3}s after the crash (lease duration 4s)",
+        crashed.elapsed().as_secs_f64()
+    );
+    for object in &objects {
+        wait_converged(&fixture.cluster, fixture.ns.name(), object, 3, CONVERGE).await?;
+    }
+    let converged = crashed.elapsed();
+    println!(
+        "every object converged {:.3}s after the crash",
+        converged.as_secs_f64()
+    );
+    ensure!(
+        converged < Duration::from_secs(4 + 1 + 4),
+        "the crashed replica's objects took {converged:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writers = status_writers(&fixture, scaled, &pods)?;
+    ensure_one_writer_each(&writers, &objects, "after a SIGKILL")?;
+    for manager in [&leaving, &killed, &survivor] {
+        manager.assert_never_forbidden()?;
+    }
+    survivor.process.terminate();
+    Ok(())
+}
+
+/// Waits until `manager` owns `slots` slots.
+async fn wait_slots(manager: &Manager, slots: f64, timeout: Duration) -> Result<Duration> {
+    let start = Instant::now();
+    while slots_of(manager).await != slots {
+        if start.elapsed() > timeout {
+            bail!(
+                "{} owns {} slots, not {slots}, after {timeout:?}",
+                manager.name,
+                slots_of(manager).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(start.elapsed())
+}

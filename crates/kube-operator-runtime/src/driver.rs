@@ -461,15 +461,17 @@ impl<K: Reconciled> Driver<K> {
                     }
                     releasing = Some(assignment.generation);
                     shard_objects.set(owned_objects(&cache, owned));
-                    tracing::info!(
+                    if !(gained.is_empty() && lost.is_empty()) {
+                        tracing::info!(
                         controller = name,
                         slots = %owned,
                         %gained,
                         %lost,
                         queued,
-                        dropped,
-                        "shards assigned"
-                    );
+                            dropped,
+                            "shards assigned"
+                        );
+                    }
                 }
                 _ = tick.tick() => {
                     queue.refresh(Instant::now());

@@ -50,6 +50,11 @@
 //!   everything then. It costs the standby the memory of the caches, which its limit must
 //!   allow for when it leads anyway, and the API server one more watch per resource type, so
 //!   it is on by default; `false` starts the controllers only once the Lease is won.
+//! - `sharding` runs every replica's controllers at once, each reconciling the objects of its
+//!   share of the uid hash space, handed over between replicas through Leases (see
+//!   [`crate::sharding`]); `leader_elect` and `warm_standby` then do not apply. Off by default:
+//!   one leader is what controller-runtime users expect, and what the server-side write
+//!   fence (`deploy/leader-fence/`) checks.
 //! - `leader_election_namespace` defaults to `$POD_NAMESPACE` (set by the downward API in the
 //!   generated Deployment), else the client's default namespace: the service account's namespace
 //!   in-cluster, else the current kubeconfig context's namespace, else `default`.
@@ -191,6 +196,9 @@ settings! {
     /// While standing by, keep the controllers' caches current so a takeover reconciles at
     /// once.
     warm_standby: bool = "true";
+    /// Split the objects between every replica, each reconciling its share, instead of one
+    /// leader reconciling all; the leader Lease's name starts the names of its Leases.
+    sharding: bool = "false";
     /// Name of the leader-election Lease.
     leader_election_id: String = concat!(product::name!(), "-leader");
     /// Namespace of the leader-election Lease; without it `$POD_NAMESPACE`, else the client's

@@ -61,6 +61,10 @@ pub enum Error {
     #[error("leader election failed: {0}")]
     LeaderElection(String),
 
+    /// Sharded mode could not hand slots over, or read who holds them.
+    #[error("sharding: {0}")]
+    Sharding(String),
+
     /// This manager was leading and lost the Lease: it could not renew within the renew
     /// deadline, or another candidate holds it. The process exits so that its controllers stop
     /// for certain; the kubelet restarts it as a standby.

@@ -28,6 +28,7 @@ pub mod manager;
 pub mod metrics_auth;
 pub mod server;
 pub mod serving;
+pub mod sharding;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook_certs;

@@ -30,6 +30,7 @@ use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
 use crate::leader_thread::ElectorThread;
 use crate::metrics_auth::MetricsAuth;
 use crate::server::{Health, MetricsEndpoint, Secure, Servers};
+use crate::sharding::{self, ShardCoordinator, ShardMetrics, ShardSettings};
 use crate::tls::{CertFiles, ServingCert};
 use crate::webhook_certs::{CertSettings, InjectionTargets, WebhookCerts, service_names};
 use crate::webhooks::DeclaredWebhooks;
@@ -65,7 +66,15 @@ pub async fn run(
     let registry = telemetry::registry()?;
     let metrics = Arc::new(kube_operator_runtime::Metrics::register(&registry)?);
     let cert_reads = crate::tls::CertReads::register(&registry)?;
-    let fence = if config.leader_elect {
+    let identity = leader::default_identity();
+    let fence = if config.sharding {
+        // A sharded replica's writes are fenced by its member Lease.
+        let member = sharding::member_lease_name(&config.leader_election_id, &identity);
+        let gauge = telemetry::shard_member_gauge(&registry)?;
+        let status = Arc::new(LeaderStatus::new(gauge, config.renew_deadline));
+        let fenced = telemetry::fenced_writes(&registry)?.with_label_values(&[member.as_str()]);
+        Some(WriteFence::new(status, fenced))
+    } else if config.leader_elect {
         let lease = [config.leader_election_id.as_str()];
         let gauge = telemetry::leader_gauge(&registry)?.with_label_values(&lease);
         let status = Arc::new(LeaderStatus::new(gauge, config.renew_deadline));
@@ -94,7 +103,11 @@ pub async fn run(
         )?),
         _ => None,
     };
-    let identity = leader::default_identity();
+    let shard_metrics = if config.sharding {
+        Some(ShardMetrics::register(&registry)?)
+    } else {
+        None
+    };
     let connection = Connection::new(&identity, &registry).await?;
     // Scrapers' tokens are reviewed on a client of their own: a flood of them queues there,
     // not in front of the controllers' requests.
@@ -147,6 +160,7 @@ pub async fn run(
         &mut servers,
         metrics,
         fence.clone(),
+        shard_metrics,
         &health,
         &shutdown,
     )
@@ -194,6 +208,7 @@ async fn run_connected(
     servers: &mut Servers,
     metrics: Arc<kube_operator_runtime::Metrics>,
     fence: Option<WriteFence>,
+    shard_metrics: Option<ShardMetrics>,
     health: &Health,
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
@@ -238,8 +253,10 @@ async fn run_connected(
         debounce: config.reconcile_debounce,
         namespaces: kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
         reconcile_timeout: Some(config.reconcile_timeout).filter(|t| !t.is_zero()),
-        // A warm standby's run is handed its own (`Runner::run_elected`).
+        // A warm standby's run is handed its own (`Runner::run_elected`), as is a sharded
+        // one its shards (`Runner::run_sharded`).
         leadership: kube_operator_runtime::Leadership::always(),
+        shards: None,
     };
     let mut runner = Runner {
         client: client.clone(),
@@ -274,6 +291,35 @@ async fn run_connected(
         .with_layer(&requests)
         .with_layer(&fence)
         .build();
+    if let Some(shard_metrics) = shard_metrics {
+        // Renewed on a thread of its own, as the leader Lease is.
+        let member = Settings {
+            lease_name: sharding::member_lease_name(&config.leader_election_id, &identity),
+            namespace: namespace.clone(),
+            identity: identity.clone(),
+            lease_duration: config.lease_duration,
+            renew_deadline: config.renew_deadline,
+            retry_period: config.retry_period,
+        };
+        let status = fence.status().clone();
+        let elector = ElectorThread::start(move || {
+            let client = kube::client::ClientBuilder::try_from(elector_config)
+                .map_err(Error::Client)?
+                .with_layer(&requests)
+                .build();
+            Ok(LeaderElector::new(client, member, status))
+        })?;
+        let settings = ShardSettings {
+            group: config.leader_election_id.clone(),
+            namespace,
+            identity,
+            lease_duration: config.lease_duration,
+            retry_period: config.retry_period,
+        };
+        return runner
+            .run_sharded(elector, &fence, settings, shard_metrics, shutdown)
+            .await;
+    }
     let settings = Settings {
         lease_name: config.leader_election_id.clone(),
         namespace,
@@ -656,6 +702,108 @@ impl Runner {
         elector.release(RELEASE_BUDGET, Some(stopped_acting)).await;
         result
     }
+
+    /// Sharded: join the group with a member Lease, reconcile the slots the coordinator takes,
+    /// and at shutdown let go of them (their reconciles ended) before the controllers stop and
+    /// the member Lease is released.
+    async fn run_sharded(
+        mut self,
+        mut elector: ElectorThread,
+        fence: &WriteFence,
+        settings: ShardSettings,
+        metrics: ShardMetrics,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
+        if elector.acquire(shutdown).await.is_none() || shutdown.is_cancelled() {
+            tracing::info!("shutdown before joining the shard group");
+            elector.release(RELEASE_BUDGET, None).await;
+            return Ok(());
+        }
+        let (control, shards) = kube_operator_runtime::Shards::new();
+        self.options.shards = Some(shards);
+        let coordinator = ShardCoordinator::new(self.client.clone(), settings, control, metrics);
+        let stop = CancellationToken::new();
+        let leaving = CancellationToken::new();
+        tracing::info!("joined the shard group: the controllers reconcile the slots it takes");
+        let (mut task, timeout) = self.start(stop.clone());
+        let mut coordinating = tokio::spawn(coordinator.run(leaving.clone()));
+        let mut returned = None;
+        let end = loop {
+            tokio::select! {
+                end = elector.hold(shutdown) => break end,
+                joined = &mut task, if returned.is_none() => {
+                    let result = flatten(joined);
+                    let failed = result.is_err();
+                    returned = Some(result);
+                    if failed {
+                        break LeadershipEnd::Stopped;
+                    }
+                    tracing::info!("controllers returned; holding the member lease until shutdown");
+                }
+                ended = &mut coordinating => {
+                    let error = match ended {
+                        Ok(Ok(())) => Error::Sharding("the coordinator stopped".to_owned()),
+                        Ok(Err(error)) => error,
+                        Err(panic) => Error::Sharding(format!("the coordinator failed: {panic}")),
+                    };
+                    abort_controllers(task).await;
+                    elector.release(RELEASE_BUDGET, None).await;
+                    return Err(error);
+                }
+            }
+        };
+        if let LeadershipEnd::Lost(reason) = end {
+            // Others take this replica's slots once its member Lease expires: stop now.
+            coordinating.abort();
+            abort_controllers(task).await;
+            return Err(Error::LeadershipLost(reason));
+        }
+        tracing::info!("shutting down: letting go of the slots while renewing the member lease");
+        // Renewed until every slot is free and every write answered: until then, this replica
+        // is the one that may write for them.
+        let drained = {
+            let renewing = CancellationToken::new();
+            let drain = async {
+                leaving.cancel();
+                let left = match (&mut coordinating).await {
+                    Ok(left) => left,
+                    Err(panic) => Err(Error::Sharding(format!("the coordinator failed: {panic}"))),
+                };
+                stop.cancel();
+                let stopped = match returned {
+                    Some(result) => result,
+                    None => stop_controllers(&mut task, timeout).await,
+                };
+                fence.close_to_new_writes();
+                (left.and(stopped), fence.writes_ended(WRITE_DRAIN).await)
+            };
+            tokio::select! {
+                drained = drain => Ok(drained),
+                end = elector.hold(&renewing) => Err(end),
+            }
+        };
+        let stopped_acting = k8s_openapi::jiff::Timestamp::now();
+        let (result, writes) = match drained {
+            Ok(drained) => drained,
+            Err(end) => {
+                coordinating.abort();
+                abort_controllers(task).await;
+                let reason = match end {
+                    LeadershipEnd::Lost(reason) => reason,
+                    LeadershipEnd::Stopped => "stopped renewing while draining".to_owned(),
+                };
+                return Err(Error::LeadershipLost(reason));
+            }
+        };
+        if writes > 0 {
+            tracing::warn!(
+                in_flight = writes,
+                "writes still unanswered at the end of the drain are abandoned"
+            );
+        }
+        elector.release(RELEASE_BUDGET, Some(stopped_acting)).await;
+        result
+    }
 }
 
 fn flatten(
@@ -736,7 +884,8 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         webhook_bind_address = %config.webhook_bind_address,
         webhook_cert_path = config.webhook_cert_path.as_ref().map_or("(provisioned)".into(), |p| p.display().to_string()),
         webhook_cert_validity = %show(config.webhook_cert_validity),
-        leader_elect = config.leader_elect,
+        sharding = config.sharding,
+        leader_elect = config.leader_elect && !config.sharding,
         warm_standby = config.warm_standby,
         leader_election_id = %config.leader_election_id,
         leader_election_namespace = config.leader_election_namespace.as_deref().unwrap_or("(auto)"),

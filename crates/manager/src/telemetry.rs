@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal as _;
 
-use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
 
@@ -65,6 +65,20 @@ pub fn leader_gauge(registry: &Registry) -> Result<IntGaugeVec, Error> {
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
         ),
         &["name"],
+    )?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
+}
+
+/// Registers `operator_manager_shard_member`: 1 while this replica of a sharded manager holds
+/// its member Lease (and may write for its slots), 0 otherwise.
+///
+/// # Errors
+/// [`Error::Metrics`] when registration fails.
+pub fn shard_member_gauge(registry: &Registry) -> Result<IntGauge, Error> {
+    let gauge = IntGauge::new(
+        "operator_manager_shard_member",
+        "1 while this replica of a sharded manager holds its member lease, 0 otherwise",
     )?;
     registry.register(Box::new(gauge.clone()))?;
     Ok(gauge)
