@@ -1395,6 +1395,12 @@ async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()
             "{} is not a member",
             manager.name
         );
+        // The shared cluster's API server runs with the ShardedListAndWatch gate.
+        ensure!(
+            metric(&text, "operator_manager_shard_server_side") == Some(1.0),
+            "{} did not find the API server's sharded lists",
+            manager.name
+        );
     }
 
     // SIGTERM on one: the two others own its slots within a second, and reconcile its objects.
@@ -1472,7 +1478,31 @@ async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()
     for manager in [&leaving, &killed, &survivor] {
         manager.assert_never_forbidden()?;
     }
+    let mut survivor = survivor;
     survivor.process.terminate();
+    survivor
+        .process
+        .wait_timeout(Duration::from_secs(35))
+        .await?
+        .context("the survivor did not exit after SIGTERM")?;
+
+    // Each replica listed and watched its own Memcacheds by shard, as the API server can (the
+    // audit log records a watch once it has ended).
+    let files = fixture.cluster.state.audit_log_files()?;
+    let events = testkit::read_audit_files_where(&files, |line| line.contains("shardSelector"))?;
+    for pod in &pods {
+        let selected = events.iter().any(|e| {
+            e.resource == "memcacheds"
+                && matches!(e.verb.as_str(), "list" | "watch")
+                && e.user_agent.contains(&format!("({pod}_"))
+                && e.request_uri.contains("shardSelector=shardRange")
+        });
+        ensure!(
+            selected,
+            "{pod} never listed or watched Memcacheds by shard"
+        );
+    }
+
     Ok(())
 }
 

@@ -57,6 +57,7 @@ use crate::metrics::result;
 use crate::own_writes::OwnWrites;
 use crate::priority::Priority;
 use crate::scope::{self, Namespaces, ScopedApi};
+use crate::shard_watch;
 use crate::shards::{Assignment, ShardFollower, Shards};
 use crate::slots::{Slots, slot_of_uid};
 use crate::watches::{Refusal, refusal_reason};
@@ -219,7 +220,27 @@ impl<K: Reconciled> Driver<K> {
             finalizer: self.finalizer,
         };
         let config = watcher::Config::default();
-        scope::watch(client, namespaces, &config, lists, cached.clone())
+        let events = match &self.shards {
+            // A sharded replica's watch asks the API server for its slots only, where it can.
+            Some(follower) => {
+                let (client, namespaces, lists, cached) = (
+                    client.clone(),
+                    namespaces.clone(),
+                    lists.clone(),
+                    cached.clone(),
+                );
+                shard_watch::restarting(follower.assignments(), follower.by_shard(), move |slots| {
+                    if let Some(slots) = slots {
+                        tracing::info!(controller = name, %slots, "watching the objects of these slots only");
+                    }
+                    let client = slots
+                        .map_or_else(|| client.clone(), |s| shard_watch::selecting(&client, s));
+                    scope::watch(&client, &namespaces, &config, &lists, cached.clone())
+                })
+            }
+            None => scope::watch(client, namespaces, &config, lists, cached.clone()),
+        };
+        events
             // `kubectl apply`'s copy of the object is never read, and would be most of what the
             // cache holds (the managed fields are not even parsed: see `scope::watch`).
             .modify(|obj: &mut K| {

@@ -110,6 +110,7 @@ pub mod quantity;
 pub mod rbac;
 pub mod reconnect;
 pub mod scope;
+pub mod shard_watch;
 pub mod shards;
 pub mod slots;
 pub mod status;

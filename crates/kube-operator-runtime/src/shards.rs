@@ -7,6 +7,7 @@
 //! slots have ended, it reports them let go ([`ShardControl::released`]): only then may the
 //! coordinator hand them to another replica, so that two replicas never write for one object.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
@@ -31,6 +32,7 @@ pub struct Assignment {
 pub struct Shards {
     assigned: watch::Receiver<Assignment>,
     released: Releases,
+    by_shard: Arc<AtomicBool>,
 }
 
 /// The coordinator's side of [`Shards`].
@@ -38,6 +40,7 @@ pub struct Shards {
 pub struct ShardControl {
     assigned: watch::Sender<Assignment>,
     released: Releases,
+    by_shard: Arc<AtomicBool>,
 }
 
 /// Each controller's report of the last assignment it has caught up with.
@@ -48,6 +51,7 @@ type Releases = Arc<Mutex<Vec<watch::Receiver<u64>>>>;
 pub struct ShardFollower {
     assigned: watch::Receiver<Assignment>,
     caught_up: watch::Sender<u64>,
+    by_shard: Arc<AtomicBool>,
 }
 
 impl Shards {
@@ -55,13 +59,16 @@ impl Shards {
     pub fn new() -> (ShardControl, Shards) {
         let (assigned, receiver) = watch::channel(Assignment::default());
         let released = Releases::default();
+        let by_shard = Arc::new(AtomicBool::new(false));
         let control = ShardControl {
             assigned,
             released: released.clone(),
+            by_shard: by_shard.clone(),
         };
         let shards = Shards {
             assigned: receiver,
             released,
+            by_shard,
         };
         (control, shards)
     }
@@ -80,6 +87,7 @@ impl Shards {
         ShardFollower {
             assigned,
             caught_up,
+            by_shard: self.by_shard.clone(),
         }
     }
 }
@@ -96,6 +104,13 @@ impl ShardControl {
             generation = assignment.generation;
         });
         generation
+    }
+
+    /// Says whether the API server lists and watches by shard (KEP-5866): the controllers'
+    /// watches of their own objects then ask it for their slots only
+    /// ([`crate::shard_watch`]) from the next assignment on. Say it before the first.
+    pub fn lists_by_shard(&self, by_shard: bool) {
+        self.by_shard.store(by_shard, Ordering::Relaxed);
     }
 
     /// The slots owned now.
@@ -123,6 +138,17 @@ impl ShardFollower {
     /// The assignment now.
     pub fn current(&self) -> Assignment {
         *self.assigned.borrow()
+    }
+
+    /// The assignments from now on, for a watch to follow ([`crate::shard_watch::restarting`]).
+    pub fn assignments(&self) -> watch::Receiver<Assignment> {
+        self.assigned.clone()
+    }
+
+    /// Whether the API server lists and watches by shard, as the coordinator last said.
+    pub fn by_shard(&self) -> impl Fn() -> bool + Send + Sync + Clone + 'static {
+        let by_shard = self.by_shard.clone();
+        move || by_shard.load(Ordering::Relaxed)
     }
 
     /// Completes with the next assignment (at first, the one in force when the follower

@@ -54,6 +54,8 @@ pub struct LocalCluster {
     paths: Paths,
     progress: Progress,
     real_node: bool,
+    /// The API server's feature gates beyond its defaults ([`LocalCluster::feature_gates`]).
+    sharded_lists: bool,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -61,6 +63,7 @@ impl std::fmt::Debug for LocalCluster {
         f.debug_struct("LocalCluster")
             .field("paths", &self.paths)
             .field("real_node", &self.real_node)
+            .field("sharded_lists", &self.sharded_lists)
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +108,26 @@ impl LocalCluster {
             paths,
             progress: Arc::new(|_| {}),
             real_node: true,
+            sharded_lists: true,
+        }
+    }
+
+    /// Starts the API server without the alpha `ShardedListAndWatch` gate (KEP-5866), so it
+    /// serves every list and watch whole, as clusters before 1.36 and most after do.
+    #[must_use]
+    pub fn without_sharded_lists(mut self) -> Self {
+        self.sharded_lists = false;
+        self
+    }
+
+    /// The API server's feature gates beyond its defaults: `ShardedListAndWatch`, so that
+    /// sharded replicas can list and watch only their share, unless
+    /// [`LocalCluster::without_sharded_lists`].
+    pub fn feature_gates(&self) -> Vec<String> {
+        if self.sharded_lists {
+            vec!["ShardedListAndWatch=true".to_owned()]
+        } else {
+            Vec::new()
         }
     }
 
@@ -157,12 +180,15 @@ impl LocalCluster {
             if state.versions == versions::cache_key()
                 && state.all_alive()
                 && state.node.is_some() == self.real_node
+                && state.feature_gates == self.feature_gates()
                 && api_ready(&state).await.is_ok()
             {
                 self.say("The local cluster is already running; nothing to do.");
                 return Ok(Up::AlreadyRunning(state));
             }
-            if state.all_alive() && state.node.is_some() != self.real_node {
+            if state.all_alive() && state.feature_gates != self.feature_gates() {
+                self.say("The running cluster has other feature gates; replacing it.");
+            } else if state.all_alive() && state.node.is_some() != self.real_node {
                 self.say(if self.real_node {
                     "The running cluster has no real node; replacing it with one that has."
                 } else {
@@ -197,6 +223,7 @@ impl LocalCluster {
             components: Vec::new(),
             node: None,
             audit_log: Some(self.paths.audit_log()),
+            feature_gates: self.feature_gates(),
         };
         match self.start(&built.binaries, &state_dir, &mut state).await {
             Ok(()) => {
@@ -345,6 +372,10 @@ impl LocalCluster {
             // host name here, and looking it up would ask the machine's DNS.
             "--kubelet-preferred-address-types=InternalIP".into(),
         ];
+        let feature_gates = self.feature_gates();
+        if !feature_gates.is_empty() {
+            apiserver_args.push(format!("--feature-gates={}", feature_gates.join(",")));
+        }
         // Its own record of every write, for tests to check who wrote what and when.
         apiserver_args.extend(audit::apiserver_args(&self.paths)?);
         match node_ip {

@@ -54,6 +54,9 @@ pub struct ClusterState {
     /// kept one.
     #[serde(default)]
     pub audit_log: Option<PathBuf>,
+    /// The API server's feature gates beyond its defaults, as `Name=true`.
+    #[serde(default)]
+    pub feature_gates: Vec<String>,
 }
 
 impl ClusterState {

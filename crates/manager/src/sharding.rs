@@ -210,6 +210,34 @@ impl Members {
     }
 }
 
+/// Whether the API server lists and watches by shard (KEP-5866's `shardSelector`, alpha in
+/// 1.36 behind the `ShardedListAndWatch` gate): asked with a list of the Leases of `namespace`
+/// that selects the whole hash space. A server that honours the selector says so in the list's
+/// `metadata.shardInfo`; one without the gate ignores the parameter and answers without it.
+///
+/// # Errors
+/// [`Error::Sharding`] when the list itself fails.
+pub async fn server_side_shards(client: &kube::Client, namespace: &str) -> Result<bool, Error> {
+    let selector = Slots::ALL
+        .ranges()
+        .first()
+        .map(slots::HashRange::uid_selector)
+        .unwrap_or_default();
+    let uri = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases?limit=1&shardSelector={}",
+        kube_operator_runtime::shard_watch::query_escape(&selector)
+    );
+    let request = http::Request::get(uri)
+        .body(Vec::new())
+        .map_err(|e| Error::Sharding(format!("cannot build the shard probe: {e}")))?;
+    let list: serde_json::Value = client.request(request).await.map_err(|e| {
+        Error::Sharding(format!(
+            "cannot list Leases to probe for sharded lists: {e}"
+        ))
+    })?;
+    Ok(list["metadata"]["shardInfo"].is_object())
+}
+
 /// The coordinator's metrics.
 #[derive(Debug, Clone)]
 pub struct ShardMetrics {
@@ -217,6 +245,9 @@ pub struct ShardMetrics {
     slots: IntGauge,
     /// `operator_manager_shard_members`: the members this replica sees alive.
     members: IntGauge,
+    /// `operator_manager_shard_server_side`: 1 when the API server lists and watches by
+    /// shard, 0 when each replica filters what it is sent ([`server_side_shards`]).
+    server_side: IntGauge,
     /// `operator_manager_shard_rebalances_total{change}`: slots taken (`claimed`) or let go
     /// (`released`).
     rebalances: IntCounterVec,
@@ -240,6 +271,10 @@ impl ShardMetrics {
                 "operator_manager_shard_members",
                 "Replicas of the sharded manager this replica sees alive, itself included",
             )?,
+            server_side: IntGauge::new(
+                "operator_manager_shard_server_side",
+                "1 when the API server lists and watches by shard (KEP-5866), 0 when replicas filter what they are sent",
+            )?,
             rebalances: IntCounterVec::new(
                 Opts::new(
                     "operator_manager_shard_rebalances_total",
@@ -259,6 +294,7 @@ impl ShardMetrics {
         };
         registry.register(Box::new(metrics.slots.clone()))?;
         registry.register(Box::new(metrics.members.clone()))?;
+        registry.register(Box::new(metrics.server_side.clone()))?;
         registry.register(Box::new(metrics.rebalances.clone()))?;
         registry.register(Box::new(metrics.duration.clone()))?;
         for change in ["claimed", "released"] {
@@ -301,6 +337,20 @@ impl ShardCoordinator {
     /// [`Error::Sharding`] when the holders' Lease cannot be read or written while letting
     /// go; its slots then become free when this replica's member Lease expires.
     pub async fn run(self, leaving: CancellationToken) -> Result<(), Error> {
+        let client = self.leases.clone().into_client();
+        match server_side_shards(&client, &self.settings.namespace).await {
+            Ok(true) => {
+                self.control.lists_by_shard(true);
+                self.metrics.server_side.set(1);
+                tracing::info!("the API server lists and watches by shard (ShardedListAndWatch)");
+            }
+            Ok(false) => tracing::info!(
+                "the API server lists and watches whole (no ShardedListAndWatch): each replica filters what it is sent"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "cannot tell whether the API server lists by shard; filtering here")
+            }
+        }
         let (store, writer) = reflector::store::<Lease>();
         let changed = Arc::new(Notify::new());
         let watch = {

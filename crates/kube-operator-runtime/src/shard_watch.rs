@@ -1,0 +1,209 @@
+//! The watch of a sharded replica's own objects: only its slots, where the API server can
+//! select them.
+//!
+//! An API server with KEP-5866's sharded lists and watches (`ShardedListAndWatch`, alpha in
+//! 1.36) sends a client only the objects whose uid hashes into the ranges of its
+//! `shardSelector`. A replica that owns a third of the slots then lists, caches and decodes a
+//! third of the objects. Each time its slots change, the watch starts again with the new
+//! selector: the objects of gained slots arrive with its list (and are triggered as new), those
+//! of lost slots leave the cache at its end.
+//!
+//! Where the API server cannot select ([`crate::shards::ShardControl::lists_by_shard`] says
+//! so), the watch takes everything, once, and the driver skips what is not its own: the same
+//! objects are reconciled either way, since the driver checks every key against its slots.
+
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt as _};
+use kube::client::Body;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use crate::shards::Assignment;
+use crate::slots::Slots;
+
+/// A client that asks for the objects of `slots` only, on every request (the watch's lists and
+/// watches are its only requests).
+pub fn selecting(client: &kube::Client, slots: Slots) -> kube::Client {
+    match slots.uid_selector() {
+        Some(selector) => kube::Client::new(
+            ShardSelected {
+                inner: client.clone(),
+                selector: query_escape(&selector),
+            },
+            client.default_namespace(),
+        ),
+        None => client.clone(),
+    }
+}
+
+/// The service of [`selecting`]: `client` with `shardSelector` added to each request's query.
+#[derive(Clone)]
+struct ShardSelected {
+    inner: kube::Client,
+    /// The selector, escaped for a query.
+    selector: String,
+}
+
+impl tower::Service<http::Request<Body>> for ShardSelected {
+    type Response = http::Response<Body>;
+    type Error = kube::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        let uri = with_query(request.uri(), "shardSelector", &self.selector);
+        Box::pin(async move {
+            *request.uri_mut() = uri.map_err(kube::Error::HttpError)?;
+            inner.send(request).await
+        })
+    }
+}
+
+/// `uri` with `name=value` (already escaped) added to its query.
+fn with_query(uri: &http::Uri, name: &str, value: &str) -> Result<http::Uri, http::Error> {
+    let path = uri.path();
+    let pair = format!("{name}={value}");
+    let path_and_query = match uri.query() {
+        Some(query) if !query.is_empty() => format!("{path}?{query}&{pair}"),
+        _ => format!("{path}?{pair}"),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(path_and_query.parse().map_err(http::Error::from)?);
+    Ok(http::Uri::from_parts(parts)?)
+}
+
+/// `text` as a URL query value: every byte but the unreserved ones percent-encoded.
+pub fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The events of `start(slots)`, started again with the slots of each new assignment while
+/// `by_shard()` says the API server selects by shard. With no slot it watches nothing: its
+/// cache is emptied (an empty list) and waits.
+pub fn restarting<K, S>(
+    mut assignments: watch::Receiver<Assignment>,
+    by_shard: impl Fn() -> bool + Send + Sync + Clone + 'static,
+    start: impl Fn(Option<Slots>) -> S + Send + Sync + 'static,
+) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: Send + 'static,
+    S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+{
+    // Not filtered before the first assignment, when nothing is known yet.
+    let mut first = true;
+    futures::stream::unfold((), move |()| {
+        let slots = if first {
+            first = false;
+            None
+        } else {
+            let slots = assignments.borrow_and_update().slots;
+            by_shard().then_some(slots)
+        };
+        let mut next = assignments.clone();
+        let by_shard = by_shard.clone();
+        // Ends this watch at the next assignment, once the API server can select by shard.
+        let changed = async move {
+            loop {
+                if next.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if by_shard() {
+                    break;
+                }
+            }
+        };
+        let events: BoxStream<'static, _> = match slots {
+            Some(slots) if slots.is_empty() => {
+                let empty = [watcher::Event::Init, watcher::Event::InitDone].map(Ok);
+                futures::stream::iter(empty)
+                    .chain(futures::stream::pending())
+                    .boxed()
+            }
+            _ => start(slots).boxed(),
+        };
+        std::future::ready(Some((events.take_until(changed), ())))
+    })
+    .flatten()
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selector_joins_the_query_escaped() {
+        let uri: http::Uri = "https://h/apis/g/v1/things?watch=true&limit=5"
+            .parse()
+            .expect("uri");
+        let with = with_query(&uri, "shardSelector", &query_escape("shardRange(a, '0x0')"))
+            .expect("a uri");
+        assert_eq!(
+            with.to_string(),
+            "https://h/apis/g/v1/things?watch=true&limit=5&shardSelector=shardRange%28a%2C%20%270x0%27%29"
+        );
+        let bare: http::Uri = "/api/v1/pods".parse().expect("uri");
+        assert_eq!(
+            with_query(&bare, "s", "x").expect("a uri").to_string(),
+            "/api/v1/pods?s=x"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_assignment_starts_the_watch_again_with_its_slots() {
+        let (send, assignments) = watch::channel(Assignment::default());
+        let started = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = started.clone();
+        let mut events = restarting::<(), _>(
+            assignments,
+            || true,
+            move |slots| {
+                recorded.lock().expect("not poisoned").push(slots);
+                futures::stream::iter([Ok(watcher::Event::Init)]).chain(futures::stream::pending())
+            },
+        );
+        assert!(matches!(
+            events.next().await,
+            Some(Ok(watcher::Event::Init))
+        ));
+        let assign = |slots: Slots| {
+            send.send_modify(|a| {
+                a.slots = slots;
+                a.generation += 1;
+            });
+        };
+        assign(Slots::one(3));
+        assert!(matches!(
+            events.next().await,
+            Some(Ok(watcher::Event::Init))
+        ));
+        // No slot: an empty list, and no watch.
+        assign(Slots::NONE);
+        assert!(matches!(
+            events.next().await,
+            Some(Ok(watcher::Event::Init))
+        ));
+        assert!(matches!(
+            events.next().await,
+            Some(Ok(watcher::Event::InitDone))
+        ));
+        assert_eq!(
+            *started.lock().expect("not poisoned"),
+            [None, Some(Slots::one(3))]
+        );
+    }
+}
