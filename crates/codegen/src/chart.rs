@@ -355,6 +355,13 @@ impl Template {
                 text: "--metrics-secure".to_owned(),
             },
         )?;
+        self.push(
+            &args,
+            Fill::If {
+                condition: ".Values.sharding.enabled".to_owned(),
+                text: "--sharding".to_owned(),
+            },
+        )?;
         // Nothing by default: the manager runs every controller unless told otherwise.
         self.push(
             &args,
@@ -679,6 +686,12 @@ leaderElection:
   # Run the controllers only in the pod that holds the Lease. Without it, run one replica.
   enabled: true
 
+sharding:
+  # Run the controllers in every pod, each reconciling its share of the objects (handed
+  # over through Leases when pods come and go) instead of one pod reconciling all; then
+  # leaderElection does not apply. Scale with `replicas`.
+  enabled: false
+
 metrics:
   # true: /metrics over HTTPS on port {METRICS_PORT} ({METRICS_PORT_NAME}), only to clients whose token the
   # API server authenticates and who may get /metrics (the {METRICS_READER_ROLE}
@@ -786,6 +799,7 @@ fn values_schema() -> Result<GeneratedFile, Error> {
                 },
             },
             "leaderElection": boolean("enabled", "Run the controllers only in the Lease holder."),
+            "sharding": boolean("enabled", "Every replica reconciles a share of the objects."),
             "metrics": boolean("secure", "HTTPS with authentication and authorization, or plain HTTP."),
             "serviceMonitor": boolean("enabled", "A Prometheus Operator ServiceMonitor."),
             "logging": {
