@@ -1349,65 +1349,116 @@ fn ensure_one_writer_each(
 #[tokio::test]
 async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()> {
     let fixture = fixture("mgr-shards").await?;
-    let group = testkit::unique_name("shards");
-    let names: Vec<String> = (0..3)
-        .map(|i| testkit::unique_name(&format!("shard-{i}")))
-        .collect();
-    let flags = [
-        "--sharding",
-        "--lease-duration=4s",
-        "--renew-deadline=3s",
-        "--retry-period=1s",
-    ];
-    let mut replicas = Vec::new();
-    for name in &names {
-        replicas.push(Manager::start(&fixture.identity.path, name, &group, &flags).await?);
-    }
-    let pods: Vec<&str> = names.iter().map(String::as_str).collect();
-    let joined = wait_all_slots_owned(&replicas.iter().collect::<Vec<_>>(), CONVERGE).await?;
-    println!(
-        "3 replicas own every slot {:.3}s after the last one started",
-        joined.as_secs_f64()
-    );
+    // The shared cluster's API server runs with the ShardedListAndWatch gate.
+    sharded_replicas(&fixture, true).await
+}
 
-    // Each object is reconciled by exactly one replica, and every replica has a share.
+#[tokio::test]
+async fn sharded_replicas_filter_what_an_api_server_without_sharded_lists_sends() -> Result<()> {
+    let serial = CLUSTER_TESTS.lock().await;
+    let private = testkit::PrivateCluster::start_without_sharded_lists("mgr-shards-whole").await?;
+    let cluster = private.test().clone();
+    let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
+    let ns = TestNamespace::create(&cluster, "mgr-shards").await?;
+    let fixture = Fixture {
+        _serial: serial,
+        cluster,
+        ns,
+        identity,
+    };
+    sharded_replicas(&fixture, false).await
+}
+
+/// Three replicas of a sharded manager on `fixture`'s cluster, whose API server selects by
+/// shard or not (`server_side`): they split the objects, one joins, one leaves, one crashes.
+async fn sharded_replicas(fixture: &Fixture, server_side: bool) -> Result<()> {
+    let group = testkit::unique_name("shards");
+    let names: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| testkit::unique_name(&format!("shard-{n}")))
+        .collect();
+    let pods: Vec<&str> = names.iter().map(String::as_str).collect();
+    let lease = Duration::from_secs(4);
+    let a = start_sharded(fixture, pods[0], &group).await?;
+    let b = start_sharded(fixture, pods[1], &group).await?;
+    wait_all_slots_owned(&[&a, &b], CONVERGE).await?;
+
+    // Each object is reconciled by exactly one replica.
     let api = memcacheds(&fixture.cluster, fixture.ns.name());
     let objects: Vec<String> = (0..18).map(|i| format!("cache-{i}")).collect();
+    let converge_all = |size: i32| {
+        let (cluster, ns, objects) = (&fixture.cluster, fixture.ns.name(), &objects);
+        async move {
+            for object in objects {
+                wait_converged(cluster, ns, object, size, CONVERGE).await?;
+            }
+            anyhow::Ok(())
+        }
+    };
     let created = k8s_openapi::jiff::Timestamp::now();
     for object in &objects {
         create_memcached(&api, object, 1).await?;
     }
-    for object in &objects {
-        wait_converged(&fixture.cluster, fixture.ns.name(), object, 1, CONVERGE).await?;
-    }
+    converge_all(1).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writers = status_writers(&fixture, created, &pods)?;
+    ensure_one_writer_each(
+        &status_writers(fixture, created, &pods)?,
+        &objects,
+        "two replicas",
+    )?;
+
+    // A third joins: the two give up what exceeds their new share, and it takes that.
+    let asked = Instant::now();
+    let c = start_sharded(fixture, pods[2], &group).await?;
+    let ready = asked.elapsed();
+    let joined = wait_all_slots_owned(&[&a, &b, &c], CONVERGE).await? + ready;
+    println!(
+        "scale-up: three replicas owned every slot {:.3}s after the third started, {:.3}s after it was ready",
+        joined.as_secs_f64(),
+        (joined - ready).as_secs_f64()
+    );
+    ensure!(
+        joined - ready < Duration::from_secs(1),
+        "the join took {joined:?}"
+    );
+    let scaled = k8s_openapi::jiff::Timestamp::now();
+    for object in &objects {
+        set_size(&api, object, 2).await?;
+    }
+    converge_all(2).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writers = status_writers(fixture, scaled, &pods)?;
     ensure_one_writer_each(&writers, &objects, "three replicas")?;
-    let shares: std::collections::BTreeMap<&String, usize> = names
+    let shares: Vec<usize> = pods
         .iter()
-        .map(|n| (n, writers.values().filter(|by| by.contains(n)).count()))
+        .map(|pod| writers.values().filter(|by| by.contains(*pod)).count())
         .collect();
     println!("objects per replica: {shares:?}");
-    for manager in &replicas {
+    for manager in [&a, &b, &c] {
         let text = manager.metrics_text().await?;
         ensure!(
             metric(&text, "operator_manager_shard_member") == Some(1.0),
             "{} is not a member",
             manager.name
         );
-        // The shared cluster's API server runs with the ShardedListAndWatch gate.
+        let expected = if server_side { 1.0 } else { 0.0 };
         ensure!(
-            metric(&text, "operator_manager_shard_server_side") == Some(1.0),
-            "{} did not find the API server's sharded lists",
+            metric(&text, "operator_manager_shard_server_side") == Some(expected),
+            "{} did not find whether the API server lists by shard",
+            manager.name
+        );
+        ensure!(
+            text.contains("operator_manager_shard_ranges{"),
+            "{} shows no ranges",
             manager.name
         );
     }
 
-    // SIGTERM on one: the two others own its slots within a second, and reconcile its objects.
-    let mut leaving = replicas.pop().context("three replicas")?;
+    // SIGTERM on the third: the two others own its slots within a second.
+    let mut c = c;
     let sent = Instant::now();
-    leaving.process.terminate();
-    let handover = wait_all_slots_owned(&replicas.iter().collect::<Vec<_>>(), CONVERGE).await?;
+    c.process.terminate();
+    let handover = wait_all_slots_owned(&[&a, &b], CONVERGE).await?;
     println!(
         "SIGTERM: the others owned every slot {:.3}s after the signal",
         handover.as_secs_f64()
@@ -1416,7 +1467,7 @@ async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()
         handover < Duration::from_secs(1),
         "graceful handover took {handover:?}"
     );
-    let status = leaving
+    let status = c
         .process
         .wait_timeout(Duration::from_secs(35))
         .await?
@@ -1424,7 +1475,7 @@ async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()
     ensure!(
         status.success(),
         "it exited with {status}:\n{}",
-        leaving.process.log_text()
+        c.process.log_text()
     );
     println!(
         "it exited 0 {:.3}s after SIGTERM",
@@ -1432,62 +1483,79 @@ async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()
     );
     let scaled = k8s_openapi::jiff::Timestamp::now();
     for object in &objects {
-        set_size(&api, object, 2).await?;
+        set_size(&api, object, 3).await?;
     }
-    for object in &objects {
-        wait_converged(&fixture.cluster, fixture.ns.name(), object, 2, CONVERGE).await?;
-    }
+    converge_all(3).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writers = status_writers(&fixture, scaled, &pods)?;
+    let writers = status_writers(fixture, scaled, &pods)?;
     ensure_one_writer_each(&writers, &objects, "two replicas after a SIGTERM")?;
     ensure!(
-        writers.values().all(|by| !by.contains(&leaving.name)),
+        writers.values().all(|by| !by.contains(pods[2])),
         "the replica that left wrote: {writers:?}"
     );
 
-    // SIGKILL on another: the last one owns everything once the member Lease expires, and
-    // reconciles every object again.
-    let mut killed = replicas.pop().context("two replicas")?;
-    let survivor = replicas.pop().context("one replica")?;
+    // SIGKILL on the second: the first's objects never pause, and the second's are taken once
+    // its member Lease runs out.
+    let kept = writers
+        .iter()
+        .find(|(_, by)| by.contains(pods[0]))
+        .map(|(name, _)| name.clone())
+        .context("the first replica writes no object")?;
+    let lost: Vec<String> = writers
+        .iter()
+        .filter(|(_, by)| by.contains(pods[1]))
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut b = b;
     let crashed = Instant::now();
-    killed.process.kill().await?;
+    b.process.kill().await?;
     let scaled = k8s_openapi::jiff::Timestamp::now();
-    for object in &objects {
-        set_size(&api, object, 3).await?;
-    }
-    wait_slots(&survivor, 64.0, CONVERGE).await?;
+    set_size(&api, &kept, 4).await?;
+    wait_converged(&fixture.cluster, fixture.ns.name(), &kept, 4, CONVERGE).await?;
+    let unpaused = crashed.elapsed();
     println!(
-        "SIGKILL: the survivor owned every slot {:.3}s after the crash (lease duration 4s)",
-        crashed.elapsed().as_secs_f64()
-    );
-    for object in &objects {
-        wait_converged(&fixture.cluster, fixture.ns.name(), object, 3, CONVERGE).await?;
-    }
-    let converged = crashed.elapsed();
-    println!(
-        "every object converged {:.3}s after the crash",
-        converged.as_secs_f64()
+        "SIGKILL: the survivor's own {kept} converged {:.3}s after the crash",
+        unpaused.as_secs_f64()
     );
     ensure!(
-        converged < Duration::from_secs(4 + 1 + 4),
-        "the crashed replica's objects took {converged:?}"
+        unpaused < lease / 2,
+        "the survivor's object waited {unpaused:?}"
+    );
+    for object in &lost {
+        set_size(&api, object, 4).await?;
+    }
+    let taken = wait_slots(&a, 64.0, CONVERGE).await? + unpaused;
+    println!(
+        "SIGKILL: the survivor owned every slot {:.3}s after the crash (lease duration {lease:?})",
+        taken.as_secs_f64()
+    );
+    ensure!(
+        taken < lease + Duration::from_secs(1),
+        "the takeover took {taken:?}"
+    );
+    for object in &lost {
+        wait_converged(&fixture.cluster, fixture.ns.name(), object, 4, CONVERGE).await?;
+    }
+    println!(
+        "the crashed replica's {} objects converged {:.3}s after the crash",
+        lost.len(),
+        crashed.elapsed().as_secs_f64()
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writers = status_writers(&fixture, scaled, &pods)?;
-    ensure_one_writer_each(&writers, &objects, "after a SIGKILL")?;
-    for manager in [&leaving, &killed, &survivor] {
+    let writers = status_writers(fixture, scaled, &pods)?;
+    ensure_one_writer_each(&writers, &lost, "after a SIGKILL")?;
+    for manager in [&a, &b, &c] {
         manager.assert_never_forbidden()?;
     }
-    let mut survivor = survivor;
-    survivor.process.terminate();
-    survivor
-        .process
+    let mut a = a;
+    a.process.terminate();
+    a.process
         .wait_timeout(Duration::from_secs(35))
         .await?
         .context("the survivor did not exit after SIGTERM")?;
 
-    // Each replica listed and watched its own Memcacheds by shard, as the API server can (the
-    // audit log records a watch once it has ended).
+    // Each replica listed and watched its own Memcacheds by shard where the API server can (the
+    // audit log records a watch once it has ended), and never asked one that cannot.
     let files = fixture.cluster.state.audit_log_files()?;
     let events = testkit::read_audit_files_where(&files, |line| line.contains("shardSelector"))?;
     for pod in &pods {
@@ -1498,12 +1566,22 @@ async fn sharded_replicas_each_reconcile_a_share_and_hand_it_over() -> Result<()
                 && e.request_uri.contains("shardSelector=shardRange")
         });
         ensure!(
-            selected,
-            "{pod} never listed or watched Memcacheds by shard"
+            selected == server_side,
+            "{pod} listed or watched Memcacheds by shard: {selected}, where the API server can: {server_side}"
         );
     }
-
     Ok(())
+}
+
+/// Starts a replica of the sharded manager `group`, with a 4 s lease.
+async fn start_sharded(fixture: &Fixture, name: &str, group: &str) -> Result<Manager> {
+    let flags = [
+        "--sharding",
+        "--lease-duration=4s",
+        "--renew-deadline=3s",
+        "--retry-period=1s",
+    ];
+    Manager::start(&fixture.identity.path, name, group, &flags).await
 }
 
 /// Waits until `manager` owns `slots` slots.

@@ -91,11 +91,12 @@ pub fn query_escape(text: &str) -> String {
         .collect()
 }
 
-/// The events of `start(slots)`, started again with the slots of each new assignment while
-/// `by_shard()` says the API server selects by shard. With no slot it watches nothing: its
-/// cache is emptied (an empty list) and waits.
+/// The events of `start(slots)`, from the first assignment on (a replica may need only a share
+/// of the objects), started again with the slots of each new assignment while `by_shard()` says
+/// the API server selects by shard; `start(None)` takes every object. With no slot it watches
+/// nothing: its cache is emptied (an empty list) and waits. Ends when the coordinator is gone.
 pub fn restarting<K, S>(
-    mut assignments: watch::Receiver<Assignment>,
+    assignments: watch::Receiver<Assignment>,
     by_shard: impl Fn() -> bool + Send + Sync + Clone + 'static,
     start: impl Fn(Option<Slots>) -> S + Send + Sync + 'static,
 ) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
@@ -103,39 +104,34 @@ where
     K: Send + 'static,
     S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
 {
-    // Not filtered before the first assignment, when nothing is known yet.
-    let mut first = true;
-    futures::stream::unfold((), move |()| {
-        let slots = if first {
-            first = false;
-            None
-        } else {
+    let start = std::sync::Arc::new(start);
+    futures::stream::unfold(assignments, move |mut assignments| {
+        let (by_shard, start) = (by_shard.clone(), start.clone());
+        async move {
+            let assigned = assignments.wait_for(|a| a.generation > 0).await.is_ok();
+            // `wait_for` still answers with the last value once the coordinator is gone.
+            if !assigned || assignments.has_changed().is_err() {
+                return None;
+            }
             let slots = assignments.borrow_and_update().slots;
-            by_shard().then_some(slots)
-        };
-        let mut next = assignments.clone();
-        let by_shard = by_shard.clone();
-        // Ends this watch at the next assignment, once the API server can select by shard.
-        let changed = async move {
-            loop {
-                if next.changed().await.is_err() {
-                    std::future::pending::<()>().await;
+            let slots = by_shard().then_some(slots);
+            let mut next = assignments.clone();
+            // Ends this watch at the next assignment, once the API server can select by shard.
+            let changed = async move {
+                // Or when the coordinator is gone: the replica is stopping.
+                while next.changed().await.is_ok() && !by_shard() {}
+            };
+            let events: BoxStream<'static, _> = match slots {
+                Some(slots) if slots.is_empty() => {
+                    let empty = [watcher::Event::Init, watcher::Event::InitDone].map(Ok);
+                    futures::stream::iter(empty)
+                        .chain(futures::stream::pending())
+                        .boxed()
                 }
-                if by_shard() {
-                    break;
-                }
-            }
-        };
-        let events: BoxStream<'static, _> = match slots {
-            Some(slots) if slots.is_empty() => {
-                let empty = [watcher::Event::Init, watcher::Event::InitDone].map(Ok);
-                futures::stream::iter(empty)
-                    .chain(futures::stream::pending())
-                    .boxed()
-            }
-            _ => start(slots).boxed(),
-        };
-        std::future::ready(Some((events.take_until(changed), ())))
+                _ => start(slots).boxed(),
+            };
+            Some((events.take_until(changed), assignments))
+        }
     })
     .flatten()
     .boxed()
@@ -176,17 +172,21 @@ mod tests {
                 futures::stream::iter([Ok(watcher::Event::Init)]).chain(futures::stream::pending())
             },
         );
-        assert!(matches!(
-            events.next().await,
-            Some(Ok(watcher::Event::Init))
-        ));
         let assign = |slots: Slots| {
             send.send_modify(|a| {
                 a.slots = slots;
                 a.generation += 1;
             });
         };
+        // Nothing is watched before the first assignment.
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), events.next());
+        assert!(waited.await.is_err());
         assign(Slots::one(3));
+        assert!(matches!(
+            events.next().await,
+            Some(Ok(watcher::Event::Init))
+        ));
+        assign(Slots::one(4));
         assert!(matches!(
             events.next().await,
             Some(Ok(watcher::Event::Init))
@@ -203,7 +203,37 @@ mod tests {
         ));
         assert_eq!(
             *started.lock().expect("not poisoned"),
-            [None, Some(Slots::one(3))]
+            [Some(Slots::one(3)), Some(Slots::one(4))]
         );
+        drop(send);
+        assert!(events.next().await.is_none(), "the coordinator is gone");
+    }
+
+    #[tokio::test]
+    async fn without_sharded_lists_one_watch_takes_everything() {
+        let (send, assignments) = watch::channel(Assignment::default());
+        let started = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = started.clone();
+        let mut events = restarting::<(), _>(
+            assignments,
+            || false,
+            move |slots| {
+                recorded.lock().expect("not poisoned").push(slots);
+                futures::stream::iter([Ok(watcher::Event::Init)]).chain(futures::stream::pending())
+            },
+        );
+        for slots in [Slots::one(3), Slots::NONE, Slots::ALL] {
+            send.send_modify(|a| {
+                a.slots = slots;
+                a.generation += 1;
+            });
+        }
+        assert!(matches!(
+            events.next().await,
+            Some(Ok(watcher::Event::Init))
+        ));
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), events.next());
+        assert!(waited.await.is_err(), "never started again");
+        assert_eq!(*started.lock().expect("not poisoned"), [None]);
     }
 }

@@ -20,7 +20,7 @@
 //! looks again every retry period for members that stopped renewing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -30,7 +30,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube_operator_runtime::slots::{self, Slots};
 use kube_operator_runtime::{ShardControl, Takeover};
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -168,6 +168,8 @@ pub fn plan(holders: &Holders, live: &BTreeSet<String>, me: &str) -> Plan {
 struct Members {
     /// Each member Lease's record, and when this replica first saw it as it is.
     seen: HashMap<String, (Record, Instant)>,
+    /// When the first live member other than this one expires unless renewed.
+    next_expiry: Option<Instant>,
 }
 
 impl Members {
@@ -181,6 +183,7 @@ impl Members {
     ) -> BTreeSet<String> {
         let mut live = BTreeSet::from([me.to_owned()]);
         let mut present = BTreeSet::new();
+        self.next_expiry = None;
         for lease in leases {
             let Some(name) = lease
                 .metadata
@@ -202,6 +205,10 @@ impl Members {
             let duration =
                 Duration::from_secs(u64::try_from(record.lease_duration_seconds).unwrap_or(0));
             if !record.holder.is_empty() && now.saturating_duration_since(observed) < duration {
+                if record.holder != me {
+                    let expiry = observed + duration;
+                    self.next_expiry = Some(self.next_expiry.map_or(expiry, |e| e.min(expiry)));
+                }
                 live.insert(record.holder);
             }
         }
@@ -243,6 +250,9 @@ pub async fn server_side_shards(client: &kube::Client, namespace: &str) -> Resul
 pub struct ShardMetrics {
     /// `operator_manager_shard_slots`: the slots of the 64 this replica reconciles.
     slots: IntGauge,
+    /// `operator_manager_shard_ranges{start,end}`: 1 for each range of the uid hash space
+    /// whose objects this replica reconciles (hex, `end` exclusive), adjacent slots merged.
+    ranges: IntGaugeVec,
     /// `operator_manager_shard_members`: the members this replica sees alive.
     members: IntGauge,
     /// `operator_manager_shard_server_side`: 1 when the API server lists and watches by
@@ -257,6 +267,21 @@ pub struct ShardMetrics {
 }
 
 impl ShardMetrics {
+    /// Shows `slots` as the replica's own.
+    fn own(&self, slots: Slots) {
+        self.slots.set(i64::from(slots.len()));
+        self.ranges.reset();
+        for range in slots.ranges() {
+            let (start, end) = (
+                format!("0x{:016x}", range.start),
+                format!("0x{:016x}", range.end),
+            );
+            self.ranges
+                .with_label_values(&[start.as_str(), end.as_str()])
+                .set(1);
+        }
+    }
+
     /// Registers the metrics in `registry`.
     ///
     /// # Errors
@@ -266,6 +291,13 @@ impl ShardMetrics {
             slots: IntGauge::new(
                 "operator_manager_shard_slots",
                 "Slots of the 64 of the uid hash space whose objects this replica reconciles",
+            )?,
+            ranges: IntGaugeVec::new(
+                Opts::new(
+                    "operator_manager_shard_ranges",
+                    "Ranges of the uid hash space whose objects this replica reconciles, start inclusive and end exclusive",
+                ),
+                &["start", "end"],
             )?,
             members: IntGauge::new(
                 "operator_manager_shard_members",
@@ -293,6 +325,7 @@ impl ShardMetrics {
             )?,
         };
         registry.register(Box::new(metrics.slots.clone()))?;
+        registry.register(Box::new(metrics.ranges.clone()))?;
         registry.register(Box::new(metrics.members.clone()))?;
         registry.register(Box::new(metrics.server_side.clone()))?;
         registry.register(Box::new(metrics.rebalances.clone()))?;
@@ -311,6 +344,8 @@ pub struct ShardCoordinator {
     settings: ShardSettings,
     control: ShardControl,
     metrics: ShardMetrics,
+    /// The resourceVersion of the holders' Lease this replica's last write replaced.
+    replaced: Mutex<Option<String>>,
 }
 
 impl ShardCoordinator {
@@ -327,6 +362,7 @@ impl ShardCoordinator {
             settings,
             control,
             metrics,
+            replaced: Mutex::new(None),
         }
     }
 
@@ -390,10 +426,14 @@ impl ShardCoordinator {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.round(store, &mut members).await?;
+            // A member that stops renewing is gone the moment its lease runs out: look then,
+            // not a retry period later.
+            let expiry = members.next_expiry.map(tokio::time::Instant::from_std);
             tokio::select! {
                 () = leaving.cancelled() => return Ok(()),
                 () = changed.notified() => {}
                 _ = tick.tick() => {}
+                () = async { tokio::time::sleep_until(expiry.unwrap_or_else(tokio::time::Instant::now)).await }, if expiry.is_some() => {}
             }
         }
     }
@@ -420,6 +460,24 @@ impl ShardCoordinator {
                 return Ok(());
             }
         };
+        // Slots this replica reconciles that the record no longer gives it (written there by
+        // hand, or a record restored from a backup) are another's to take: stop at once.
+        // (A record this replica has since replaced is not it: the watch has not brought the
+        // write yet.)
+        let replaced = self
+            .replaced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let stale = replaced.is_some() && replaced == lease.metadata.resource_version;
+        let stray = self.control.slots().without(holders.of(me));
+        if !stray.is_empty() && !stale {
+            tracing::warn!(slots = %stray, "the shard holders' Lease no longer gives this replica slots it reconciles; stopping them");
+            let keep = self.control.slots().without(stray);
+            let generation = self.control.assign(keep, Takeover::default());
+            self.control.released(generation).await;
+            self.metrics.own(keep);
+        }
         let plan = plan(&holders, &live, me);
         if !plan.release.is_empty() {
             self.release(plan.release).await?;
@@ -481,7 +539,7 @@ impl ShardCoordinator {
         match self.write(lease, &holders).await {
             Ok(()) => {
                 self.control.assign(mine, Takeover::default());
-                self.metrics.slots.set(i64::from(mine.len()));
+                self.metrics.own(mine);
                 self.metrics
                     .rebalances
                     .with_label_values(&["claimed"])
@@ -510,7 +568,7 @@ impl ShardCoordinator {
         let keep = self.control.slots().without(release);
         let generation = self.control.assign(keep, Takeover::default());
         self.control.released(generation).await;
-        self.metrics.slots.set(i64::from(keep.len()));
+        self.metrics.own(keep);
         self.write_free(release).await?;
         self.metrics
             .rebalances
@@ -528,7 +586,7 @@ impl ShardCoordinator {
         let held = self.control.slots();
         let generation = self.control.assign(Slots::NONE, Takeover::default());
         self.control.released(generation).await;
-        self.metrics.slots.set(0);
+        self.metrics.own(Slots::NONE);
         if held.is_empty() {
             return Ok(());
         }
@@ -581,6 +639,8 @@ impl ShardCoordinator {
         self.leases
             .replace(&name, &PostParams::default(), &next)
             .await?;
+        *self.replaced.lock().unwrap_or_else(PoisonError::into_inner) =
+            lease.metadata.resource_version.clone();
         Ok(())
     }
 }
@@ -708,6 +768,7 @@ mod tests {
             members.live(&leases, "g-member-", "a", start),
             live(&["a", "b"])
         );
+        assert_eq!(members.next_expiry, Some(start + Duration::from_secs(15)));
         let later = start + Duration::from_secs(16);
         assert_eq!(
             members.live(&leases, "g-member-", "a", later),

@@ -31,12 +31,30 @@ impl PrivateCluster {
     /// [`crate::Error::Cluster`] when the shared cluster or this one cannot be started or
     /// reached; a cluster that fails to start is stopped and its scratch directory removed.
     pub async fn start(prefix: &str) -> Result<Self> {
+        Self::start_with(prefix, |local| local).await
+    }
+
+    /// [`PrivateCluster::start`], its API server without the `ShardedListAndWatch` gate the
+    /// shared cluster's has ([`LocalCluster::without_sharded_lists`]).
+    ///
+    /// # Errors
+    /// As [`PrivateCluster::start`].
+    pub async fn start_without_sharded_lists(prefix: &str) -> Result<Self> {
+        Self::start_with(prefix, LocalCluster::without_sharded_lists).await
+    }
+
+    async fn start_with(
+        prefix: &str,
+        configure: impl FnOnce(LocalCluster) -> LocalCluster,
+    ) -> Result<Self> {
         crate::cluster().await?;
         let scratch = std::env::temp_dir().join(crate::unique_name(prefix));
         let paths = Paths::from_env()?.with_state_dir(scratch.join("cluster"));
-        let local = LocalCluster::new(paths)
-            .without_real_node()
-            .with_progress(|line| println!("[private cluster] {line}"));
+        let local = configure(
+            LocalCluster::new(paths)
+                .without_real_node()
+                .with_progress(|line| println!("[private cluster] {line}")),
+        );
         let state = match local.up().await {
             Ok(up) => up.state().clone(),
             Err(error) => {
