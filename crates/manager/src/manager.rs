@@ -684,11 +684,7 @@ impl Runner {
             Ok(drained) => drained,
             Err(end) => {
                 abort_controllers(task).await;
-                let reason = match end {
-                    LeadershipEnd::Lost(reason) => reason,
-                    LeadershipEnd::Stopped => "stopped renewing while draining".to_owned(),
-                };
-                return Err(Error::LeadershipLost(reason));
+                return Err(lost_while_draining(end));
             }
         };
         if writes > 0 {
@@ -788,11 +784,7 @@ impl Runner {
             Err(end) => {
                 coordinating.abort();
                 abort_controllers(task).await;
-                let reason = match end {
-                    LeadershipEnd::Lost(reason) => reason,
-                    LeadershipEnd::Stopped => "stopped renewing while draining".to_owned(),
-                };
-                return Err(Error::LeadershipLost(reason));
+                return Err(lost_while_draining(end));
             }
         };
         if writes > 0 {
@@ -804,6 +796,14 @@ impl Runner {
         elector.release(RELEASE_BUDGET, Some(stopped_acting)).await;
         result
     }
+}
+
+/// The error of a Lease whose renewal ended while the controllers drained.
+fn lost_while_draining(end: LeadershipEnd) -> Error {
+    Error::LeadershipLost(match end {
+        LeadershipEnd::Lost(reason) => reason,
+        LeadershipEnd::Stopped => "stopped renewing while draining".to_owned(),
+    })
 }
 
 fn flatten(
