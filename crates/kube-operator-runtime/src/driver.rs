@@ -419,7 +419,9 @@ impl<K: Reconciled> Driver<K> {
                         // What another replica owns is not queued here; an object no longer
                         // cached (deleted) is, to be found gone.
                         let theirs = shards.is_some()
-                            && cache.get(&key).is_some_and(|obj| !owned.contains(slot_of(obj.meta())));
+                            && cache
+                                .get(&key)
+                                .is_some_and(|obj| !owned.contains(slot_of(obj.meta())));
                         if !theirs {
                             queue.trigger_with(key, Instant::now(), priority);
                         }
@@ -464,7 +466,9 @@ impl<K: Reconciled> Driver<K> {
                     );
                 }
                 assignment = next_assignment(&mut shards) => {
-                    let (lost, gained) = (owned.without(assignment.slots), assignment.slots.without(owned));                    owned = assignment.slots;
+                    let lost = owned.without(assignment.slots);
+                    let gained = assignment.slots.without(owned);
+                    owned = assignment.slots;
                     let in_lost = |key: &ObjectRef<K>| {
                         cache.get(key).is_some_and(|obj| lost.contains(slot_of(obj.meta())))
                     };
@@ -476,7 +480,8 @@ impl<K: Reconciled> Driver<K> {
                     let mut queued = 0;
                     for obj in cache.state() {
                         if gained.contains(slot_of(obj.meta())) {
-                            queue.trigger_with(ObjectRef::from_obj(obj.as_ref()), now, Priority::CatchUp);
+                            let key = ObjectRef::from_obj(obj.as_ref());
+                            queue.trigger_with(key, now, Priority::CatchUp);
                             queued += 1;
                         }
                     }
@@ -484,11 +489,11 @@ impl<K: Reconciled> Driver<K> {
                     shard_objects.set(owned_objects(&cache, owned));
                     if !(gained.is_empty() && lost.is_empty()) {
                         tracing::info!(
-                        controller = name,
-                        slots = %owned,
-                        %gained,
-                        %lost,
-                        queued,
+                            controller = name,
+                            slots = %owned,
+                            %gained,
+                            %lost,
+                            queued,
                             dropped,
                             "shards assigned"
                         );
