@@ -423,11 +423,12 @@ pub(crate) fn leader_election_role() -> Role {
         metadata: meta(LEADER_ELECTION_ROLE, Some(NAMESPACE)),
         rules: Some(vec![
             // Read and watched (every candidate watches the one Lease), taken (create), and
-            // renewed or released (update); never patched or deleted. Its Events, on the Lease.
+            // renewed or released (update); never patched. A sharded manager's member Leases
+            // are deleted once released or long expired. Its Events, on the Lease.
             rule(
                 "coordination.k8s.io",
                 "leases",
-                &["create", "get", "list", "update", "watch"],
+                &["create", "delete", "get", "list", "update", "watch"],
             ),
             rule("events.k8s.io", "events", &["create", "patch"]),
         ]),

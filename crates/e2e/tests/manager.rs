@@ -1481,6 +1481,29 @@ async fn sharded_replicas(fixture: &Fixture, server_side: bool) -> Result<()> {
         "it exited 0 {:.3}s after SIGTERM",
         sent.elapsed().as_secs_f64()
     );
+    // Its member Lease, released, is deleted by the others.
+    let member = format!("{group}-member-{}", pods[2]);
+    testkit::wait_for(
+        "the member Lease it left to be deleted",
+        CONVERGE,
+        || async {
+            let names: Vec<String> = leases(fixture)
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|lease| lease.metadata.name)
+                .filter(|name| name.starts_with(&member))
+                .collect();
+            if names.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still there: {names:?}"))
+            }
+        },
+    )
+    .await?;
     let scaled = k8s_openapi::jiff::Timestamp::now();
     for object in &objects {
         set_size(&api, object, 3).await?;

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube_operator_runtime::slots::{self, Slots};
@@ -166,8 +166,9 @@ pub fn plan(holders: &Holders, live: &BTreeSet<String>, me: &str) -> Plan {
 /// The members alive now, judged from their Leases as first seen unchanged.
 #[derive(Debug, Default)]
 struct Members {
-    /// Each member Lease's record, and when this replica first saw it as it is.
-    seen: HashMap<String, (Record, Instant)>,
+    /// Each member Lease's record, when this replica first saw it as it is, and its
+    /// resourceVersion.
+    seen: HashMap<String, (Record, Instant, Option<String>)>,
     /// When the first live member other than this one expires unless renewed.
     next_expiry: Option<Instant>,
 }
@@ -196,9 +197,11 @@ impl Members {
             present.insert(name.to_owned());
             let record = Record::from_lease(lease);
             let observed = match self.seen.get(name) {
-                Some((seen, at)) if *seen == record => *at,
+                Some((seen, at, _)) if *seen == record => *at,
                 _ => {
-                    self.seen.insert(name.to_owned(), (record.clone(), now));
+                    let version = lease.metadata.resource_version.clone();
+                    self.seen
+                        .insert(name.to_owned(), (record.clone(), now, version));
                     now
                 }
             };
@@ -215,7 +218,28 @@ impl Members {
         self.seen.retain(|name, _| present.contains(name));
         live
     }
+
+    /// The member Leases left behind, with the resourceVersion they were seen at: released
+    /// ones (a member that stopped) at once, and those that have stood still for
+    /// [`LEFT_BEHIND_AFTER`] lease durations (a member that died). Never `me`'s.
+    fn left_behind(&self, me: &str, now: Instant) -> Vec<(String, Option<String>)> {
+        self.seen
+            .iter()
+            .filter(|(_, (record, observed, _))| {
+                let duration =
+                    Duration::from_secs(u64::try_from(record.lease_duration_seconds).unwrap_or(0));
+                let stale =
+                    now.saturating_duration_since(*observed) >= duration * LEFT_BEHIND_AFTER;
+                record.holder != me && (record.holder.is_empty() || stale)
+            })
+            .map(|(name, (_, _, version))| (name.clone(), version.clone()))
+            .collect()
+    }
 }
+
+/// How many lease durations a dead member's Lease stands still before it is deleted: long
+/// past the moment its slots were taken, so no member still judges it by then.
+const LEFT_BEHIND_AFTER: u32 = 10;
 
 /// Whether the API server lists and watches by shard (KEP-5866's `shardSelector`, alpha in
 /// 1.36 behind the `ShardedListAndWatch` gate): asked with a list of the Leases of `namespace`
@@ -478,6 +502,7 @@ impl ShardCoordinator {
             self.control.released(generation).await;
             self.metrics.own(keep);
         }
+        self.delete_left_behind(members).await;
         let plan = plan(&holders, &live, me);
         if !plan.release.is_empty() {
             self.release(plan.release).await?;
@@ -485,6 +510,27 @@ impl ShardCoordinator {
             self.claim(&lease, holders, plan.claim, &live).await;
         }
         Ok(())
+    }
+
+    /// Deletes the member Leases that members which stopped or died left behind, each only as
+    /// it was seen (another member may have deleted it already).
+    async fn delete_left_behind(&self, members: &Members) {
+        for (name, version) in members.left_behind(&self.settings.identity, Instant::now()) {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: version,
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match self.leases.delete(&name, &params).await {
+                Ok(_) => tracing::debug!(lease = name, "deleted a member Lease left behind"),
+                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
+                Err(error) => {
+                    tracing::warn!(%error, lease = name, "cannot delete a member Lease left behind");
+                }
+            }
+        }
     }
 
     /// Creates the holders' Lease, empty; another member may have just done so.
@@ -774,6 +820,33 @@ mod tests {
             members.live(&leases, "g-member-", "a", later),
             live(&["a"]),
             "b expired"
+        );
+        assert_eq!(
+            members
+                .left_behind("a", later)
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
+            ["g-member-c"],
+            "a released Lease at once; b's not yet"
+        );
+        let long_after = start + Duration::from_secs(15 * 10);
+        let mut behind: Vec<String> = members
+            .left_behind("a", long_after)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        behind.sort();
+        assert_eq!(
+            behind,
+            ["g-member-b", "g-member-c"],
+            "b's after ten lease durations"
+        );
+        assert!(
+            members
+                .left_behind("b", long_after)
+                .iter()
+                .all(|(n, _)| n != "g-member-b")
         );
         let renewed = [lease("g-member-b", "b", "2026-01-01T00:00:02Z")];
         assert_eq!(
