@@ -220,6 +220,10 @@ impl<K: Reconciled> Driver<K> {
             finalizer: self.finalizer,
         };
         let config = watcher::Config::default();
+        // How many watches a sharded controller has started (one per assignment where the API
+        // server selects by shard): the list of each new one catches up, as the first does.
+        let starts = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut listed_starts = 0;
         let events = match &self.shards {
             // A sharded replica's watch asks the API server for its slots only, where it can.
             Some(follower) => {
@@ -229,7 +233,9 @@ impl<K: Reconciled> Driver<K> {
                     lists.clone(),
                     cached.clone(),
                 );
+                let starts = starts.clone();
                 shard_watch::restarting(follower.assignments(), follower.by_shard(), move |slots| {
+                    starts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if let Some(slots) = slots {
                         tracing::info!(controller = name, %slots, "watching the objects of these slots only");
                     }
@@ -251,10 +257,16 @@ impl<K: Reconciled> Driver<K> {
             .filter_map(move |event| {
                 let triggers = match event {
                     Ok(event) => {
-                        // The first list's objects catch up; a change seen live, or one a later
-                        // list found (missed while the watch was down), goes ahead of them.
-                        let first_list = matches!(event, watcher::Event::InitDone) && !listed;
-                        listed |= matches!(event, watcher::Event::InitDone);
+                        // The first list's objects catch up (and those of a new shard watch's,
+                        // the slots it gained); a change seen live, or one a later list found
+                        // (missed while the watch was down), goes ahead of them.
+                        let done = matches!(event, watcher::Event::InitDone);
+                        let started = starts.load(std::sync::atomic::Ordering::Relaxed);
+                        let first_list = done && (!listed || started != listed_starts);
+                        if done {
+                            listed = true;
+                            listed_starts = started;
+                        }
                         let priority = if first_list {
                             Priority::CatchUp
                         } else {
