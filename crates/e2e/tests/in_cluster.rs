@@ -616,21 +616,34 @@ async fn check_pod_security(cluster: &TestCluster) -> Result<()> {
 /// `spec.size`, a deleted pod replaced, hand scaling undone, deletion garbage-collecting.
 /// `kubectl apply` of the tutorial's sample in `ns`, with `image`: the sample names the public
 /// image, which cannot be pulled here.
+/// Whether `error` is the API server failing to reach a webhook through its Service.
+fn webhook_unreachable(error: &anyhow::Error) -> bool {
+    let text = format!("{error:#}");
+    text.contains("webhook")
+        && (text.contains("connection refused") || text.contains("no endpoints available"))
+}
+
 fn apply_sample(cluster: &TestCluster, ns: &TestNamespace, image: &str) -> Result<()> {
     let sample = testkit::deploy_dir()
         .join("samples")
         .join("cache_v1alpha1_memcached.yaml");
     let namespace = ns.name();
-    cluster_kubectl(
-        cluster,
-        &[
-            "--namespace",
-            namespace,
-            "apply",
-            "-f",
-            &sample.to_string_lossy(),
-        ],
-    )?;
+    let sample = sample.to_string_lossy();
+    let apply = ["--namespace", namespace, "apply", "-f", &sample];
+    // Pods Ready are not yet a Service the API server reaches: its endpoints take a moment to
+    // reach the node's proxy, and until then the conversion webhook's connection is refused,
+    // as it would be for a user applying the sample right after the install.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match cluster_kubectl(cluster, &apply) {
+            Ok(_) => break,
+            Err(error) if Instant::now() < deadline && webhook_unreachable(&error) => {
+                println!("the webhook Service does not answer yet; applying the sample again");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(error) => return Err(error),
+        }
+    }
     let patch = format!(r#"{{"spec":{{"image":"{image}"}}}}"#);
     cluster_kubectl(
         cluster,
