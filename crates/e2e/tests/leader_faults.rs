@@ -753,7 +753,16 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
             history.late.len()
         );
     }
-    let late: Vec<_> = report.late_writes().collect();
+    // Events change no object, and the API server's fence does not cover them: one handed to
+    // the HTTP connection just before the process froze goes out when it wakes, after the
+    // client's fence would refuse it. They are counted, not judged.
+    let (late_events, late): (Vec<_>, Vec<_>) = report
+        .late_writes()
+        .partition(|w| w.request_uri.starts_with("/apis/events.k8s.io/"));
+    println!(
+        "Events written outside their replica's tenure (not judged): {}",
+        late_events.len()
+    );
     // Which fault each late write followed, so a failure names what to look at.
     let described = |write: &testkit::LateWrite| {
         let during = outcomes
