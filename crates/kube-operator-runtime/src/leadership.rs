@@ -27,7 +27,8 @@ pub struct Lead {
 /// ([`Lead::take_over`]), to order the work its queues collected while it stood by.
 ///
 /// Both are moments on this process's monotonic clock; the earlier `settled_before` guards
-/// what is left to the resync, the later `acted_until` only what goes first.
+/// what is left to the resync, the later `acted_until` only the order of what is checked
+/// after the changes made from the takeover on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Takeover {
     /// The previous leader had time to act on every change before this: an object changed
@@ -35,7 +36,7 @@ pub struct Takeover {
     pub settled_before: Option<Instant>,
     /// The previous leader was seen acting until this moment (its last renewal seen, or when
     /// it stopped reconciling before it released the Lease): what changed before it was in
-    /// its hands, and is checked after the changes that come later.
+    /// its hands, and is checked after what changed while nobody led.
     pub acted_until: Option<Instant>,
 }
 

@@ -319,11 +319,11 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     ///   before `previous.settled_before`, leaves the queue for a requeue, spread evenly over
     ///   the second half of `after` so they do not all fall due at once: the previous leader
     ///   had time to act on it, and its object shows that it did.
-    /// - In a takeover, a settled key triggered live later is checked again, but behind the
-    ///   live changes from now on: most likely the echo of the previous leader's last writes.
-    /// - An unsettled key triggered live before `previous.acted_until` was in the previous
-    ///   leader's hands (a rollout it started, a change it was working through): it is checked
-    ///   behind the live changes too, so a change made at or after the handover goes first.
+    /// - In a takeover, every other key triggered live before now is checked again, but behind
+    ///   the live changes from now on, as controller-runtime's initial list is: what changed
+    ///   after `previous.acted_until` (while nobody led) first, then what was in the previous
+    ///   leader's hands (a rollout it started, a change it was working through, the echo of
+    ///   its last writes), each in the order it was queued.
     ///
     /// Everything else, and every running key, stays as it is.
     pub fn defer_catch_up(
@@ -345,13 +345,9 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
                 continue;
             }
             let catching_up = e.priority == Priority::CatchUp;
-            if settled(key) {
-                if catching_up || before(e.last_trigger, previous.settled_before) {
-                    to_resync.push(key.clone());
-                } else if takeover {
-                    behind_live.push(key.clone());
-                }
-            } else if !catching_up && before(e.last_trigger, previous.acted_until) {
+            if settled(key) && (catching_up || before(e.last_trigger, previous.settled_before)) {
+                to_resync.push(key.clone());
+            } else if takeover && !catching_up {
                 behind_live.push(key.clone());
             }
         }
@@ -366,12 +362,12 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
             let at = later(now, after / 2 + (after / 2) * i / count);
             self.set_timer(key.clone(), at, Timer::Earliest, Priority::CatchUp);
         }
-        // In the order they were queued, so they keep first come, first served among themselves.
+        // What nobody had in hand first; each part first come, first served.
         behind_live.sort_by_key(|key| {
-            self.entries
-                .get(key)
-                .and_then(|e| e.queued)
-                .map(|(_, sequence)| sequence)
+            self.entries.get(key).map(|e| {
+                let in_hand = before(e.last_trigger, previous.acted_until);
+                (in_hand, e.queued.map(|(_, sequence)| sequence))
+            })
         });
         for key in &behind_live {
             if let Some(entry) = self.entries.get_mut(key) {
@@ -846,7 +842,7 @@ mod tests {
     }
 
     #[test]
-    fn in_a_takeover_what_the_previous_leader_had_in_hand_goes_behind_live_changes() {
+    fn in_a_takeover_what_was_queued_before_goes_behind_live_changes() {
         let mut q = queue(Duration::ZERO);
         let start = Instant::now();
         // What a standby saw while the previous leader worked: its writes' echoes, and a
@@ -877,22 +873,23 @@ mod tests {
             deferred,
             Deferred {
                 to_resync: 2,
-                behind_live: 3
+                behind_live: 4
             },
-            "the early echoes go to the resync; the late echo and what was in hand wait"
+            "the early echoes go to the resync; the rest waits behind live changes"
         );
-        assert_eq!(depths(&q), (1, 3));
+        assert_eq!(depths(&q), (0, 4));
         q.trigger("after-takeover", now);
         assert_eq!(
             drain(&mut q, now),
             [
-                "at-the-stop",
                 "after-takeover",
+                "at-the-stop",
                 "rolling-out",
                 "late-echo",
                 "in-hand"
             ],
-            "live changes first, then what was in hand in the order it was queued"
+            "live changes first, then what changed while nobody led, then what was in hand, \
+             each in the order it was queued"
         );
     }
 
