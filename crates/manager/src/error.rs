@@ -81,7 +81,7 @@ pub enum Error {
 
     /// A controller's write was not sent, or was abandoned in flight, because this replica
     /// could not be sure it still held the leader Lease (see [`crate::fence`]).
-    #[error("{method} {path} refused by the leader-election fence: {reason}")]
+    #[error("{method} {path} refused by the write fence: {reason}")]
     WriteFenced {
         /// The HTTP method of the write.
         method: http::Method,

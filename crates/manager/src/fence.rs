@@ -295,7 +295,11 @@ mod tests {
 
     fn setup(renew_deadline: Duration, answer_after: Option<Duration>) -> Setup {
         let gauge = IntGauge::new("leading", "h").unwrap();
-        let status = Arc::new(LeaderStatus::new(gauge, renew_deadline));
+        let status = Arc::new(LeaderStatus::new(
+            gauge,
+            renew_deadline,
+            crate::leader::LeaseRole::Leader,
+        ));
         let refused = IntCounter::new("refused", "h").unwrap();
         let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -347,7 +351,7 @@ mod tests {
                 error.to_string(),
                 format!(
                     "{method} /apis/apps/v1/namespaces/ns/deployments/web refused by the \
-                     leader-election fence: this replica does not hold the leader lease"
+                     write fence: this replica does not hold the leader lease"
                 )
             );
         }

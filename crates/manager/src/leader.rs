@@ -53,6 +53,8 @@ use tokio_util::sync::CancellationToken;
 /// Leader election settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// What holding the Lease means, for what the elector says.
+    pub role: LeaseRole,
     /// Name of the Lease.
     pub lease_name: String,
     /// Namespace of the Lease.
@@ -65,6 +67,40 @@ pub struct Settings {
     pub renew_deadline: Duration,
     /// Interval between attempts.
     pub retry_period: Duration,
+}
+
+/// What holding a Lease means: leading every controller, or being one member of the sharded
+/// group. The election is the same; what it says in logs, Events and refusals differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseRole {
+    Leader,
+    Member,
+}
+
+impl LeaseRole {
+    /// The Lease, as logs and refusals name it.
+    pub fn lease(self) -> &'static str {
+        match self {
+            Self::Leader => "leader lease",
+            Self::Member => "member lease",
+        }
+    }
+
+    /// What taking part is called.
+    fn election(self) -> &'static str {
+        match self {
+            Self::Leader => "leader election",
+            Self::Member => "shard membership",
+        }
+    }
+
+    /// What the holder does once it holds the Lease, and once it let go of it.
+    fn began_and_ended(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Leader => ("became leader", "stopped leading"),
+            Self::Member => ("joined the shard group", "left the shard group"),
+        }
+    }
 }
 
 impl Settings {
@@ -107,6 +143,7 @@ pub struct LeaderStatus {
     /// Reads the boot clock: [`crate::boot_clock::since_boot`], or a test's.
     boot_clock: fn() -> Option<Duration>,
     renew_deadline: Duration,
+    role: LeaseRole,
     gauge: IntGauge,
     /// Why the API server refuses this replica's Lease requests, until one succeeds.
     refused: Mutex<Option<String>>,
@@ -117,13 +154,14 @@ pub struct LeaderStatus {
 
 impl LeaderStatus {
     /// Not leading; `gauge` is set to 0.
-    pub fn new(gauge: IntGauge, renew_deadline: Duration) -> Self {
+    pub fn new(gauge: IntGauge, renew_deadline: Duration, role: LeaseRole) -> Self {
         gauge.set(0);
         Self {
             leading: AtomicBool::new(false),
             last_renew: Mutex::new(None),
             boot_clock: crate::boot_clock::since_boot,
             renew_deadline,
+            role,
             gauge,
             refused: Mutex::new(None),
             closed: tokio::sync::Notify::new(),
@@ -217,19 +255,20 @@ impl LeaderStatus {
     /// example after the process was frozen or the machine suspended), even before the
     /// elector notices.
     pub fn write_deadline(&self, now: Instant) -> Result<Instant, String> {
+        let lease = self.role.lease();
         if !self.is_leading() {
-            return Err("this replica does not hold the leader lease".to_owned());
+            return Err(format!("this replica does not hold the {lease}"));
         }
         let Some((last, last_on_boot_clock)) = self.last_renew_on_both() else {
-            return Err(
-                "the leader lease is being checked after a change by someone else".to_owned(),
-            );
+            return Err(format!(
+                "the {lease} is being checked after a change by someone else"
+            ));
         };
         if let (Some(then), Some(now)) = (last_on_boot_clock, (self.boot_clock)())
             && now.saturating_sub(then) >= self.renew_deadline
         {
             return Err(format!(
-                "the leader lease was last renewed {:.1}s ago, counting time the machine was \
+                "the {lease} was last renewed {:.1}s ago, counting time the machine was \
                  suspended, beyond the renew deadline of {}",
                 now.saturating_sub(then).as_secs_f64(),
                 crate::duration::Display(self.renew_deadline)
@@ -238,7 +277,7 @@ impl LeaderStatus {
         let deadline = last + self.renew_deadline;
         if now >= deadline {
             return Err(format!(
-                "the leader lease was last renewed {:.1}s ago, beyond the renew deadline of {}",
+                "the {lease} was last renewed {:.1}s ago, beyond the renew deadline of {}",
                 now.saturating_duration_since(last).as_secs_f64(),
                 crate::duration::Display(self.renew_deadline)
             ));
@@ -256,7 +295,8 @@ impl LeaderStatus {
         let since = now.saturating_duration_since(last);
         (since > self.renew_deadline).then(|| {
             format!(
-                "leader election: last renewal {:.1}s ago, renew deadline {:.1}s",
+                "{}: last renewal {:.1}s ago, renew deadline {:.1}s",
+                self.role.election(),
                 since.as_secs_f64(),
                 self.renew_deadline.as_secs_f64()
             )
@@ -808,17 +848,18 @@ impl LeaderElector {
                 Some(attempt)
             }
             Ok(Err(error)) => {
-                tracing::warn!(lease = %self.settings.lease_name, %error, "leader election request failed");
+                tracing::warn!(lease = %self.settings.lease_name, %error, "{} request failed", self.settings.role.election());
                 if is_refusal(&error) {
                     let (namespace, name) = (&self.settings.namespace, &self.settings.lease_name);
                     self.status.set_lease_refused(Some(format!(
-                        "the API server refuses requests for the leader Lease {namespace}/{name}: {error}"
+                        "the API server refuses requests for the {} {namespace}/{name}: {error}",
+                        self.settings.role.lease()
                     )));
                 }
                 return None;
             }
             Err(_) => {
-                tracing::warn!(lease = %self.settings.lease_name, "leader election request timed out");
+                tracing::warn!(lease = %self.settings.lease_name, "{} request timed out", self.settings.role.election());
                 return None;
             }
         };
@@ -841,7 +882,8 @@ impl LeaderElector {
             lease = %self.settings.lease_name,
             namespace = %self.settings.namespace,
             identity = %self.settings.identity,
-            "attempting to acquire the leader lease"
+            "attempting to acquire the {}",
+            self.settings.role.lease()
         );
         let mut last_holder = String::new();
         loop {
@@ -856,8 +898,8 @@ impl LeaderElector {
                     self.status.renewed(sent);
                     // What the watch showed so far is no newer than this write's answer.
                     self.changes.borrow_and_update();
-                    tracing::info!(lease = %self.settings.lease_name, identity = %self.settings.identity, "acquired the leader lease");
-                    self.record("Acquire", "became leader");
+                    tracing::info!(lease = %self.settings.lease_name, identity = %self.settings.identity, "acquired the {}", self.settings.role.lease());
+                    self.record("Acquire", self.settings.role.began_and_ended().0);
                     let previous_acted_until = self
                         .taken_over
                         .take()
@@ -924,8 +966,8 @@ impl LeaderElector {
         let end = self.renew_loop(stop).await;
         if let LeadershipEnd::Lost(reason) = &end {
             self.status.stepped_down();
-            tracing::error!(lease = %self.settings.lease_name, %reason, "leadership lost");
-            self.record("StopLeading", "stopped leading");
+            tracing::error!(lease = %self.settings.lease_name, %reason, "{} lost", self.settings.role.election());
+            self.record("StopLeading", self.settings.role.began_and_ended().1);
         }
         end
     }
@@ -1025,17 +1067,17 @@ impl LeaderElector {
     ) -> Release {
         self.status.stepped_down();
         let outcome = self.try_release(budget, stopped_acting).await;
-        let lease = &self.settings.lease_name;
+        let (lease, role) = (&self.settings.lease_name, self.settings.role.lease());
         match &outcome {
             Release::Released => {
-                tracing::info!(%lease, "released the leader lease");
-                self.record("StopLeading", "stopped leading");
+                tracing::info!(%lease, "released the {role}");
+                self.record("StopLeading", self.settings.role.began_and_ended().1);
             }
             Release::NotHeld => {
-                tracing::debug!(%lease, "not holding the leader lease; nothing to release")
+                tracing::debug!(%lease, "not holding the {role}; nothing to release")
             }
             Release::GaveUp(reason) => {
-                tracing::warn!(%lease, %reason, "could not release the leader lease; it expires on its own")
+                tracing::warn!(%lease, %reason, "could not release the {role}; it expires on its own")
             }
         }
         outcome
@@ -1102,7 +1144,7 @@ impl LeaderElector {
                 if Instant::now() + delay >= deadline {
                     return Release::GaveUp(error.to_string());
                 }
-                tracing::debug!(%error, "releasing the leader lease failed; retrying");
+                tracing::debug!(%error, "releasing the {} failed; retrying", self.settings.role.lease());
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
@@ -1197,7 +1239,7 @@ mod tests {
     #[test]
     fn time_the_machine_was_suspended_counts_against_the_renew_deadline() {
         let gauge = IntGauge::new("leading", "h").expect("gauge");
-        let mut status = LeaderStatus::new(gauge, Duration::from_secs(10));
+        let mut status = LeaderStatus::new(gauge, Duration::from_secs(10), LeaseRole::Leader);
         status.boot_clock = test_boot_clock;
         let now = Instant::now();
         status.renewed(now);
@@ -1402,6 +1444,7 @@ mod tests {
     #[test]
     fn lease_seconds_round_up() {
         let settings = |d| Settings {
+            role: LeaseRole::Leader,
             lease_name: "l".into(),
             namespace: "n".into(),
             identity: "i".into(),
@@ -1422,7 +1465,7 @@ mod tests {
     #[test]
     fn status_reports_a_missed_deadline() {
         let gauge = IntGauge::new("g", "h").unwrap();
-        let status = LeaderStatus::new(gauge.clone(), Duration::from_secs(10));
+        let status = LeaderStatus::new(gauge.clone(), Duration::from_secs(10), LeaseRole::Leader);
         let now = Instant::now();
         assert_eq!(
             status.wedged(now + Duration::from_secs(60)),
@@ -1436,5 +1479,28 @@ mod tests {
         status.stepped_down();
         assert_eq!(gauge.get(), 0);
         assert_eq!(status.wedged(now + Duration::from_secs(11)), None);
+    }
+
+    #[test]
+    fn a_member_lease_is_named_as_one() {
+        let gauge = IntGauge::new("g", "h").unwrap();
+        let status = LeaderStatus::new(gauge, Duration::from_secs(10), LeaseRole::Member);
+        let now = Instant::now();
+        assert_eq!(
+            status.write_deadline(now),
+            Err("this replica does not hold the member lease".to_owned())
+        );
+        status.renewed(now);
+        let late = status.write_deadline(now + Duration::from_secs(11));
+        assert!(
+            late.as_ref()
+                .is_err_and(|e| e.starts_with("the member lease was last renewed")),
+            "{late:?}"
+        );
+        assert!(
+            status
+                .wedged(now + Duration::from_secs(11))
+                .is_some_and(|w| w.starts_with("shard membership: ")),
+        );
     }
 }

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client_metrics::RequestMetrics;
 use crate::config::Config;
 use crate::fence::WriteFence;
-use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, Settings};
+use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, LeaseRole, Settings};
 use crate::leader_thread::ElectorThread;
 use crate::metrics_auth::MetricsAuth;
 use crate::server::{Health, MetricsEndpoint, Secure, Servers};
@@ -71,13 +71,21 @@ pub async fn run(
         // A sharded replica's writes are fenced by its member Lease.
         let member = sharding::member_lease_name(&config.leader_election_id, &identity);
         let gauge = telemetry::shard_member_gauge(&registry)?;
-        let status = Arc::new(LeaderStatus::new(gauge, config.renew_deadline));
+        let status = Arc::new(LeaderStatus::new(
+            gauge,
+            config.renew_deadline,
+            LeaseRole::Member,
+        ));
         let fenced = telemetry::fenced_writes(&registry)?.with_label_values(&[member.as_str()]);
         Some(WriteFence::new(status, fenced))
     } else if config.leader_elect {
         let lease = [config.leader_election_id.as_str()];
         let gauge = telemetry::leader_gauge(&registry)?.with_label_values(&lease);
-        let status = Arc::new(LeaderStatus::new(gauge, config.renew_deadline));
+        let status = Arc::new(LeaderStatus::new(
+            gauge,
+            config.renew_deadline,
+            LeaseRole::Leader,
+        ));
         let fenced = telemetry::fenced_writes(&registry)?.with_label_values(&lease);
         Some(WriteFence::new(status, fenced))
     } else {
@@ -294,6 +302,7 @@ async fn run_connected(
     if let Some(shard_metrics) = shard_metrics {
         // Renewed on a thread of its own, as the leader Lease is.
         let member = Settings {
+            role: LeaseRole::Member,
             lease_name: sharding::member_lease_name(&config.leader_election_id, &identity),
             namespace: namespace.clone(),
             identity: identity.clone(),
@@ -321,6 +330,7 @@ async fn run_connected(
             .await;
     }
     let settings = Settings {
+        role: LeaseRole::Leader,
         lease_name: config.leader_election_id.clone(),
         namespace,
         identity,
@@ -665,38 +675,19 @@ impl Runner {
         }
         // Renew while the controllers stop and their writes are answered: until the Lease is
         // released, this replica is the one that may write.
-        let drained = {
-            let renewing = CancellationToken::new();
-            let drain = async {
-                let result = match returned {
-                    Some(result) => result,
-                    None => stop_controllers(&mut task, timeout).await,
-                };
-                fence.close_to_new_writes();
-                (result, fence.writes_ended(WRITE_DRAIN).await)
-            };
-            tokio::select! {
-                drained = drain => Ok(drained),
-                end = elector.hold(&renewing) => Err(end),
+        let stopping = async {
+            match returned {
+                Some(result) => result,
+                None => stop_controllers(&mut task, timeout).await,
             }
         };
-        let (result, writes) = match drained {
-            Ok(drained) => drained,
+        match drain_and_release(&mut elector, fence, stopping, Some(stopped_acting)).await {
+            Ok(result) => result,
             Err(end) => {
                 abort_controllers(task).await;
-                return Err(lost_while_draining(end));
+                Err(lost_while_draining(end))
             }
-        };
-        if writes > 0 {
-            // Released anyway: the Lease must not outlive the process, and the API server's
-            // fence refuses what lands once a standby leads.
-            tracing::warn!(
-                in_flight = writes,
-                "writes still unanswered at the end of the drain are abandoned"
-            );
         }
-        elector.release(RELEASE_BUDGET, Some(stopped_acting)).await;
-        result
     }
 
     /// Sharded: join the group with a member Lease, reconcile the slots the coordinator takes,
@@ -757,45 +748,61 @@ impl Runner {
         tracing::info!("shutting down: letting go of the slots while renewing the member lease");
         // Renewed until every slot is free and every write answered: until then, this replica
         // is the one that may write for them.
-        let drained = {
-            let renewing = CancellationToken::new();
-            let drain = async {
-                leaving.cancel();
-                let left = match (&mut coordinating).await {
-                    Ok(left) => left,
-                    Err(panic) => Err(Error::Sharding(format!("the coordinator failed: {panic}"))),
-                };
-                stop.cancel();
-                let stopped = match returned {
-                    Some(result) => result,
-                    None => stop_controllers(&mut task, timeout).await,
-                };
-                fence.close_to_new_writes();
-                (left.and(stopped), fence.writes_ended(WRITE_DRAIN).await)
+        let stopping = async {
+            leaving.cancel();
+            let left = match (&mut coordinating).await {
+                Ok(left) => left,
+                Err(panic) => Err(Error::Sharding(format!("the coordinator failed: {panic}"))),
             };
-            tokio::select! {
-                drained = drain => Ok(drained),
-                end = elector.hold(&renewing) => Err(end),
-            }
+            stop.cancel();
+            let stopped = match returned {
+                Some(result) => result,
+                None => stop_controllers(&mut task, timeout).await,
+            };
+            left.and(stopped)
         };
-        let stopped_acting = k8s_openapi::jiff::Timestamp::now();
-        let (result, writes) = match drained {
-            Ok(drained) => drained,
+        // Reconciles go on until the slots are let go of: it stops acting after the drain.
+        match drain_and_release(&mut elector, fence, stopping, None).await {
+            Ok(result) => result,
             Err(end) => {
                 coordinating.abort();
                 abort_controllers(task).await;
-                return Err(lost_while_draining(end));
+                Err(lost_while_draining(end))
             }
-        };
-        if writes > 0 {
-            tracing::warn!(
-                in_flight = writes,
-                "writes still unanswered at the end of the drain are abandoned"
-            );
         }
-        elector.release(RELEASE_BUDGET, Some(stopped_acting)).await;
-        result
     }
+}
+
+/// Renews the Lease while `stopping` stops the controllers, then closes the fence, waits for
+/// the writes in flight and releases the Lease, naming when this replica stopped acting (`None`:
+/// now). The controllers' result, or how the renewal ended before the drain did.
+async fn drain_and_release(
+    elector: &mut ElectorThread,
+    fence: &WriteFence,
+    stopping: impl Future<Output = Result<(), Error>>,
+    stopped_acting: Option<k8s_openapi::jiff::Timestamp>,
+) -> Result<Result<(), Error>, LeadershipEnd> {
+    let renewing = CancellationToken::new();
+    let drain = async {
+        let result = stopping.await;
+        fence.close_to_new_writes();
+        (result, fence.writes_ended(WRITE_DRAIN).await)
+    };
+    let (result, writes) = tokio::select! {
+        drained = drain => drained,
+        end = elector.hold(&renewing) => return Err(end),
+    };
+    if writes > 0 {
+        // Released anyway: the Lease must not outlive the process, and the API server's fence
+        // refuses what lands once another replica leads.
+        tracing::warn!(
+            in_flight = writes,
+            "writes still unanswered at the end of the drain are abandoned"
+        );
+    }
+    let stopped_acting = stopped_acting.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+    elector.release(RELEASE_BUDGET, Some(stopped_acting)).await;
+    Ok(result)
 }
 
 /// The error of a Lease whose renewal ended while the controllers drained.

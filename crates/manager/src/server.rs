@@ -296,6 +296,7 @@ mod tests {
         let status = Arc::new(LeaderStatus::new(
             gauge.with_label_values(&["lease"]),
             Duration::from_secs(10),
+            crate::leader::LeaseRole::Leader,
         ));
         let health = Arc::new(Health::new(Some(status.clone())));
         let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
