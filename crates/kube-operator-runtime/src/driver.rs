@@ -9,6 +9,9 @@
 //! - every trigger goes through the controller's [`WorkQueue`]: first come first served, each
 //!   object queued once however often it is triggered, and never reconciled twice at once (a
 //!   trigger while it runs runs it once more afterwards), as client-go's work queue;
+//! - live triggers go ahead of catch-up (an initial list, a resync, a takeover's backlog),
+//!   except that the last free worker takes a catch-up key while none runs, so that backlog
+//!   moves under a steady stream of live changes;
 //! - a free worker takes the next key and reads its object from the cache as it is then;
 //!   nothing is reconciled before the cache has its first list;
 //! - a reconcile never starts from a cache older than the controller's own last write for
@@ -61,7 +64,7 @@ use crate::shard_watch;
 use crate::shards::{Assignment, ShardFollower, Shards};
 use crate::slots::{Slots, slot_of_uid};
 use crate::watches::{Refusal, refusal_reason};
-use crate::workqueue::{Deferred, WorkQueue};
+use crate::workqueue::{Deferred, Standing, WorkQueue};
 use crate::{Error, Metrics, RunContext};
 
 /// How long a successful reconcile waits before it runs again without any watch event: a
@@ -354,8 +357,8 @@ impl<K: Reconciled> Driver<K> {
         };
         // The assignment whose lost slots still have reconciles running, to report once they end.
         let mut releasing = None;
-        // The slot of each running reconcile's object.
-        let mut running_slots: HashMap<ObjectRef<K>, u8> = HashMap::new();
+        // The slot of each running reconcile's object, and the priority it waited with.
+        let mut running_slots: HashMap<ObjectRef<K>, (u8, Priority)> = HashMap::new();
         let shard_objects = (self.metrics.shard_objects).with_label_values(&[name]);
         let mut leading = self.leadership.is_leading();
         let standby = !leading;
@@ -374,7 +377,19 @@ impl<K: Reconciled> Driver<K> {
             if synced && leading && !stopping {
                 while running.len() < usize::from(self.concurrency) {
                     let now = Instant::now();
-                    let Some((key, priority)) = queue.pop_with_priority(now) else {
+                    // The last free worker goes to catch-up while none runs, so a takeover's
+                    // backlog (the edits nobody acted on first) moves under a steady stream of
+                    // live changes, which keep the other workers.
+                    let last_worker = running.len() + 1 == usize::from(self.concurrency);
+                    let catching_up = running_slots
+                        .values()
+                        .any(|(_, priority)| *priority == Priority::CatchUp);
+                    let preferred = if self.concurrency > 1 && last_worker && !catching_up {
+                        Priority::CatchUp
+                    } else {
+                        Priority::Live
+                    };
+                    let Some((key, priority)) = queue.pop_preferring(now, preferred) else {
                         break;
                     };
                     let Some(obj) = cache.get(&key) else {
@@ -407,13 +422,15 @@ impl<K: Reconciled> Driver<K> {
                     } else if held_back.remove(&key).is_some() {
                         cache_waits(cache_wait::CAUGHT_UP).inc();
                     }
-                    running_slots.insert(key.clone(), slot);
+                    running_slots.insert(key.clone(), (slot, priority));
                     let reconciled = reconcile_instrumented(reconcile.clone(), obj, shared.clone());
                     running.push(reconciled.map(move |result| (key, result)).boxed());
                 }
             }
             if let (Some(follower), Some(generation)) = (&shards, releasing)
-                && running_slots.values().all(|slot| owned.contains(*slot))
+                && running_slots
+                    .values()
+                    .all(|(slot, _)| owned.contains(*slot))
             {
                 follower.caught_up(generation);
                 releasing = None;
@@ -464,7 +481,9 @@ impl<K: Reconciled> Driver<K> {
                     // the resync, and what it had in hand behind the changes made from now on.
                     let deferred = if standby && synced {
                         queue.defer_catch_up(Instant::now(), RESYNC_PERIOD, previous, |key| {
-                            cache.get(key).is_some_and(|obj| looks_converged(obj.as_ref()))
+                            cache
+                                .get(key)
+                                .map_or(Standing::Unsettled, |obj| standing(obj.as_ref()))
                         })
                     } else {
                         Deferred::default()
@@ -785,19 +804,24 @@ fn requeue_after(outcome: Outcome) -> Duration {
     }
 }
 
-/// Whether `obj` looks converged as its last reconcile left it: its status has observed its
-/// current generation, its `Ready` or `Available` condition (whichever it has) is `True`, and
-/// no `Degraded` condition is. Read through its JSON form, with the field names of the
-/// Kubernetes API conventions, so it works for any kind; a kind without them never looks
-/// converged, and is reconciled.
-fn looks_converged<K: Resource + serde::Serialize>(obj: &K) -> bool {
+/// Where `obj` stands as its last reconcile left it: converged when its status has observed
+/// its current generation, its `Ready` or `Available` condition (whichever it has) is `True`,
+/// and no `Degraded` condition is; unobserved when its generation is ahead of the status's.
+/// Read through its JSON form, with the field names of the Kubernetes API conventions, so it
+/// works for any kind; a kind without them never looks converged, and is reconciled.
+fn standing<K: Resource + serde::Serialize>(obj: &K) -> Standing {
     let Ok(json) = serde_json::to_value(obj) else {
-        return false;
+        return Standing::Unsettled;
     };
     let status = &json["status"];
     let generation = obj.meta().generation;
-    if generation.is_none() || status["observedGeneration"].as_i64() != generation {
-        return false;
+    let observed = status["observedGeneration"].as_i64();
+    match (generation, observed) {
+        (Some(generation), Some(observed)) if observed < generation => {
+            return Standing::Unobserved;
+        }
+        (Some(generation), Some(observed)) if observed == generation => {}
+        _ => return Standing::Unsettled,
     }
     let conditions = status["conditions"]
         .as_array()
@@ -811,7 +835,11 @@ fn looks_converged<K: Resource + serde::Serialize>(obj: &K) -> bool {
             .collect()
     };
     let ready = statuses(&["Ready", "Available"]);
-    !ready.is_empty() && ready.iter().all(|r| *r) && !statuses(&["Degraded"]).contains(&true)
+    if !ready.is_empty() && ready.iter().all(|r| *r) && !statuses(&["Degraded"]).contains(&true) {
+        Standing::Converged
+    } else {
+        Standing::Unsettled
+    }
 }
 
 /// When a failed reconcile is retried: with backoff, or not at all when a retry would fail
@@ -1191,25 +1219,31 @@ mod tests {
                 condition("Degraded", "False"),
             ]
         };
-        assert!(looks_converged(&with(Some(2), available())));
-        assert!(
-            !looks_converged(&with(Some(1), available())),
-            "an older generation"
+        use Standing::{Converged, Unobserved, Unsettled};
+        assert_eq!(standing(&with(Some(2), available())), Converged);
+        assert_eq!(
+            standing(&with(Some(1), available())),
+            Unobserved,
+            "a spec change no reconcile has acted on"
         );
-        assert!(!looks_converged(&with(None, available())));
-        assert!(
-            !looks_converged(&with(Some(2), vec![])),
+        assert_eq!(standing(&with(None, available())), Unsettled);
+        assert_eq!(
+            standing(&with(Some(2), vec![])),
+            Unsettled,
             "no readiness reported"
         );
-        assert!(!looks_converged(&with(
-            Some(2),
-            vec![condition("Available", "False")]
-        )));
-        assert!(!looks_converged(&with(
-            Some(2),
-            vec![condition("Ready", "True"), condition("Degraded", "True")]
-        )));
-        assert!(!looks_converged(&*memcached("no-status")));
+        assert_eq!(
+            standing(&with(Some(2), vec![condition("Available", "False")])),
+            Unsettled
+        );
+        assert_eq!(
+            standing(&with(
+                Some(2),
+                vec![condition("Ready", "True"), condition("Degraded", "True")]
+            )),
+            Unsettled
+        );
+        assert_eq!(standing(&*memcached("no-status")), Unsettled);
     }
 
     #[tokio::test]
@@ -1362,6 +1396,33 @@ mod tests {
         );
         r.shutdown.cancel();
         r.running.await.expect("joined").expect("stopped cleanly");
+    }
+
+    #[tokio::test]
+    async fn the_last_free_worker_takes_catch_up_while_live_changes_wait() {
+        let (lead, leadership) = crate::Leadership::standby();
+        let objects = ["backlog-1", "backlog-2", "live-1", "live-2", "live-3"];
+        let r = Recording::start_with(&objects, 2, Then::WaitForRelease, leadership);
+        for name in ["backlog-1", "backlog-2"] {
+            r.trigger_with(name, Priority::CatchUp);
+        }
+        for name in ["live-1", "live-2", "live-3"] {
+            r.trigger(name);
+        }
+        r.settle(5, 0).await;
+        lead.start();
+        r.settle(5, 2).await;
+        assert_eq!(
+            r.seen(),
+            ["live-1", "backlog-1"],
+            "one worker for the live changes, the last one for the backlog"
+        );
+        let mut seen = r.finish(5).await;
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            ["backlog-1", "backlog-2", "live-1", "live-2", "live-3"]
+        );
     }
 
     #[tokio::test]

@@ -81,13 +81,24 @@ enum Timer {
     Earliest,
 }
 
+/// Where an object stands, as its cache shows it, for [`WorkQueue::defer_catch_up`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Its status has observed its generation and says it is ready.
+    Converged,
+    /// Its spec changed since its status was last written: no reconcile has acted on it.
+    Unobserved,
+    /// Anything else: a rollout under way, a condition not yet true.
+    Unsettled,
+}
+
 /// What [`WorkQueue::defer_catch_up`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Deferred {
     /// Settled keys left to their resync.
     pub to_resync: usize,
-    /// Keys moved behind the live changes to come: settled ones a live trigger queued late,
-    /// and unsettled ones the previous leader had in hand.
+    /// In a takeover, the keys queued again behind the live changes to come: all but those
+    /// left to the resync.
     pub behind_live: usize,
 }
 
@@ -209,7 +220,13 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
 
     /// [`WorkQueue::pop`], with the priority the key waited with.
     pub fn pop_with_priority(&mut self, now: Instant) -> Option<(Key, Priority)> {
-        let key = self.next_ready()?;
+        self.pop_preferring(now, Priority::Live)
+    }
+
+    /// [`WorkQueue::pop_with_priority`], taking a key of `preferred` priority first when one
+    /// is ready, and one of the other otherwise.
+    pub fn pop_preferring(&mut self, now: Instant, preferred: Priority) -> Option<(Key, Priority)> {
+        let key = self.next_ready(preferred)?;
         let mut priority = Priority::CatchUp;
         if let Some(entry) = self.entries.get_mut(&key) {
             priority = entry.priority;
@@ -240,10 +257,14 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         self.publish_depth();
     }
 
-    /// The first ready key, live ones first, skipping the copies left behind by keys that
-    /// moved ahead.
-    fn next_ready(&mut self) -> Option<Key> {
-        for priority in [Priority::Live, Priority::CatchUp] {
+    /// The first ready key, `preferred` ones first, skipping the copies left behind by keys
+    /// that moved ahead.
+    fn next_ready(&mut self, preferred: Priority) -> Option<Key> {
+        let order = match preferred {
+            Priority::Live => [Priority::Live, Priority::CatchUp],
+            Priority::CatchUp => [Priority::CatchUp, Priority::Live],
+        };
+        for priority in order {
             while let Some((sequence, key)) = self.ready[priority.index()].pop_front() {
                 let current = self
                     .entries
@@ -313,17 +334,18 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
     }
 
     /// Orders what waits when the process starts reconciling, `previous` describing the
-    /// leader before it ([`Takeover`]); `settled` says which keys' objects look converged.
+    /// leader before it ([`Takeover`]); `standing` says where each key's object stands.
     ///
     /// - A settled key waiting to catch up (triggered by nothing live), or last triggered
     ///   before `previous.settled_before`, leaves the queue for a requeue, spread evenly over
     ///   the second half of `after` so they do not all fall due at once: the previous leader
     ///   had time to act on it, and its object shows that it did.
-    /// - In a takeover, every other key triggered live before now is checked again, but behind
-    ///   the live changes from now on, as controller-runtime's initial list is: what changed
-    ///   after `previous.acted_until` (while nobody led) first, then what was in the previous
-    ///   leader's hands (a rollout it started, a change it was working through, the echo of
-    ///   its last writes), each in the order it was queued.
+    /// - In a takeover, every other waiting key (a live trigger, or what the first list
+    ///   brought) is checked behind the live changes from now on, as controller-runtime's
+    ///   initial list is, in a new order: the spec changes no reconcile has acted on first,
+    ///   then what changed after `previous.acted_until` (while nobody led), then what was in
+    ///   the previous leader's hands (a rollout it started, the echo of its last writes), each
+    ///   in the order it was queued.
     ///
     /// Everything else, and every running key, stays as it is.
     pub fn defer_catch_up(
@@ -331,7 +353,7 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
         now: Instant,
         after: Duration,
         previous: Takeover,
-        mut settled: impl FnMut(&Key) -> bool,
+        mut standing: impl FnMut(&Key) -> Standing,
     ) -> Deferred {
         let before = |last: Option<Instant>, until: Option<std::time::Instant>| {
             last.zip(until)
@@ -345,10 +367,20 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
                 continue;
             }
             let catching_up = e.priority == Priority::CatchUp;
-            if settled(key) && (catching_up || before(e.last_trigger, previous.settled_before)) {
+            let stands = standing(key);
+            if stands == Standing::Converged
+                && (catching_up || before(e.last_trigger, previous.settled_before))
+            {
                 to_resync.push(key.clone());
-            } else if takeover && !catching_up {
-                behind_live.push(key.clone());
+            } else if takeover {
+                // An edit no reconcile acted on is due, whoever had it in hand.
+                let tier = match (stands, before(e.last_trigger, previous.acted_until)) {
+                    (Standing::Unobserved, _) => 0,
+                    (_, false) => 1,
+                    (_, true) => 2,
+                };
+                let sequence = e.queued.map(|(_, sequence)| sequence);
+                behind_live.push(((tier, sequence), key.clone()));
             }
         }
         let count = u32::try_from(to_resync.len()).unwrap_or(u32::MAX).max(1);
@@ -362,14 +394,9 @@ impl<Key: Clone + Eq + Hash> WorkQueue<Key> {
             let at = later(now, after / 2 + (after / 2) * i / count);
             self.set_timer(key.clone(), at, Timer::Earliest, Priority::CatchUp);
         }
-        // What nobody had in hand first; each part first come, first served.
-        behind_live.sort_by_key(|key| {
-            self.entries.get(key).map(|e| {
-                let in_hand = before(e.last_trigger, previous.acted_until);
-                (in_hand, e.queued.map(|(_, sequence)| sequence))
-            })
-        });
-        for key in &behind_live {
+        behind_live.sort_unstable_by_key(|(order, _)| *order);
+        for (_, key) in &behind_live {
+            // A catch-up key too takes its new place.
             if let Some(entry) = self.entries.get_mut(key) {
                 self.waiting[entry.priority.index()] -= 1;
                 self.waiting[Priority::CatchUp.index()] += 1;
@@ -822,7 +849,13 @@ mod tests {
         }
         q.trigger("d", now);
         let hour = Duration::from_secs(3600);
-        let deferred = q.defer_catch_up(now, hour, Takeover::default(), |key| *key != "b");
+        let deferred = q.defer_catch_up(now, hour, Takeover::default(), |key| {
+            if *key == "b" {
+                Standing::Unsettled
+            } else {
+                Standing::Converged
+            }
+        });
         assert_eq!(
             deferred,
             Deferred {
@@ -845,9 +878,11 @@ mod tests {
     fn in_a_takeover_what_was_queued_before_goes_behind_live_changes() {
         let mut q = queue(Duration::ZERO);
         let start = Instant::now();
-        // What a standby saw while the previous leader worked: its writes' echoes, and a
-        // rollout it started that is not done yet.
-        for key in ["echo-1", "echo-2", "rolling-out"] {
+        // The standby's first list: an object mid-rollout.
+        q.trigger_with("listed", start, Priority::CatchUp);
+        // What a standby saw while the previous leader worked: its writes' echoes, a rollout
+        // it started that is not done yet, and an edit it never got to.
+        for key in ["echo-1", "echo-2", "rolling-out", "early-edit"] {
             q.trigger(key, start);
         }
         // Between the moment everything before was surely handled and the last moment the
@@ -866,30 +901,34 @@ mod tests {
             settled_before: Some(settled_before.into_std()),
             acted_until: Some(acted_until.into_std()),
         };
-        let deferred = q.defer_catch_up(now, hour, previous, |key| {
-            !["rolling-out", "in-hand", "at-the-stop"].contains(key)
+        let deferred = q.defer_catch_up(now, hour, previous, |key| match *key {
+            "early-edit" | "at-the-stop" => Standing::Unobserved,
+            "listed" | "rolling-out" | "in-hand" => Standing::Unsettled,
+            _ => Standing::Converged,
         });
         assert_eq!(
             deferred,
             Deferred {
                 to_resync: 2,
-                behind_live: 4
+                behind_live: 6
             },
             "the early echoes go to the resync; the rest waits behind live changes"
         );
-        assert_eq!(depths(&q), (0, 4));
+        assert_eq!(depths(&q), (0, 6));
         q.trigger("after-takeover", now);
         assert_eq!(
             drain(&mut q, now),
             [
                 "after-takeover",
+                "early-edit",
                 "at-the-stop",
+                "listed",
                 "rolling-out",
                 "late-echo",
                 "in-hand"
             ],
-            "live changes first, then what changed while nobody led, then what was in hand, \
-             each in the order it was queued"
+            "live changes first, then the edits nobody acted on, then the rest; what changed \
+             while nobody led before what was in hand; each in the order it was queued"
         );
     }
 
@@ -902,10 +941,31 @@ mod tests {
         }
         let deferred =
             q.defer_catch_up(now, Duration::from_secs(3600), Takeover::default(), |key| {
-                *key == "settled"
+                if *key == "settled" {
+                    Standing::Converged
+                } else {
+                    Standing::Unsettled
+                }
             });
         assert_eq!(deferred, Deferred::default());
         assert_eq!(drain(&mut q, now), ["settled", "unsettled"]);
+    }
+
+    #[test]
+    fn a_preferred_priority_goes_first_when_one_is_ready() {
+        let mut q = queue(Duration::ZERO);
+        let now = Instant::now();
+        q.trigger_with("catch-up", now, Priority::CatchUp);
+        q.trigger("live", now);
+        assert_eq!(
+            q.pop_preferring(now, Priority::CatchUp),
+            Some(("catch-up", Priority::CatchUp))
+        );
+        assert_eq!(
+            q.pop_preferring(now, Priority::CatchUp),
+            Some(("live", Priority::Live)),
+            "the other priority when none of the preferred is ready"
+        );
     }
 
     #[test]
