@@ -78,7 +78,15 @@ pub enum LeaseRole {
 }
 
 impl LeaseRole {
-    /// The Lease, as logs and refusals name it.
+    /// Which Lease it is: `leader` or `member`.
+    fn kind(self) -> &'static str {
+        match self {
+            Self::Leader => "leader",
+            Self::Member => "member",
+        }
+    }
+
+    /// The Lease, as logs and the write fence name it.
     pub fn lease(self) -> &'static str {
         match self {
             Self::Leader => "leader lease",
@@ -852,8 +860,8 @@ impl LeaderElector {
                 if is_refusal(&error) {
                     let (namespace, name) = (&self.settings.namespace, &self.settings.lease_name);
                     self.status.set_lease_refused(Some(format!(
-                        "the API server refuses requests for the {} {namespace}/{name}: {error}",
-                        self.settings.role.lease()
+                        "the API server refuses requests for the {} Lease {namespace}/{name}: {error}",
+                        self.settings.role.kind()
                     )));
                 }
                 return None;
