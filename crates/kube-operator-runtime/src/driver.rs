@@ -357,8 +357,8 @@ impl<K: Reconciled> Driver<K> {
         };
         // The assignment whose lost slots still have reconciles running, to report once they end.
         let mut releasing = None;
-        // The slot of each running reconcile's object, and the priority it waited with.
-        let mut running_slots: HashMap<ObjectRef<K>, (u8, Priority)> = HashMap::new();
+        // Each running reconcile's key: its object's slot, and the priority it waited with.
+        let mut running_keys: HashMap<ObjectRef<K>, (u8, Priority)> = HashMap::new();
         let shard_objects = (self.metrics.shard_objects).with_label_values(&[name]);
         let mut leading = self.leadership.is_leading();
         let standby = !leading;
@@ -381,7 +381,7 @@ impl<K: Reconciled> Driver<K> {
                     // backlog (the edits nobody acted on first) moves under a steady stream of
                     // live changes, which keep the other workers.
                     let last_worker = running.len() + 1 == usize::from(self.concurrency);
-                    let catching_up = running_slots
+                    let catching_up = running_keys
                         .values()
                         .any(|(_, priority)| *priority == Priority::CatchUp);
                     let preferred = if self.concurrency > 1 && last_worker && !catching_up {
@@ -422,15 +422,13 @@ impl<K: Reconciled> Driver<K> {
                     } else if held_back.remove(&key).is_some() {
                         cache_waits(cache_wait::CAUGHT_UP).inc();
                     }
-                    running_slots.insert(key.clone(), (slot, priority));
+                    running_keys.insert(key.clone(), (slot, priority));
                     let reconciled = reconcile_instrumented(reconcile.clone(), obj, shared.clone());
                     running.push(reconciled.map(move |result| (key, result)).boxed());
                 }
             }
             if let (Some(follower), Some(generation)) = (&shards, releasing)
-                && running_slots
-                    .values()
-                    .all(|(slot, _)| owned.contains(*slot))
+                && running_keys.values().all(|(slot, _)| owned.contains(*slot))
             {
                 follower.caught_up(generation);
                 releasing = None;
@@ -458,7 +456,7 @@ impl<K: Reconciled> Driver<K> {
                     None => triggers_open = false,
                 },
                 Some((key, result)) = running.next(), if !running.is_empty() => {
-                    running_slots.remove(&key);
+                    running_keys.remove(&key);
                     let requeue = match result {
                         Ok(outcome) => Some(requeue_after(outcome)),
                         Err(e) => retry_after(&key, &e, &shared),
@@ -478,7 +476,7 @@ impl<K: Reconciled> Driver<K> {
                 previous = &mut lead, if !leading => {
                     leading = true;
                     // A warm standby that takes over leaves what the previous leader settled to
-                    // the resync, and what it had in hand behind the changes made from now on.
+                    // the resync, and the rest behind the changes made from now on.
                     let deferred = if standby && synced {
                         queue.defer_catch_up(Instant::now(), RESYNC_PERIOD, previous, |key| {
                             cache
