@@ -853,6 +853,16 @@ impl ControllerSelection {
     /// # Errors
     /// A message naming the first unknown controller and listing the known ones.
     pub fn resolve<'a>(&self, known: &[&'a str]) -> Result<Vec<&'a str>, String> {
+        self.resolve_among(known, controllers::NOT_BUILT)
+    }
+
+    /// [`Self::resolve`], where `not_built` are controllers of the workspace this build left
+    /// out: naming one says so, instead of calling it unknown.
+    fn resolve_among<'a>(
+        &self,
+        known: &[&'a str],
+        not_built: &[&str],
+    ) -> Result<Vec<&'a str>, String> {
         let mut all = false;
         let mut enabled = Vec::new();
         let mut disabled = Vec::new();
@@ -866,6 +876,13 @@ impl ControllerSelection {
                 None => (entry.as_str(), &mut enabled),
             };
             if !known.contains(&name) {
+                if not_built.contains(&name) {
+                    return Err(format!(
+                        "controller {name:?} is not in this build (it was built without the \
+                         cargo feature {name:?}); built-in controllers: {}",
+                        known.join(", ")
+                    ));
+                }
                 let known = if known.is_empty() {
                     "none".to_owned()
                 } else {
@@ -2085,6 +2102,24 @@ mod tests {
             KNOWN,
         ));
         assert_eq!(p.key, "leader_election_namespace");
+    }
+
+    #[test]
+    fn a_controller_left_out_of_the_build_is_named_as_such() {
+        let selection = ControllerSelection(vec!["memcached".to_owned(), "tenant".to_owned()]);
+        let message = selection
+            .resolve_among(&["memcached", "myapp"], &["tenant"])
+            .expect_err("tenant is not built");
+        assert!(
+            message.contains("\"tenant\" is not in this build")
+                && message.contains("cargo feature \"tenant\"")
+                && message.contains("built-in controllers: memcached, myapp"),
+            "{message}"
+        );
+        assert_eq!(
+            selection.resolve_among(&["memcached", "tenant"], &[]),
+            Ok(vec!["memcached", "tenant"])
+        );
     }
 
     #[test]
