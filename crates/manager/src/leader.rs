@@ -69,12 +69,14 @@ pub struct Settings {
     pub retry_period: Duration,
 }
 
-/// What holding a Lease means: leading every controller, or being one member of the sharded
-/// group. The election is the same; what it says in logs, Events and refusals differs.
+/// What holding a Lease means: leading every controller, being one member of the sharded
+/// group, or carrying out a sharded group's cluster-wide duties ([`crate::duties`]). The
+/// election is the same; what it says in logs, Events and refusals differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseRole {
     Leader,
     Member,
+    Duties,
 }
 
 impl LeaseRole {
@@ -83,6 +85,7 @@ impl LeaseRole {
         match self {
             Self::Leader => "leader",
             Self::Member => "member",
+            Self::Duties => "cluster-duties",
         }
     }
 
@@ -91,6 +94,7 @@ impl LeaseRole {
         match self {
             Self::Leader => "leader lease",
             Self::Member => "member lease",
+            Self::Duties => "cluster-duties lease",
         }
     }
 
@@ -99,6 +103,7 @@ impl LeaseRole {
         match self {
             Self::Leader => "leader election",
             Self::Member => "shard membership",
+            Self::Duties => "cluster-duties election",
         }
     }
 
@@ -107,6 +112,10 @@ impl LeaseRole {
         match self {
             Self::Leader => ("became leader", "stopped leading"),
             Self::Member => ("joined the shard group", "left the shard group"),
+            Self::Duties => (
+                "took the cluster-wide duties",
+                "gave up the cluster-wide duties",
+            ),
         }
     }
 }

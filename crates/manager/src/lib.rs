@@ -19,6 +19,7 @@ pub mod cert_authority;
 pub mod client_metrics;
 pub mod config;
 pub mod duration;
+pub mod duties;
 pub mod error;
 pub mod fence;
 pub mod json_log;

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client_metrics::RequestMetrics;
 use crate::config::Config;
+use crate::duties::{self, Duty};
 use crate::fence::WriteFence;
 use crate::leader::{self, LeaderElector, LeaderStatus, LeadershipEnd, LeaseRole, Settings};
 use crate::leader_thread::ElectorThread;
@@ -111,8 +112,17 @@ pub async fn run(
         )?),
         _ => None,
     };
-    let shard_metrics = if config.sharding {
-        Some(ShardMetrics::register(&registry)?)
+    let sharded = if config.sharding {
+        let lease = duties::lease_name(&config.leader_election_id);
+        let gauge = telemetry::leader_gauge(&registry)?.with_label_values(&[lease.as_str()]);
+        Some(Sharded {
+            metrics: ShardMetrics::register(&registry)?,
+            duties: Arc::new(LeaderStatus::new(
+                gauge,
+                config.renew_deadline,
+                LeaseRole::Duties,
+            )),
+        })
     } else {
         None
     };
@@ -168,7 +178,7 @@ pub async fn run(
         &mut servers,
         metrics,
         fence.clone(),
-        shard_metrics,
+        sharded,
         &health,
         &shutdown,
     )
@@ -206,6 +216,31 @@ struct Webhooks {
     metrics: Option<Arc<ServingCert>>,
 }
 
+/// What a sharded replica holds beside its member Lease's fence.
+struct Sharded {
+    metrics: ShardMetrics,
+    /// Whether it holds the cluster-wide duties ([`duties`]).
+    duties: Arc<LeaderStatus>,
+}
+
+/// The election for the cluster-wide duties, running until `stop`.
+struct DutiesElection {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DutiesElection {
+    /// Ends the election, releasing the Lease if held.
+    async fn finish(election: Option<Self>) {
+        if let Some(Self { stop, task }) = election {
+            stop.cancel();
+            if let Err(error) = task.await {
+                tracing::warn!(%error, "the election for the cluster-wide duties failed");
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_connected(
     config: &Config,
@@ -216,7 +251,7 @@ async fn run_connected(
     servers: &mut Servers,
     metrics: Arc<kube_operator_runtime::Metrics>,
     fence: Option<WriteFence>,
-    shard_metrics: Option<ShardMetrics>,
+    sharded: Option<Sharded>,
     health: &Health,
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
@@ -229,6 +264,30 @@ async fn run_connected(
         return Ok(());
     }
     let namespace = own_namespace(config, &client);
+    // A sharded group's cluster-wide duties (the webhook certificates) have one writer, elected
+    // among the replicas; without sharding, any replica writes and resourceVersions settle it.
+    let duties = sharded.as_ref().map(|sharded| {
+        let settings = Settings {
+            role: LeaseRole::Duties,
+            lease_name: duties::lease_name(&config.leader_election_id),
+            namespace: namespace.clone(),
+            identity: identity.clone(),
+            lease_duration: config.lease_duration,
+            renew_deadline: config.renew_deadline,
+            retry_period: config.retry_period,
+        };
+        let stop = shutdown.child_token();
+        let task = tokio::spawn(duties::elect(
+            client.clone(),
+            settings,
+            sharded.duties.clone(),
+            stop.clone(),
+        ));
+        DutiesElection { stop, task }
+    });
+    let duty = sharded.as_ref().map_or(Duty::Anyone, |sharded| {
+        Duty::Elected(sharded.duties.clone())
+    });
     match config.webhook_bind_address.socket_addr() {
         Some(_) if webhooks.list.is_empty() => {
             tracing::info!("no controller declares a webhook: no webhook server");
@@ -240,7 +299,14 @@ async fn run_connected(
                     let also_metrics = webhooks.metrics.is_some();
                     let settings =
                         webhook_cert_settings(config, &namespace, &webhooks.list, also_metrics);
-                    let mut certs = WebhookCerts::provision(client.clone(), settings).await?;
+                    let provisioned = tokio::select! {
+                        () = shutdown.cancelled() => {
+                            DutiesElection::finish(duties).await;
+                            return Ok(());
+                        }
+                        provisioned = WebhookCerts::provision_as(client.clone(), settings, duty) => provisioned,
+                    };
+                    let mut certs = provisioned?;
                     if let Some(metrics) = webhooks.metrics {
                         certs.serve_also(metrics);
                         tracing::info!("serving the secure metrics with the webhook certificate");
@@ -299,7 +365,7 @@ async fn run_connected(
         .with_layer(&requests)
         .with_layer(&fence)
         .build();
-    if let Some(shard_metrics) = shard_metrics {
+    if let Some(sharded) = sharded {
         // Renewed on a thread of its own, as the leader Lease is.
         let member = Settings {
             role: LeaseRole::Member,
@@ -325,9 +391,11 @@ async fn run_connected(
             lease_duration: config.lease_duration,
             retry_period: config.retry_period,
         };
-        return runner
-            .run_sharded(elector, &fence, settings, shard_metrics, shutdown)
+        let result = runner
+            .run_sharded(elector, &fence, settings, sharded.metrics, shutdown)
             .await;
+        DutiesElection::finish(duties).await;
+        return result;
     }
     let settings = Settings {
         role: LeaseRole::Leader,

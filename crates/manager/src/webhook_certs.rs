@@ -10,6 +10,10 @@
 //! [`crate::cert_authority`] decides when each certificate is renewed so that no replica
 //! serves a certificate the API server does not trust yet.
 //!
+//! In a sharded group, only the replica that holds the cluster-wide duties writes the Secret
+//! and the bundles ([`crate::duties`]); the others wait for the Secret, read it, and serve a
+//! certificate of a new CA a check after they first see it.
+//!
 //! When the Secret is gone (deleted by hand, say), the replica that notices makes a new CA but
 //! keeps trusting the CAs in the live bundles, since the other replicas still serve what those
 //! signed until their next check; and a replica serves a certificate of a new CA only from the
@@ -31,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::cert_authority::{self, Change, Material, Policy};
+use crate::duties::Duty;
 use crate::tls::ServingCert;
 
 /// How often the Secret and the `caBundle`s are checked, at most.
@@ -78,10 +83,16 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
+/// How long a replica that may not write the Secret waits before reading it again, until the
+/// replica that may has written it.
+const AWAIT_WRITER_EVERY: Duration = Duration::from_secs(1);
+
 /// The certificates this replica serves, kept current with the Secret.
 pub struct WebhookCerts {
     client: Client,
     settings: CertSettings,
+    /// Whether this replica writes the Secret and the bundles, or only reads and serves.
+    duty: Duty,
     serving: Arc<ServingCert>,
     /// Served alike on other endpoints (the secure metrics), so their clients can verify them
     /// with the Secret's `ca.crt` too.
@@ -116,7 +127,37 @@ impl WebhookCerts {
     /// permission); [`Error::Tls`] when a certificate cannot be made. A target that cannot be
     /// updated is only logged: the webhooks are served anyway and the next check tries again.
     pub async fn provision(client: Client, settings: CertSettings) -> Result<Self, Error> {
-        let material = sync_secret(&client, &settings, false).await?;
+        Self::provision_as(client, settings, Duty::Anyone).await
+    }
+
+    /// [`Self::provision`], writing only while `duty` allows it: a replica that may not write
+    /// waits until the Secret holds a serving certificate (written by the one that may), and
+    /// from then on only reads it and serves what it holds.
+    ///
+    /// # Errors
+    /// As [`Self::provision`].
+    pub async fn provision_as(
+        client: Client,
+        settings: CertSettings,
+        duty: Duty,
+    ) -> Result<Self, Error> {
+        let mut waited = false;
+        let material = loop {
+            if duty.may_act() {
+                break sync_secret(&client, &settings, false).await?;
+            }
+            let written = read_secret(&client, &settings)
+                .await?
+                .map(|s| material_of(&s));
+            if let Some(material) = written.filter(|m| m.serving.is_some()) {
+                break material;
+            }
+            if !waited {
+                tracing::info!(secret = %secret_label(&settings), "waiting for the replica that holds the cluster-wide duties to write the webhook certificates");
+                waited = true;
+            }
+            tokio::time::sleep(AWAIT_WRITER_EVERY).await;
+        };
         let serving = serving_pair(&material, &settings)?;
         let serving = ServingCert::from_pem(
             serving.cert.as_bytes(),
@@ -126,10 +167,13 @@ impl WebhookCerts {
         let certs = Self {
             client,
             settings,
+            duty,
             serving,
             also: Vec::new(),
         };
-        certs.inject_logged(&material.trust_bundle()).await;
+        if certs.duty.may_act() {
+            certs.inject_logged(&material.trust_bundle()).await;
+        }
         Ok(certs)
     }
 
@@ -170,22 +214,36 @@ impl WebhookCerts {
     }
 
     async fn check(&self) -> Result<(), Error> {
-        // Not knowing only delays the next CA's takeover; the serving certificate's renewal
-        // must not wait on it.
-        let next_is_trusted = self.next_is_trusted().await.unwrap_or_else(|error| {
-            tracing::warn!(error = %error.report(), "webhook certificates: cannot tell whether the next CA is trusted everywhere");
-            false
-        });
-        let material = sync_secret(&self.client, &self.settings, next_is_trusted).await?;
+        let writes = self.duty.may_act();
+        let material = if writes {
+            // Not knowing only delays the next CA's takeover; the serving certificate's
+            // renewal must not wait on it.
+            let next_is_trusted = self.next_is_trusted().await.unwrap_or_else(|error| {
+                tracing::warn!(error = %error.report(), "webhook certificates: cannot tell whether the next CA is trusted everywhere");
+                false
+            });
+            sync_secret(&self.client, &self.settings, next_is_trusted).await?
+        } else {
+            read_secret(&self.client, &self.settings)
+                .await?
+                .map(|secret| material_of(&secret))
+                .unwrap_or_default()
+        };
         let serving = serving_pair(&material, &self.settings)?;
         let label = secret_label(&self.settings);
         // A certificate is served only once the API server trusts its CA everywhere: after a
         // new CA (the Secret was deleted, say), the bundles get it at this check and the
-        // certificate is served from the next, when the API server's caches hold it too.
+        // certificate is served from the next, when the API server's caches hold it too. A
+        // replica that only reads finds the bundles as the writer left them, perhaps just
+        // now, so it waits until the CA is a check old.
         let before = bundles(&self.client, &self.settings.targets).await?;
         let signer = material.signer.as_ref().map(|ca| ca.cert.as_str());
-        let trusted = signer.is_some_and(|ca| trusted_everywhere(&before, ca));
-        self.inject_logged(&material.trust_bundle()).await;
+        let trusted = signer.is_some_and(|ca| {
+            trusted_everywhere(&before, ca) && (writes || made_at_least(ca, self.check_every()))
+        });
+        if writes {
+            self.inject_logged(&material.trust_bundle()).await;
+        }
         if !trusted {
             tracing::info!(secret = %label, "the webhook CA is not yet in every bundle; serving the current certificate until it is");
             return Ok(());
@@ -212,13 +270,7 @@ impl WebhookCerts {
         let Some(next) = material.next else {
             return Ok(false);
         };
-        let settled = cert_authority::Summary::of_pem(&next.cert).is_some_and(|summary| {
-            let made = summary.not_before + cert_authority::BACKDATE;
-            SystemTime::now()
-                .duration_since(made)
-                .is_ok_and(|age| age >= 2 * self.check_every())
-        });
-        if !settled {
+        if !made_at_least(&next.cert, 2 * self.check_every()) {
             return Ok(false);
         }
         let bundles = bundles(&self.client, &self.settings.targets).await?;
@@ -249,6 +301,16 @@ impl WebhookCerts {
             }
         }
     }
+}
+
+/// Whether the certificate `pem` was made at least `age` ago.
+fn made_at_least(pem: &str, age: Duration) -> bool {
+    cert_authority::Summary::of_pem(pem).is_some_and(|summary| {
+        let made = summary.not_before + cert_authority::BACKDATE;
+        SystemTime::now()
+            .duration_since(made)
+            .is_ok_and(|since| since >= age)
+    })
 }
 
 fn secret_label(settings: &CertSettings) -> String {

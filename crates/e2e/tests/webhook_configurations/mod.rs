@@ -4,13 +4,16 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
-use anyhow::{Context as _, Result};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use testkit::{TestCluster, TestNamespace};
 
 /// The generated configurations, calling `https://127.0.0.1:port`, for this test's
@@ -95,6 +98,16 @@ pub async fn start_serving_webhooks(
     port: u16,
     extra: &[&str],
 ) -> Result<testkit::ManagerProcess> {
+    start_serving_webhooks_with(kubeconfig, port, extra, &[]).await
+}
+
+/// [`start_serving_webhooks`], with `env` set for the manager.
+pub async fn start_serving_webhooks_with(
+    kubeconfig: &std::path::Path,
+    port: u16,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Result<testkit::ManagerProcess> {
     // The webhook port is free while a manager restarts; the probes must not take it.
     let probes = testkit::free_port_other_than(&[port])?;
     let mut args = vec![
@@ -107,7 +120,7 @@ pub async fn start_serving_webhooks(
     ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let process = testkit::spawn_manager(kubeconfig, &args, &[]).await?;
+    let process = testkit::spawn_manager(kubeconfig, &args, env).await?;
     let ready = testkit::wait_for(
         "the manager to be ready",
         std::time::Duration::from_secs(60),
@@ -130,4 +143,97 @@ pub fn gone<T>(result: Result<T, kube::Error>) -> Result<()> {
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// How often a write goes through the webhooks.
+pub const WRITE_EVERY: Duration = Duration::from_millis(250);
+/// Writes before the Secret is deleted, and how long they go on after.
+pub const BEFORE: Duration = Duration::from_secs(3);
+pub const AFTER: Duration = Duration::from_secs(20);
+
+/// Writes through the webhooks every [`WRITE_EVERY`] for [`BEFORE`], deletes the certificate
+/// Secret, and goes on for [`AFTER`]: fails if one admission failed, if the Secret holds no new
+/// CA at the end, or if the live bundle lost the old CA (which a replica that has not checked
+/// yet still serves a certificate of).
+pub async fn delete_the_secret_under_writes(
+    cluster: &testkit::TestCluster,
+    ns: &TestNamespace,
+) -> Result<()> {
+    let memcacheds: Api<Memcached> = Api::namespaced(cluster.client.clone(), ns.name());
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
+    let old_ca = String::from_utf8(provisioned_ca(cluster, MANAGER_NAMESPACE).await?)?;
+    let started = Instant::now();
+    let mut deleted = None;
+    let (mut writes, mut failures) = (0, Vec::new());
+    while started.elapsed() < BEFORE + AFTER {
+        if deleted.is_none() && started.elapsed() >= BEFORE {
+            secrets
+                .delete(product::WEBHOOK_CERT_SECRET, &DeleteParams::default())
+                .await?;
+            deleted = Some(Instant::now());
+        }
+        let sent = Instant::now();
+        let memcached = Memcached::new(
+            &format!("w-{writes}"),
+            MemcachedSpec::new(0, apis::memcached::DEFAULT_IMAGE),
+        );
+        if let Err(error) = memcacheds.create(&PostParams::default(), &memcached).await {
+            let at = deleted.map(|d| format!("{:.1?} after the deletion", d.elapsed()));
+            failures.push(format!(
+                "{}: {error}",
+                at.unwrap_or_else(|| "before".into())
+            ));
+        }
+        writes += 1;
+        tokio::time::sleep(WRITE_EVERY.saturating_sub(sent.elapsed())).await;
+    }
+    let new_ca = String::from_utf8(provisioned_ca(cluster, MANAGER_NAMESPACE).await?)?;
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
+    let live = configurations
+        .get(product::VALIDATING_CONFIGURATION)
+        .await?
+        .webhooks
+        .unwrap_or_default()
+        .first()
+        .and_then(|hook| hook.client_config.ca_bundle.clone())
+        .map(|bundle| String::from_utf8_lossy(&bundle.0).into_owned())
+        .unwrap_or_default();
+    println!(
+        "{writes} writes every {WRITE_EVERY:?}, the Secret deleted after {BEFORE:?}: {} failed \
+         admissions; the Secret holds a new CA: {}; the live bundle holds the old CA: {} and the \
+         new: {}",
+        failures.len(),
+        new_ca != old_ca,
+        holds(&live, &old_ca),
+        holds(&live, &new_ca)
+    );
+    ensure!(
+        failures.is_empty(),
+        "{} admissions failed after the Secret was deleted, the first:\n  {}",
+        failures.len(),
+        failures[..failures.len().min(3)].join("\n  ")
+    );
+    ensure!(
+        new_ca != old_ca,
+        "the Secret was not written again with a new CA"
+    );
+    ensure!(
+        holds(&live, &old_ca),
+        "the old CA, which replica A's certificate needs, left the bundle"
+    );
+    Ok(())
+}
+
+/// Whether `bundle` holds every certificate of `pems`.
+fn holds(bundle: &str, pems: &str) -> bool {
+    const END: &str = "-----END CERTIFICATE-----";
+    pems.split_inclusive(END)
+        .map(str::trim)
+        .filter(|pem| pem.ends_with(END))
+        .all(|pem| bundle.contains(pem))
+}
+
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
