@@ -202,6 +202,11 @@ impl LeaderStatus {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
     }
 
+    /// Which Lease this is the status of.
+    pub fn role(&self) -> LeaseRole {
+        self.role
+    }
+
     /// Whether this process holds the Lease.
     pub fn is_leading(&self) -> bool {
         self.leading.load(Ordering::SeqCst)

@@ -183,11 +183,18 @@ pub async fn run(
         &shutdown,
     )
     .await;
-    if let Some(refused) = fence.map(|f| f.refused()).filter(|n| *n > 0) {
-        tracing::warn!(
-            refused,
-            "the leader-election fence refused controller writes while this replica could not be sure it led"
-        );
+    if let Some(fence) = fence.filter(|f| f.refused() > 0) {
+        let refused = fence.refused();
+        match fence.status().role() {
+            LeaseRole::Member => tracing::warn!(
+                refused,
+                "the shard-membership fence refused controller writes while this replica could not be sure it held its member Lease"
+            ),
+            LeaseRole::Leader | LeaseRole::Duties => tracing::warn!(
+                refused,
+                "the leader-election fence refused controller writes while this replica could not be sure it led"
+            ),
+        }
     }
     health.set_ready(false);
     if let Some(address) = servers.webhooks {
