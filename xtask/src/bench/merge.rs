@@ -1,7 +1,7 @@
 //! The results of several runs of the bench, reported as one.
 //!
-//! The whole check (three object counts for two managers, then recovery and
-//! failover) can take longer than one sitting, so it can be measured a part at a time, e.g.
+//! A whole comparison (three object counts for two managers, then recovery and failover)
+//! can take longer than one sitting, so it can be measured a part at a time, e.g.
 //! `--objects 100,1000 --phases workload`, `--objects 10000 --phases workload`, then
 //! `--objects 10000 --phases recovery,failover`, and `--report` given the three files prints
 //! them as one. What compares managers still comes from one run: each object count's runs,

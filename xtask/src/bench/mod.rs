@@ -744,7 +744,7 @@ mod tests {
         assert_eq!(runs_needed(f64::INFINITY, 60), 1);
         assert_eq!(runs_needed(0.0, 60), MAX_RUNS);
 
-        // With the default, the counts: phases of about 15 s at 100 objects, 150 s at
+        // With the default, the usual counts: phases of about 15 s at 100 objects, 150 s at
         // 1000 and 1500 s at 10,000.
         let default = Bench::try_parse_from(["bench"])
             .expect("valid")
