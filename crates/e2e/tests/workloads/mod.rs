@@ -17,6 +17,15 @@ use testkit::{ManagerProcess, PodSecurity, TestCluster, TestNamespace};
 /// How long any convergence may take on a loaded two-core machine.
 pub const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// What a test's manager watches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Every namespace, as a manager installed cluster-wide does.
+    Cluster,
+    /// The test's namespace only.
+    Namespace,
+}
+
 /// One test's world: the cluster, a namespace of its own and a manager.
 pub struct Env {
     pub cluster: TestCluster,
@@ -39,7 +48,23 @@ impl Env {
             Some(level) => TestNamespace::with_pod_security(&cluster, prefix, level).await?,
             None => TestNamespace::create(&cluster, prefix).await?,
         };
-        Self::in_namespace(cluster, ns, controllers).await
+        Self::in_namespace(cluster, ns, controllers, Scope::Cluster).await
+    }
+
+    /// Like [`Env::start`], with the manager watching the test's namespace only. The tests of
+    /// one binary run side by side, each with a manager of its own: managers that run the same
+    /// controller across the cluster would each reconcile the others' objects too.
+    pub async fn start_scoped(
+        prefix: &str,
+        pod_security: Option<PodSecurity>,
+        controllers: &str,
+    ) -> Result<Self> {
+        let cluster = testkit::cluster().await?;
+        let ns = match pod_security {
+            Some(level) => TestNamespace::with_pod_security(&cluster, prefix, level).await?,
+            None => TestNamespace::create(&cluster, prefix).await?,
+        };
+        Self::in_namespace(cluster, ns, controllers, Scope::Namespace).await
     }
 
     /// Like [`Env::start`], in a namespace whose pods run as real containers on the cluster's
@@ -47,17 +72,31 @@ impl Env {
     pub async fn on_real_node(prefix: &str, controllers: &str) -> Result<Self> {
         let cluster = testkit::cluster().await?;
         let ns = TestNamespace::on_real_node(&cluster, prefix, PodSecurity::Restricted).await?;
-        Self::in_namespace(cluster, ns, controllers).await
+        Self::in_namespace(cluster, ns, controllers, Scope::Cluster).await
+    }
+
+    /// Like [`Env::on_real_node`], with the manager watching the test's namespace only (see
+    /// [`Env::start_scoped`]).
+    pub async fn on_real_node_scoped(prefix: &str, controllers: &str) -> Result<Self> {
+        let cluster = testkit::cluster().await?;
+        let ns = TestNamespace::on_real_node(&cluster, prefix, PodSecurity::Restricted).await?;
+        Self::in_namespace(cluster, ns, controllers, Scope::Namespace).await
     }
 
     async fn in_namespace(
         cluster: TestCluster,
         ns: TestNamespace,
         controllers: &str,
+        scope: Scope,
     ) -> Result<Self> {
         let identity = testkit::manager_kubeconfig(&cluster, &testkit::deploy_dir()).await?;
         let controllers = format!("--controllers={controllers}");
-        Self::with_manager(cluster, ns, &identity.path, &[&controllers]).await
+        let namespace = format!("--namespace={}", ns.name());
+        let mut args = vec![controllers.as_str()];
+        if scope == Scope::Namespace {
+            args.push(&namespace);
+        }
+        Self::with_manager(cluster, ns, &identity.path, &args).await
     }
 
     /// The manager, with the identity of `kubeconfig` and `args` besides its test settings,
