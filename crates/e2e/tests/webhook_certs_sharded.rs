@@ -58,8 +58,8 @@ async fn only_the_duties_holder_writes_the_webhook_certificates() -> Result<()> 
             let result = scenario(&cluster, &ns, &lease, since, &holder, &reader).await;
             let logs = format!(
                 "holder:\n{}\nreader:\n{}",
-                tail(&a.log_text(), 30),
-                tail(&b.log_text(), 30)
+                tail(&a.log_text(), 80),
+                tail(&b.log_text(), 80)
             );
             b.terminate();
             result.with_context(|| logs)

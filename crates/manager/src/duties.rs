@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,32 @@ impl Duty {
         match self {
             Self::Anyone => true,
             Self::Elected(status) => status.write_deadline(Instant::now()).is_ok(),
+        }
+    }
+
+    /// Completes when this replica takes the duties after `seen` was last marked seen; never
+    /// for [`Duty::Anyone`], which has them from the start.
+    pub async fn taken(seen: &mut Option<watch::Receiver<u64>>) {
+        match seen {
+            Some(acquisitions) => {
+                if acquisitions.changed().await.is_err() {
+                    // The status is gone with its replica: nothing more to take.
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// What [`Duty::taken`] waits on, marked seen now.
+    pub fn acquisitions(&self) -> Option<watch::Receiver<u64>> {
+        match self {
+            Self::Anyone => None,
+            Self::Elected(status) => {
+                let mut acquisitions = status.acquisitions();
+                acquisitions.mark_unchanged();
+                Some(acquisitions)
+            }
         }
     }
 }
@@ -99,5 +126,32 @@ mod tests {
         status.renewed(stale);
         assert!(!duty.may_act());
         assert!(Duty::Anyone.may_act());
+    }
+
+    #[tokio::test]
+    async fn taking_the_duties_wakes_whoever_waits_for_them_once_per_take() {
+        let gauge = prometheus::IntGauge::new("g", "g").expect("gauge");
+        let status = Arc::new(LeaderStatus::new(
+            gauge,
+            Duration::from_secs(10),
+            LeaseRole::Duties,
+        ));
+        let duty = Duty::Elected(status.clone());
+        let mut seen = duty.acquisitions();
+        let taken = |seen: &mut Option<watch::Receiver<u64>>| {
+            futures::FutureExt::now_or_never(Duty::taken(seen)).is_some()
+        };
+        assert!(!taken(&mut seen), "nothing taken yet");
+        status.renewed(Instant::now());
+        assert!(taken(&mut seen), "the first renewal takes the duties");
+        status.renewed(Instant::now());
+        assert!(
+            !taken(&mut seen),
+            "a renewal while holding them is no new take"
+        );
+        status.stepped_down();
+        status.renewed(Instant::now());
+        assert!(taken(&mut seen), "taking them again after losing them");
+        assert!(!taken(&mut Duty::Anyone.acquisitions()));
     }
 }

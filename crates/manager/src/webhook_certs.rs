@@ -11,8 +11,9 @@
 //! serves a certificate the API server does not trust yet.
 //!
 //! In a sharded group, only the replica that holds the cluster-wide duties writes the Secret
-//! and the bundles ([`crate::duties`]); the others wait for the Secret, read it, and serve a
-//! certificate of a new CA a check after they first see it.
+//! and the bundles ([`crate::duties`]); the others wait until the Secret holds a certificate
+//! that is still valid, serve it, and serve a certificate of a new CA a check after they first
+//! see it.
 //!
 //! When the Secret is gone (deleted by hand, say), the replica that notices makes a new CA but
 //! keeps trusting the CAs in the live bundles, since the other replicas still serve what those
@@ -93,6 +94,9 @@ pub struct WebhookCerts {
     settings: CertSettings,
     /// Whether this replica writes the Secret and the bundles, or only reads and serves.
     duty: Duty,
+    /// When it takes the duties: it checks at once then, since a fresh install's bundles are
+    /// empty until the holder fills them.
+    taken: Option<tokio::sync::watch::Receiver<u64>>,
     serving: Arc<ServingCert>,
     /// Served alike on other endpoints (the secure metrics), so their clients can verify them
     /// with the Secret's `ca.crt` too.
@@ -141,19 +145,26 @@ impl WebhookCerts {
         settings: CertSettings,
         duty: Duty,
     ) -> Result<Self, Error> {
+        // Before deciding whether to write: a replica that takes the duties while this
+        // provisions (and so only read) checks again at once.
+        let mut taken = duty.acquisitions();
         let mut waited = false;
         let material = loop {
             if duty.may_act() {
+                // This write is the check the take asks for.
+                if let Some(taken) = taken.as_mut() {
+                    taken.mark_unchanged();
+                }
                 break sync_secret(&client, &settings, false).await?;
             }
             let written = read_secret(&client, &settings)
                 .await?
                 .map(|s| material_of(&s));
-            if let Some(material) = written.filter(|m| m.serving.is_some()) {
+            if let Some(material) = written.filter(|m| servable(m, SystemTime::now())) {
                 break material;
             }
             if !waited {
-                tracing::info!(secret = %secret_label(&settings), "waiting for the replica that holds the cluster-wide duties to write the webhook certificates");
+                tracing::info!(secret = %secret_label(&settings), "waiting for the replica that holds the cluster-wide duties to write a valid webhook certificate");
                 waited = true;
             }
             tokio::time::sleep(AWAIT_WRITER_EVERY).await;
@@ -168,6 +179,7 @@ impl WebhookCerts {
             client,
             settings,
             duty,
+            taken,
             serving,
             also: Vec::new(),
         };
@@ -196,9 +208,9 @@ impl WebhookCerts {
         (self.settings.validity / 10).clamp(Duration::from_secs(1), CHECK_EVERY_AT_MOST)
     }
 
-    /// Renews, reloads and re-injects every [`Self::check_every`] until `stop`; failures are
-    /// logged and tried again at the next check.
-    pub async fn maintain(self, stop: CancellationToken) {
+    /// Renews, reloads and re-injects every [`Self::check_every`], and as soon as this replica
+    /// takes the duties, until `stop`; failures are logged and tried again at the next check.
+    pub async fn maintain(mut self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.check_every());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -206,6 +218,10 @@ impl WebhookCerts {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => {}
+                () = Duty::taken(&mut self.taken) => {
+                    tracing::info!(secret = %secret_label(&self.settings), "took the cluster-wide duties: checking the webhook certificates and bundles now");
+                    tick.reset();
+                }
             }
             if let Err(error) = self.check().await {
                 tracing::warn!(error = %error.report(), "webhook certificates: the check failed; trying again at the next one");
@@ -301,6 +317,18 @@ impl WebhookCerts {
             }
         }
     }
+}
+
+/// Whether `material` holds a serving certificate that is still valid at `now`. A replica that
+/// may not write serves nothing else: a Secret left by a group that stopped longer ago than the
+/// validity holds an expired one, which the API server would refuse until the duties' holder
+/// (perhaps this very replica, once its election is through) issues a new one.
+fn servable(material: &Material, now: SystemTime) -> bool {
+    material
+        .serving
+        .as_ref()
+        .and_then(cert_authority::Summary::of_pair)
+        .is_some_and(|serving| serving.remaining(now) > Duration::ZERO)
 }
 
 /// Whether the certificate `pem` was made at least `age` ago.
@@ -656,6 +684,20 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_that_only_reads_serves_no_expired_certificate() {
+        let policy = Policy {
+            names: vec!["hooks.system.svc".to_owned()],
+            validity: Duration::from_secs(30),
+        };
+        let issued = SystemTime::now();
+        let (material, _) = cert_authority::renew(&Material::default(), &policy, issued, false)
+            .expect("certificates");
+        assert!(servable(&material, issued));
+        assert!(!servable(&material, issued + Duration::from_secs(31)));
+        assert!(!servable(&Material::default(), issued));
+    }
 
     #[test]
     fn the_certificate_names_the_service_and_loopback() {

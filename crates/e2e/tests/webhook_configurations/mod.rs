@@ -153,20 +153,21 @@ pub const AFTER: Duration = Duration::from_secs(20);
 
 /// Writes through the webhooks every [`WRITE_EVERY`] for [`BEFORE`], deletes the certificate
 /// Secret, and goes on for [`AFTER`]: fails if one admission failed, if the Secret holds no new
-/// CA at the end, or if the live bundle lost the old CA (which a replica that has not checked
-/// yet still serves a certificate of).
+/// CA at the end, or if the live bundle lost the CA that signed when the Secret was deleted
+/// (which a replica that has not checked yet still serves a certificate of) before it expired.
 pub async fn delete_the_secret_under_writes(
     cluster: &testkit::TestCluster,
     ns: &TestNamespace,
 ) -> Result<()> {
     let memcacheds: Api<Memcached> = Api::namespaced(cluster.client.clone(), ns.name());
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), MANAGER_NAMESPACE);
-    let old_ca = String::from_utf8(provisioned_ca(cluster, MANAGER_NAMESPACE).await?)?;
     let started = Instant::now();
     let mut deleted = None;
+    let mut old_signer = String::new();
     let (mut writes, mut failures) = (0, Vec::new());
     while started.elapsed() < BEFORE + AFTER {
         if deleted.is_none() && started.elapsed() >= BEFORE {
+            old_signer = signing_ca(cluster, MANAGER_NAMESPACE).await?;
             secrets
                 .delete(product::WEBHOOK_CERT_SECRET, &DeleteParams::default())
                 .await?;
@@ -187,7 +188,7 @@ pub async fn delete_the_secret_under_writes(
         writes += 1;
         tokio::time::sleep(WRITE_EVERY.saturating_sub(sent.elapsed())).await;
     }
-    let new_ca = String::from_utf8(provisioned_ca(cluster, MANAGER_NAMESPACE).await?)?;
+    let new_signer = signing_ca(cluster, MANAGER_NAMESPACE).await?;
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
     let live = configurations
         .get(product::VALIDATING_CONFIGURATION)
@@ -198,14 +199,17 @@ pub async fn delete_the_secret_under_writes(
         .and_then(|hook| hook.client_config.ca_bundle.clone())
         .map(|bundle| String::from_utf8_lossy(&bundle.0).into_owned())
         .unwrap_or_default();
+    let old_expired = manager::cert_authority::Summary::of_pem(&old_signer)
+        .is_some_and(|ca| ca.not_after <= std::time::SystemTime::now());
     println!(
         "{writes} writes every {WRITE_EVERY:?}, the Secret deleted after {BEFORE:?}: {} failed \
-         admissions; the Secret holds a new CA: {}; the live bundle holds the old CA: {} and the \
-         new: {}",
+         admissions; a new CA signs: {}; the live bundle holds the old CA: {} (expired: {}) and \
+         the new: {}",
         failures.len(),
-        new_ca != old_ca,
-        holds(&live, &old_ca),
-        holds(&live, &new_ca)
+        new_signer != old_signer,
+        holds(&live, &old_signer),
+        old_expired,
+        holds(&live, &new_signer)
     );
     ensure!(
         failures.is_empty(),
@@ -214,14 +218,34 @@ pub async fn delete_the_secret_under_writes(
         failures[..failures.len().min(3)].join("\n  ")
     );
     ensure!(
-        new_ca != old_ca,
+        new_signer != old_signer,
         "the Secret was not written again with a new CA"
     );
     ensure!(
-        holds(&live, &old_ca),
-        "the old CA, which replica A's certificate needs, left the bundle"
+        holds(&live, &new_signer),
+        "the new CA is not in the live bundle"
+    );
+    ensure!(
+        old_expired || holds(&live, &old_signer),
+        "the old CA, which replica A's certificate needs, left the bundle before it expired"
     );
     Ok(())
+}
+
+/// The CA that signs the serving certificates now (`ca-signer.crt` of the certificate Secret
+/// in `namespace`), as PEM.
+async fn signing_ca(cluster: &TestCluster, namespace: &str) -> Result<String> {
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), namespace);
+    let signer = secrets
+        .get(product::WEBHOOK_CERT_SECRET)
+        .await?
+        .data
+        .and_then(|data| {
+            data.get(manager::cert_authority::keys::SIGNER_CERT)
+                .cloned()
+        })
+        .context("the certificate Secret names the CA that signs")?;
+    Ok(String::from_utf8(signer.0)?)
 }
 
 /// Whether `bundle` holds every certificate of `pems`.
