@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_operator_runtime::conditions::READY;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use workloads::{Env, TIMEOUT, has_condition};
+use workloads::{Env, Scope, TIMEOUT, has_condition};
 
 const CLAIMS: &str = "app.kubernetes.io/name=keyvaluestore,app.kubernetes.io/instance=store";
 
@@ -72,7 +72,7 @@ fn config_hash(set: &StatefulSet) -> Option<String> {
 
 #[tokio::test]
 async fn a_store_converges_rolls_on_a_config_change_and_takes_its_volumes_along() -> Result<()> {
-    let env = Env::start_scoped("kvs", None, "keyvaluestore").await?;
+    let env = Env::start("kvs", None, "keyvaluestore", Scope::Namespace).await?;
     let class = format!("{}-volumes", env.namespace());
     let volumes = Api::<PersistentVolume>::all(env.cluster.client.clone());
     let names: Vec<String> = (0..2).map(|i| format!("{class}-{i}")).collect();
@@ -178,7 +178,7 @@ async fn a_store_converges_rolls_on_a_config_change_and_takes_its_volumes_along(
 /// through more states than a Deployment's; the status writer holds them back alike.
 #[tokio::test]
 async fn a_store_rollout_writes_no_more_statuses_than_a_memcached_rollout() -> Result<()> {
-    let env = Env::on_real_node_scoped("kvs-writes", "memcached,keyvaluestore").await?;
+    let env = Env::on_real_node("kvs-writes", "memcached,keyvaluestore", Scope::Namespace).await?;
     let result = async {
         let mut store = store_spec(3);
         store.image = env.cluster.loaded_image(REDIS_IMAGE, "redis")?;
@@ -318,7 +318,7 @@ const REDIS_IMAGE: &str = concat!(product::name!(), ".local/redis");
 
 #[tokio::test]
 async fn a_store_on_the_real_node_serves_keys_from_real_volumes_that_go_with_it() -> Result<()> {
-    let env = Env::on_real_node_scoped("real-kvs", "keyvaluestore").await?;
+    let env = Env::on_real_node("real-kvs", "keyvaluestore", Scope::Namespace).await?;
     let result = serves_keys_from_real_volumes(&env).await;
     env.finish(result)
 }

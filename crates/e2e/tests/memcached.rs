@@ -20,7 +20,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_operator_runtime::conditions::{AVAILABLE, DEGRADED};
 use serde_json::json;
 use testkit::PodSecurity;
-use workloads::{Env, TIMEOUT, has_condition};
+use workloads::{Env, Scope, TIMEOUT, has_condition};
 
 const SAMPLE: &str = "memcached-sample";
 
@@ -98,7 +98,7 @@ async fn converged(env: &Env, name: &str, size: usize) -> Result<Vec<String>> {
 
 #[tokio::test]
 async fn sample_converges_and_follows_size() -> Result<()> {
-    let env = Env::start("mc-sample", None, "memcached").await?;
+    let env = Env::start("mc-sample", None, "memcached", Scope::Namespace).await?;
     let result = async {
         apply_sample(&env).await?;
         // Deployment of 3, 3 running pods, status.nodes exactly their names, readyReplicas 3,
@@ -138,7 +138,7 @@ async fn sample_converges_and_follows_size() -> Result<()> {
 
 #[tokio::test]
 async fn drift_is_undone_and_nodes_follow_pods() -> Result<()> {
-    let env = Env::start("mc-drift", None, "memcached").await?;
+    let env = Env::start("mc-drift", None, "memcached", Scope::Namespace).await?;
     let result = async {
         create(&env, "drift", 3).await?;
         let before = converged(&env, "drift", 3).await?;
@@ -198,7 +198,7 @@ fn memcached_target(service: &Service) -> Option<IntOrString> {
 
 #[tokio::test]
 async fn the_service_and_the_budget_are_kept_as_the_memcached_asks() -> Result<()> {
-    let env = Env::start("mc-svc", None, "memcached").await?;
+    let env = Env::start("mc-svc", None, "memcached", Scope::Namespace).await?;
     let result = async {
         create(&env, "svc", 2).await?;
         converged(&env, "svc", 2).await?;
@@ -272,7 +272,7 @@ async fn the_service_and_the_budget_are_kept_as_the_memcached_asks() -> Result<(
 
 #[tokio::test]
 async fn deleting_the_memcached_collects_its_deployment_and_pods() -> Result<()> {
-    let env = Env::start("mc-gc", None, "memcached").await?;
+    let env = Env::start("mc-gc", None, "memcached", Scope::Namespace).await?;
     let result = async {
         create(&env, "doomed", 2).await?;
         converged(&env, "doomed", 2).await?;
@@ -306,7 +306,7 @@ async fn deleting_the_memcached_collects_its_deployment_and_pods() -> Result<()>
 
 #[tokio::test]
 async fn a_hundred_character_name_converges() -> Result<()> {
-    let env = Env::start("mc-long", None, "memcached").await?;
+    let env = Env::start("mc-long", None, "memcached", Scope::Namespace).await?;
     let result = async {
         let name = format!("memcached-{}", "x".repeat(90));
         ensure!(name.len() == 100);
@@ -327,7 +327,7 @@ async fn a_hundred_character_name_converges() -> Result<()> {
 
 #[tokio::test]
 async fn a_foreign_deployment_is_left_alone_and_reported() -> Result<()> {
-    let env = Env::start("mc-foreign", None, "memcached").await?;
+    let env = Env::start("mc-foreign", None, "memcached", Scope::Namespace).await?;
     let result = async {
         let labels = BTreeMap::from([("app".to_owned(), "someone-else".to_owned())]);
         let foreign = Deployment {
@@ -447,7 +447,13 @@ async fn a_foreign_deployment_is_left_alone_and_reported() -> Result<()> {
 
 #[tokio::test]
 async fn a_restricted_namespace_admits_the_memcached_pods() -> Result<()> {
-    let env = Env::start("mc-restricted", Some(PodSecurity::Restricted), "memcached").await?;
+    let env = Env::start(
+        "mc-restricted",
+        Some(PodSecurity::Restricted),
+        "memcached",
+        Scope::Namespace,
+    )
+    .await?;
     let result = async {
         create(&env, "locked-down", 2).await?;
         converged(&env, "locked-down", 2).await?;
@@ -470,7 +476,7 @@ async fn a_restricted_namespace_admits_the_memcached_pods() -> Result<()> {
 
 #[tokio::test]
 async fn a_status_is_written_only_when_it_changes() -> Result<()> {
-    let env = Env::start("mc-quiet", None, "memcached").await?;
+    let env = Env::start("mc-quiet", None, "memcached", Scope::Namespace).await?;
     let result = async {
         create(&env, "quiet", 1).await?;
         converged(&env, "quiet", 1).await?;

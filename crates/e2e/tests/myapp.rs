@@ -9,7 +9,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube_operator_runtime::conditions::AVAILABLE;
 use serde_json::json;
 use testkit::PodSecurity;
-use workloads::{Env, TIMEOUT, has_condition};
+use workloads::{Env, Scope, TIMEOUT, has_condition};
 
 const PODS: &str = "app.kubernetes.io/name=myapp";
 
@@ -72,7 +72,13 @@ async fn converged(env: &Env, name: &str, replicas: i32, image: &str) -> Result<
 
 #[tokio::test]
 async fn image_change_rolls_and_hand_edits_are_undone() -> Result<()> {
-    let env = Env::start("myapp-roll", Some(PodSecurity::Restricted), "myapp").await?;
+    let env = Env::start(
+        "myapp-roll",
+        Some(PodSecurity::Restricted),
+        "myapp",
+        Scope::Namespace,
+    )
+    .await?;
     let result = async {
         create(&env, "web", 2, "nginx:1.28-alpine").await?;
         converged(&env, "web", 2, "nginx:1.28-alpine").await?;
@@ -113,7 +119,7 @@ async fn image_change_rolls_and_hand_edits_are_undone() -> Result<()> {
 
 #[tokio::test]
 async fn both_controllers_run_in_one_manager() -> Result<()> {
-    let env = Env::start("both", None, "memcached,myapp").await?;
+    let env = Env::start("both", None, "memcached,myapp", Scope::Namespace).await?;
     let result = async {
         let mc = Memcached::new(
             "cache",

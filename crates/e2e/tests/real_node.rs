@@ -13,14 +13,14 @@ use apis::{Memcached, MemcachedSpec};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::PostParams;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use workloads::{Env, TIMEOUT};
+use workloads::{Env, Scope, TIMEOUT};
 
 /// The repository of the memcached image built from the distribution's package.
 const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
 
 #[tokio::test]
 async fn memcached_pods_on_the_real_node_store_and_return_keys() -> Result<()> {
-    let env = Env::on_real_node("real-memcached", "memcached").await?;
+    let env = Env::on_real_node("real-memcached", "memcached", Scope::Namespace).await?;
     let result = memcached_round_trips(&env).await;
     env.finish(result)
 }

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_operator_runtime::conditions::READY;
 use serde_json::json;
-use workloads::{Env, TIMEOUT, condition};
+use workloads::{Env, Scope, TIMEOUT, condition};
 
 fn tenant(name: &str, namespace: Option<&str>, pods: &str) -> Tenant {
     Tenant::new(
@@ -46,7 +46,7 @@ async fn reported(tenants: &Api<Tenant>, name: &str, reason: &str) -> Result<Ten
 
 #[tokio::test]
 async fn a_tenant_gets_its_namespace_quota_limits_and_binding_and_takes_them_along() -> Result<()> {
-    let env = Env::start("tenant", None, "tenant").await?;
+    let env = Env::start("tenant", None, "tenant", Scope::Cluster).await?;
     let client = env.cluster.client.clone();
     let tenants = Api::<Tenant>::all(client.clone());
     // Cluster-scoped: named after the test's namespace, which is unique per run.
@@ -148,7 +148,7 @@ async fn a_tenant_gets_its_namespace_quota_limits_and_binding_and_takes_them_alo
 
 #[tokio::test]
 async fn a_namespace_that_is_not_the_tenants_is_refused_and_left_untouched() -> Result<()> {
-    let env = Env::start("tenant-foreign", None, "tenant").await?;
+    let env = Env::start("tenant-foreign", None, "tenant", Scope::Cluster).await?;
     let client = env.cluster.client.clone();
     let tenants = Api::<Tenant>::all(client.clone());
     let name = format!("{}-team", env.namespace());

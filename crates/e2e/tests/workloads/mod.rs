@@ -17,12 +17,15 @@ use testkit::{ManagerProcess, PodSecurity, TestCluster, TestNamespace};
 /// How long any convergence may take on a loaded two-core machine.
 pub const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// What a test's manager watches.
+/// What a test's manager watches. The tests of one binary run side by side, each with a
+/// manager of its own: managers that run the same controller across the cluster would each
+/// reconcile the others' objects too, so a test watches its own namespace unless its
+/// controller needs more.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Scope {
+pub enum Scope {
     /// Every namespace, as a manager installed cluster-wide does.
     Cluster,
-    /// The test's namespace only.
+    /// The test's namespace only (`--namespace`).
     Namespace,
 }
 
@@ -37,50 +40,27 @@ pub struct Env {
 
 impl Env {
     /// A namespace named after `prefix` (enforcing `pod_security` if given) and the manager
-    /// running `controllers` (`*` for all) as its ServiceAccount.
+    /// running `controllers` (`*` for all) as its ServiceAccount, watching `scope`.
     pub async fn start(
         prefix: &str,
         pod_security: Option<PodSecurity>,
         controllers: &str,
+        scope: Scope,
     ) -> Result<Self> {
         let cluster = testkit::cluster().await?;
         let ns = match pod_security {
             Some(level) => TestNamespace::with_pod_security(&cluster, prefix, level).await?,
             None => TestNamespace::create(&cluster, prefix).await?,
         };
-        Self::in_namespace(cluster, ns, controllers, Scope::Cluster).await
-    }
-
-    /// Like [`Env::start`], with the manager watching the test's namespace only. The tests of
-    /// one binary run side by side, each with a manager of its own: managers that run the same
-    /// controller across the cluster would each reconcile the others' objects too.
-    pub async fn start_scoped(
-        prefix: &str,
-        pod_security: Option<PodSecurity>,
-        controllers: &str,
-    ) -> Result<Self> {
-        let cluster = testkit::cluster().await?;
-        let ns = match pod_security {
-            Some(level) => TestNamespace::with_pod_security(&cluster, prefix, level).await?,
-            None => TestNamespace::create(&cluster, prefix).await?,
-        };
-        Self::in_namespace(cluster, ns, controllers, Scope::Namespace).await
+        Self::in_namespace(cluster, ns, controllers, scope).await
     }
 
     /// Like [`Env::start`], in a namespace whose pods run as real containers on the cluster's
     /// real node, under the `restricted` Pod Security Standard.
-    pub async fn on_real_node(prefix: &str, controllers: &str) -> Result<Self> {
+    pub async fn on_real_node(prefix: &str, controllers: &str, scope: Scope) -> Result<Self> {
         let cluster = testkit::cluster().await?;
         let ns = TestNamespace::on_real_node(&cluster, prefix, PodSecurity::Restricted).await?;
-        Self::in_namespace(cluster, ns, controllers, Scope::Cluster).await
-    }
-
-    /// Like [`Env::on_real_node`], with the manager watching the test's namespace only (see
-    /// [`Env::start_scoped`]).
-    pub async fn on_real_node_scoped(prefix: &str, controllers: &str) -> Result<Self> {
-        let cluster = testkit::cluster().await?;
-        let ns = TestNamespace::on_real_node(&cluster, prefix, PodSecurity::Restricted).await?;
-        Self::in_namespace(cluster, ns, controllers, Scope::Namespace).await
+        Self::in_namespace(cluster, ns, controllers, scope).await
     }
 
     async fn in_namespace(
