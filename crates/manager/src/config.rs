@@ -17,7 +17,8 @@
 //!   (`renew_deadline` < `lease_duration`, `retry_period` × 1.2 < `renew_deadline`), each of its
 //!   durations at most an hour; `webhook_cert_validity` is at most ten years, the other
 //!   durations at most a day.
-//! - `leader_election_id` names the Lease, so it must be a DNS subdomain, and
+//! - `leader_election_id` names the Lease, so it must be a DNS subdomain (with room for the
+//!   `-shards` and `-duties` suffixes of a sharded group's Leases), and
 //!   `leader_election_namespace` a namespace name.
 //! - `metrics_secure` serves `/metrics` over HTTPS to scrapers whose bearer token the API
 //!   server authenticates and allows `get` on `/metrics` (the generated `metrics-reader`
@@ -1380,6 +1381,25 @@ fn check(
                 config.leader_election_id
             ),
         );
+    } else if config.sharding {
+        // A sharded group's Leases are named after it with a suffix; member Leases are cut to
+        // fit, these two must fit whole.
+        let longest = [
+            crate::sharding::holders_lease_name(&config.leader_election_id),
+            crate::duties::lease_name(&config.leader_election_id),
+        ]
+        .into_iter()
+        .max_by_key(String::len)
+        .unwrap_or_default();
+        if let Err(reason) = dns_subdomain(&longest) {
+            problem(
+                "leader_election_id",
+                format!(
+                    "{:?} cannot name the sharded group's Lease {longest:?}: {reason}",
+                    config.leader_election_id
+                ),
+            );
+        }
     }
     if let Some(namespace) = &config.leader_election_namespace
         && !is_dns_label(namespace)
@@ -2096,6 +2116,16 @@ mod tests {
             assert!(p.message.contains(says), "{id:?}: {p}");
         }
         assert!(load(&flags(&["--leader-election-id", "a.b-c"]), env(&[]), KNOWN).is_ok());
+        // Room for the sharded group's suffixed Leases.
+        let long = "a".repeat(250);
+        assert!(load(&flags(&["--leader-election-id", &long]), env(&[]), KNOWN).is_ok());
+        let p = one_problem(load(
+            &flags(&["--leader-election-id", &long, "--sharding"]),
+            env(&[]),
+            KNOWN,
+        ));
+        assert_eq!(p.key, "leader_election_id");
+        assert!(p.message.contains("longer than 253"), "{p}");
         let p = one_problem(load(
             &flags(&["--leader-election-namespace", "Operator_System"]),
             env(&[]),

@@ -240,10 +240,16 @@ impl WebhookCerts {
             });
             sync_secret(&self.client, &self.settings, next_is_trusted).await?
         } else {
-            read_secret(&self.client, &self.settings)
+            let material = read_secret(&self.client, &self.settings)
                 .await?
                 .map(|secret| material_of(&secret))
-                .unwrap_or_default()
+                .unwrap_or_default();
+            if !servable(&material, SystemTime::now()) {
+                // Deleted by hand, say: the holder of the duties writes it again.
+                tracing::info!(secret = %secret_label(&self.settings), "the Secret holds no valid serving certificate yet; serving the current one until the holder of the cluster-wide duties writes it");
+                return Ok(());
+            }
+            material
         };
         let serving = serving_pair(&material, &self.settings)?;
         let label = secret_label(&self.settings);
