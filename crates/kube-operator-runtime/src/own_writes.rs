@@ -2,7 +2,7 @@
 //! "expectations" of kube-controller-manager's controllers, shared by the controller's
 //! children's writers, its [`StatusWriter`](crate::StatusWriter) and its Event recorder.
 //!
-//! It holds four kinds of memory, each under the subject it was about:
+//! It holds four kinds of memory, each in a table of its own:
 //! - the last write to each child (`ChildWrites`): a create or apply with the uid, generation
 //!   and resourceVersion the API server answered it with, or a deletion with the uid it deleted.
 //!   It answers whether a watch event only shows that write (then it triggers nothing: the
@@ -55,14 +55,21 @@ pub struct OwnWrites {
 impl std::fmt::Debug for OwnWrites {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnWrites")
-            .field("entries", &self.lock().entries.len())
+            .field("entries", &self.lock().len())
             .finish()
     }
 }
 
+/// The four kinds of memory, each in a table of its own so that each entry costs only what
+/// its kind needs: an Event series is a number and a time, not an object's name and a write.
 #[derive(Default)]
 struct Memory {
-    entries: HashMap<Subject, Entry>,
+    /// The last write to each child.
+    children: HashMap<ObjectKey, LastWrite>,
+    /// The last status written to each custom resource, until its cache shows it.
+    statuses: HashMap<ObjectKey, Kept>,
+    /// Each Event series sent, by what makes two Events the same.
+    series: HashMap<u64, Kept>,
     /// By the uid of a custom resource, the writes for it its caches have not shown yet.
     pending: HashMap<String, Pending>,
     /// For each kind of child, what its cache shows of an object.
@@ -70,7 +77,7 @@ struct Memory {
     prune_at: usize,
 }
 
-type CacheLookup = Box<dyn Fn(&Subject) -> Option<Shown> + Send>;
+type CacheLookup = Box<dyn Fn(&ObjectKey) -> Option<Shown> + Send>;
 
 /// What a cache shows of an object: its resourceVersion and generation.
 struct Shown {
@@ -78,16 +85,11 @@ struct Shown {
     generation: Option<i64>,
 }
 
-/// What an entry is about.
+/// What is kept until a time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Subject {
-    /// An object of the Rust type with this `TypeId` (a child's cached view, or a custom
-    /// resource).
-    Object {
-        kind: TypeId,
-        namespace: Option<String>,
-        name: String,
-    },
+    /// A custom resource's status written.
+    Object(ObjectKey),
     /// A series of Events, by what makes two Events the same.
     EventSeries(u64),
 }
@@ -95,10 +97,26 @@ pub(crate) enum Subject {
 impl Subject {
     /// The object `key` of type `K`.
     pub(crate) fn object<K: Resource<DynamicType = ()> + 'static>(key: &ObjectRef<K>) -> Self {
-        Self::Object {
+        Self::Object(ObjectKey::of(key))
+    }
+}
+
+/// An object of the Rust type with this `TypeId` (a child's cached view, or a custom
+/// resource), by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ObjectKey {
+    kind: TypeId,
+    namespace: Option<Box<str>>,
+    name: Box<str>,
+}
+
+impl ObjectKey {
+    /// The object `key` of type `K`.
+    pub(crate) fn of<K: Resource<DynamicType = ()> + 'static>(key: &ObjectRef<K>) -> Self {
+        Self {
             kind: TypeId::of::<K>(),
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
+            namespace: key.namespace.as_deref().map(Box::from),
+            name: Box::from(key.name.as_str()),
         }
     }
 }
@@ -113,7 +131,7 @@ struct Pending {
     /// What our last write to the object was answered with.
     answered: Option<String>,
     /// Its children written since, whose write their cache has not shown.
-    children: HashSet<Subject>,
+    children: HashSet<ObjectKey>,
     /// The last write.
     at: Option<Instant>,
 }
@@ -124,14 +142,10 @@ impl Pending {
     }
 }
 
-enum Entry {
-    /// The last write to a child.
-    Child(LastWrite),
-    /// Something kept until a time: a status written, an Event's series.
-    Kept {
-        value: Box<dyn Any + Send>,
-        until: Instant,
-    },
+/// Something kept until a time: a status written, an Event's series.
+struct Kept {
+    value: Box<dyn Any + Send>,
+    until: Instant,
 }
 
 impl OwnWrites {
@@ -146,21 +160,16 @@ impl OwnWrites {
         cache: Store<V>,
     ) -> ChildWrites<V> {
         let lookup = cache.clone();
-        let shows = move |subject: &Subject| match subject {
-            Subject::Object {
-                namespace, name, ..
-            } => {
-                let key = ObjectRef::<V>::new(name);
-                let key = match namespace {
-                    Some(namespace) => key.within(namespace),
-                    None => key,
-                };
-                lookup.get(&key).map(|cached| Shown {
-                    version: cached.meta().resource_version.clone(),
-                    generation: cached.meta().generation,
-                })
-            }
-            Subject::EventSeries(_) => None,
+        let shows = move |object: &ObjectKey| {
+            let key = ObjectRef::<V>::new(&object.name);
+            let key = match &object.namespace {
+                Some(namespace) => key.within(namespace),
+                None => key,
+            };
+            lookup.get(&key).map(|cached| Shown {
+                version: cached.meta().resource_version.clone(),
+                generation: cached.meta().generation,
+            })
         };
         self.lock()
             .caches
@@ -173,11 +182,16 @@ impl OwnWrites {
 
     /// Keeps `value` about `subject` until `until`, in place of what was kept about it.
     pub(crate) fn keep<T: Any + Send>(&self, subject: Subject, value: T, until: Instant) {
-        let entry = Entry::Kept {
+        let kept = Kept {
             value: Box::new(value),
             until,
         };
-        self.lock().insert(subject, entry);
+        let mut memory = self.lock();
+        match subject {
+            Subject::Object(object) => memory.statuses.insert(object, kept),
+            Subject::EventSeries(series) => memory.series.insert(series, kept),
+        };
+        memory.pruned_if_grown();
     }
 
     /// Calls `f` with what is kept about `subject` (a `T`) and until when, if it still is.
@@ -187,8 +201,12 @@ impl OwnWrites {
         f: impl FnOnce(&mut T, &mut Instant) -> R,
     ) -> Option<R> {
         let mut memory = self.lock();
-        match memory.entries.get_mut(subject) {
-            Some(Entry::Kept { value, until }) if *until > Instant::now() => {
+        let kept = match subject {
+            Subject::Object(object) => memory.statuses.get_mut(object),
+            Subject::EventSeries(series) => memory.series.get_mut(series),
+        };
+        match kept {
+            Some(Kept { value, until }) if *until > Instant::now() => {
                 value.downcast_mut::<T>().map(|value| f(value, until))
             }
             _ => None,
@@ -197,7 +215,11 @@ impl OwnWrites {
 
     /// Forgets what was kept about `subject`.
     pub(crate) fn forget(&self, subject: &Subject) {
-        self.lock().remove(subject);
+        let mut memory = self.lock();
+        match subject {
+            Subject::Object(object) => memory.statuses.remove(object),
+            Subject::EventSeries(series) => memory.series.remove(series),
+        };
     }
 
     /// Notes that the object with `uid` was written (its status, its metadata) over the
@@ -243,7 +265,7 @@ impl OwnWrites {
 
     /// Entries held now.
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().len()
     }
 
     /// Whether nothing is held.
@@ -253,27 +275,36 @@ impl OwnWrites {
 }
 
 impl Memory {
-    fn insert(&mut self, subject: Subject, entry: Entry) {
-        let replaced = self.entries.insert(subject.clone(), entry);
-        self.settled(&subject, replaced);
-        if self.entries.len() >= self.prune_at.max(PRUNE_AFTER) {
+    /// Entries of every kind.
+    fn len(&self) -> usize {
+        self.children.len() + self.statuses.len() + self.series.len()
+    }
+
+    fn pruned_if_grown(&mut self) {
+        if self.len() >= self.prune_at.max(PRUNE_AFTER) {
             self.prune();
         }
     }
 
-    fn remove(&mut self, subject: &Subject) {
-        let removed = self.entries.remove(subject);
-        self.settled(subject, removed);
+    fn insert_child(&mut self, child: ObjectKey, write: LastWrite) {
+        let replaced = self.children.insert(child.clone(), write);
+        self.settled(&child, replaced);
+        self.pruned_if_grown();
     }
 
-    /// `entry`, what was remembered about `subject`, is no longer: a write of it still on its
-    /// way no longer keeps its owner waiting.
-    fn settled(&mut self, subject: &Subject, entry: Option<Entry>) {
-        if let Some(Entry::Child(LastWrite::Written(Written {
+    fn remove_child(&mut self, child: &ObjectKey) {
+        let removed = self.children.remove(child);
+        self.settled(child, removed);
+    }
+
+    /// `write`, the last write to `child`, is no longer remembered: if it was still on its
+    /// way, it no longer keeps its owner waiting.
+    fn settled(&mut self, child: &ObjectKey, write: Option<LastWrite>) {
+        if let Some(LastWrite::Written(Written {
             owner: Some(owner), ..
-        }))) = entry
+        })) = write
         {
-            self.child_shown(&owner, subject);
+            self.child_shown(&owner, child);
         }
     }
 
@@ -285,51 +316,43 @@ impl Memory {
         let Some(pending) = self.pending.get(owner) else {
             return;
         };
-        let shown: Vec<Subject> =
-            (pending.children.iter())
-                .filter(|subject| {
-                    let (
-                        Some(Entry::Child(LastWrite::Written(written))),
-                        Subject::Object { kind, .. },
-                    ) = (self.entries.get(subject), subject)
-                    else {
-                        return false;
-                    };
-                    let Some(cached) = self.caches.get(kind).and_then(|f| f(subject)) else {
-                        return false;
-                    };
-                    let ours =
-                        cached.version.is_some() && cached.version == written.resource_version;
-                    ours || (written.generation.is_some()
-                        && cached.generation >= written.generation)
-                })
-                .cloned()
-                .collect();
-        for subject in shown {
-            if let Some(Entry::Child(LastWrite::Written(written))) = self.entries.get_mut(&subject)
-            {
+        let shown: Vec<ObjectKey> = (pending.children.iter())
+            .filter(|child| {
+                let Some(LastWrite::Written(written)) = self.children.get(child) else {
+                    return false;
+                };
+                let Some(cached) = self.caches.get(&child.kind).and_then(|f| f(child)) else {
+                    return false;
+                };
+                let ours = cached.version.is_some() && cached.version == written.resource_version;
+                ours || (written.generation.is_some() && cached.generation >= written.generation)
+            })
+            .cloned()
+            .collect();
+        for child in shown {
+            if let Some(LastWrite::Written(written)) = self.children.get_mut(&child) {
                 written.seen = true;
                 written.owner = None;
             }
-            self.child_shown(owner, &subject);
+            self.child_shown(owner, &child);
         }
     }
 
-    /// The write of the child `subject` for the owner with uid `owner` is no longer on its way.
-    fn child_shown(&mut self, owner: &str, subject: &Subject) {
+    /// The write of `child` for the owner with uid `owner` is no longer on its way.
+    fn child_shown(&mut self, owner: &str, child: &ObjectKey) {
         if let Some(pending) = self.pending.get_mut(owner) {
-            pending.children.remove(subject);
+            pending.children.remove(child);
             if pending.is_empty() {
                 self.pending.remove(owner);
             }
         }
     }
 
-    /// Notes that the write of the child `subject` for the owner with uid `owner` is on its
-    /// way to the cache.
-    fn child_on_its_way(&mut self, owner: &str, subject: Subject) {
+    /// Notes that the write of `child` for the owner with uid `owner` is on its way to the
+    /// cache.
+    fn child_on_its_way(&mut self, owner: &str, child: ObjectKey) {
         let pending = self.pending.entry(owner.to_owned()).or_default();
-        pending.children.insert(subject);
+        pending.children.insert(child);
         pending.at = Some(Instant::now());
     }
 
@@ -337,36 +360,21 @@ impl Memory {
     fn prune(&mut self) {
         let now = Instant::now();
         let caches = &self.caches;
-        self.entries.retain(|subject, entry| match entry {
-            Entry::Child(last) => {
-                let cached = || match subject {
-                    Subject::Object { kind, .. } => {
-                        caches.get(kind).and_then(|f| f(subject)).is_some()
-                    }
-                    Subject::EventSeries(_) => false,
-                };
-                matches!(last, LastWrite::Written(w) if !w.seen) || cached()
-            }
-            Entry::Kept { until, .. } => *until > now,
+        self.children.retain(|child, last| {
+            let cached = || caches.get(&child.kind).and_then(|f| f(child)).is_some();
+            matches!(last, LastWrite::Written(w) if !w.seen) || cached()
         });
-        let series = |subject: &Subject| matches!(subject, Subject::EventSeries(_));
-        let mut untils: Vec<Instant> = (self.entries.iter())
-            .filter_map(|(subject, entry)| match entry {
-                Entry::Kept { until, .. } if series(subject) => Some(*until),
-                _ => None,
-            })
-            .collect();
-        if untils.len() > MAX_EVENT_SERIES {
+        self.statuses.retain(|_, kept| kept.until > now);
+        self.series.retain(|_, kept| kept.until > now);
+        if self.series.len() > MAX_EVENT_SERIES {
+            let mut untils: Vec<Instant> = self.series.values().map(|kept| kept.until).collect();
             let middle = untils.len() / 2;
             let (_, median, _) = untils.select_nth_unstable(middle);
             let median = *median;
-            self.entries.retain(|subject, entry| match entry {
-                Entry::Kept { until, .. } if series(subject) => *until > median,
-                _ => true,
-            });
+            self.series.retain(|_, kept| kept.until > median);
         }
         (self.pending).retain(|_, pending| pending.at.is_some_and(|at| at.elapsed() < UNSEEN_FOR));
-        self.prune_at = 2 * self.entries.len();
+        self.prune_at = 2 * self.len();
     }
 }
 
@@ -467,9 +475,9 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
         desired_hash: u64,
         holds: impl FnOnce(&V) -> bool,
     ) -> Judged {
-        let subject = Subject::object(key);
+        let child = ObjectKey::of(key);
         let mut memory = self.memory.lock();
-        let Some(Entry::Child(LastWrite::Written(last))) = memory.entries.get_mut(&subject) else {
+        let Some(LastWrite::Written(last)) = memory.children.get_mut(&child) else {
             return Judged::Stale;
         };
         let Some(cached) = cached else {
@@ -482,7 +490,7 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
         let meta = cached.meta();
         if !last.same_object(meta) {
             // Deleted and made again by somebody else since: what we wrote is history.
-            memory.remove(&subject);
+            memory.remove_child(&child);
             return Judged::Stale;
         }
         let our_version =
@@ -494,7 +502,7 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
         }
         let judged = Self::judge_shown(last, cached, desired_hash, our_version, holds);
         if let Some(owner) = shown_to {
-            memory.child_shown(&owner, &subject);
+            memory.child_shown(&owner, &child);
         }
         judged
     }
@@ -545,11 +553,11 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
             seen,
             owner: on_its_way_for.map(str::to_owned),
         };
-        let subject = Subject::object(&key);
+        let child = ObjectKey::of(&key);
         let mut memory = self.memory.lock();
-        memory.insert(subject.clone(), Entry::Child(LastWrite::Written(write)));
+        memory.insert_child(child.clone(), LastWrite::Written(write));
         if let Some(owner) = on_its_way_for {
-            memory.child_on_its_way(owner, subject);
+            memory.child_on_its_way(owner, child);
         }
     }
 
@@ -561,24 +569,20 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
     /// Notes that the name `key` is held by an object that is not ours; returns whether that
     /// is news (the last write to it was not already this), for the report to be made once.
     pub(crate) fn foreign(&self, key: ObjectRef<V>) -> bool {
-        let subject = Subject::object(&key);
+        let child = ObjectKey::of(&key);
         let mut memory = self.memory.lock();
-        let news = !matches!(
-            memory.entries.get(&subject),
-            Some(Entry::Child(LastWrite::Foreign))
-        );
-        memory.insert(subject, Entry::Child(LastWrite::Foreign));
+        let news = !matches!(memory.children.get(&child), Some(LastWrite::Foreign));
+        memory.insert_child(child, LastWrite::Foreign);
         news
     }
 
     /// Forgets the last write to `key`: what comes next is written afresh.
     pub(crate) fn forget(&self, key: &ObjectRef<V>) {
-        self.memory.forget(&Subject::object(key));
+        self.memory.lock().remove_child(&ObjectKey::of(key));
     }
 
     fn note(&self, key: ObjectRef<V>, write: LastWrite) {
-        let entry = Entry::Child(write);
-        self.memory.lock().insert(Subject::object(&key), entry);
+        self.memory.lock().insert_child(ObjectKey::of(&key), write);
     }
 
     /// Whether `obj`, as its watch shows it, is exactly what our last write to it left (the
@@ -589,9 +593,9 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
         let Some(version) = meta.resource_version.as_deref() else {
             return false;
         };
-        let subject = Subject::object(&crate::object_key(obj));
+        let child = ObjectKey::of(&crate::object_key(obj));
         let mut memory = self.memory.lock();
-        let Some(Entry::Child(last)) = memory.entries.get_mut(&subject) else {
+        let Some(last) = memory.children.get_mut(&child) else {
             return false;
         };
         let (own, shown_to) = match last {
@@ -605,7 +609,7 @@ impl<V: Resource<DynamicType = ()> + Clone + 'static> ChildWrites<V> {
             LastWrite::Written(_) => (false, None),
         };
         if let Some(owner) = shown_to {
-            memory.child_shown(&owner, &subject);
+            memory.child_shown(&owner, &child);
         }
         own
     }
@@ -651,16 +655,10 @@ mod tests {
         OwnWrites::default().children(store_cache())
     }
 
-    fn entries(writes: &ChildWrites<Child>) -> Vec<(Subject, Option<LastWrite>)> {
+    fn entries(writes: &ChildWrites<Child>) -> Vec<(ObjectKey, LastWrite)> {
         let memory = writes.memory.lock();
-        (memory.entries.iter())
-            .map(|(subject, entry)| {
-                let last = match entry {
-                    Entry::Child(last) => Some(last.clone()),
-                    Entry::Kept { .. } => None,
-                };
-                (subject.clone(), last)
-            })
+        (memory.children.iter())
+            .map(|(child, last)| (child.clone(), last.clone()))
             .collect()
     }
 
@@ -735,7 +733,7 @@ mod tests {
             "another child"
         );
         assert!(writes.shows_own_write(&MetaView::new(meta("u1", 1, "5"))));
-        let seen = |(_, w): &(Subject, Option<LastWrite>)| matches!(w, Some(LastWrite::Written(w)) if w.seen);
+        let seen = |(_, w): &(ObjectKey, LastWrite)| matches!(w, LastWrite::Written(w) if w.seen);
         assert!(entries(&writes).iter().all(seen), "the cache has shown it");
     }
 
@@ -778,21 +776,26 @@ mod tests {
         children.remember(gone, 1, &meta("u2", 1, "6"), true, None);
         let now = Instant::now();
         let later = now + Duration::from_secs(60);
-        let status = |name: &str| Subject::Object {
-            kind: TypeId::of::<Deployment>(),
-            namespace: Some("ns".into()),
-            name: name.into(),
-        };
+        let status = |name: &str| Subject::object(&ObjectRef::<Deployment>::new(name).within("ns"));
         own_writes.keep(status("written"), "status", later);
         own_writes.keep(status("expired"), "status", now);
         own_writes.keep(Subject::EventSeries(1), 1_u32, later);
         own_writes.keep(Subject::EventSeries(2), 2_u32, now);
         own_writes.lock().prune();
-        let mut kept: Vec<Subject> = own_writes.lock().entries.keys().cloned().collect();
-        kept.sort_by_key(|subject| format!("{subject:?}"));
-        let child = Subject::object(&key());
-        let mut expected = vec![child, status("written"), Subject::EventSeries(1)];
-        expected.sort_by_key(|subject| format!("{subject:?}"));
+        let memory = own_writes.lock();
+        let kept = (
+            memory.children.keys().cloned().collect::<Vec<_>>(),
+            memory.statuses.keys().cloned().collect::<Vec<_>>(),
+            memory.series.keys().copied().collect::<Vec<_>>(),
+        );
+        drop(memory);
+        let expected = (
+            vec![ObjectKey::of(&key())],
+            vec![ObjectKey::of(
+                &ObjectRef::<Deployment>::new("written").within("ns"),
+            )],
+            vec![1],
+        );
         assert_eq!(kept, expected, "what can still change what is done next");
         let recalled = own_writes.recall(&status("written"), |s: &mut &str, _| *s);
         assert_eq!(recalled, Some("status"));
@@ -866,6 +869,6 @@ mod tests {
         writes.remember(on_its_way.clone(), 1, &meta("u", 1, "1"), false, None);
         let left = entries(&writes);
         assert_eq!(left.len(), 1, "only the write still on its way");
-        assert_eq!(left[0].0, Subject::object(&on_its_way));
+        assert_eq!(left[0].0, ObjectKey::of(&on_its_way));
     }
 }
