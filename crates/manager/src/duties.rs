@@ -100,6 +100,16 @@ mod tests {
     use super::*;
     use crate::leader::LeaseRole;
 
+    /// A duties Lease's status with a 10 s renew deadline, not held yet.
+    fn duties_status() -> Arc<LeaderStatus> {
+        let gauge = prometheus::IntGauge::new("g", "g").expect("gauge");
+        Arc::new(LeaderStatus::new(
+            gauge,
+            Duration::from_secs(10),
+            LeaseRole::Duties,
+        ))
+    }
+
     #[test]
     fn the_duties_lease_is_named_after_the_group() {
         assert_eq!(lease_name("operator-manager"), "operator-manager-duties");
@@ -107,12 +117,7 @@ mod tests {
 
     #[test]
     fn an_elected_duty_is_carried_out_only_while_the_lease_is_held() {
-        let gauge = prometheus::IntGauge::new("g", "g").expect("gauge");
-        let status = Arc::new(LeaderStatus::new(
-            gauge,
-            Duration::from_secs(10),
-            LeaseRole::Duties,
-        ));
+        let status = duties_status();
         let duty = Duty::Elected(status.clone());
         assert!(!duty.may_act());
         status.renewed(Instant::now());
@@ -130,12 +135,7 @@ mod tests {
 
     #[tokio::test]
     async fn taking_the_duties_wakes_whoever_waits_for_them_once_per_take() {
-        let gauge = prometheus::IntGauge::new("g", "g").expect("gauge");
-        let status = Arc::new(LeaderStatus::new(
-            gauge,
-            Duration::from_secs(10),
-            LeaseRole::Duties,
-        ));
+        let status = duties_status();
         let duty = Duty::Elected(status.clone());
         let mut seen = duty.acquisitions();
         let taken = |seen: &mut Option<watch::Receiver<u64>>| {
