@@ -64,8 +64,10 @@ use crate::scope::{self, Namespaces, ScopedApi};
 use crate::status::Rollout;
 use crate::{Error, labels};
 
-/// Changes buffered per subscriber before it counts as lagging (and gets a full resync).
-const CHANNEL_CAPACITY: usize = 4096;
+/// Live changes buffered per subscriber before it counts as lagging (and gets a full resync).
+/// Every slot is allocated up front, for every watched kind; a first list, however long, takes
+/// one ([`Broadcast::Listed`]).
+const CHANNEL_CAPACITY: usize = 1024;
 
 /// The metadata of a Pod: all the controllers need (names, labels, deletion).
 pub type PodMeta = MetaView<Pod>;
@@ -490,12 +492,22 @@ pub struct Change<K> {
     pub listed: bool,
 }
 
+/// What a shared watch sends its subscribers.
+#[derive(Clone, Debug)]
+enum Broadcast<K> {
+    /// An object changed live (a deleted one as last seen).
+    Changed(Arc<K>),
+    /// The first list is in the cache: each subscriber takes the whole cache, as listed. One
+    /// message however long the list, so a first list never outruns the channel.
+    Listed,
+}
+
 /// One shared watch: its cache, and a way to follow its changes.
 pub struct Shared<K: Resource<DynamicType = ()> + 'static> {
     resource: Arc<str>,
     selector: Arc<str>,
     store: Store<K>,
-    tx: broadcast::Sender<Change<K>>,
+    tx: broadcast::Sender<Broadcast<K>>,
     indexes: Arc<Mutex<Vec<Index<K>>>>,
     refusal: Arc<Refusal>,
 }
@@ -594,7 +606,14 @@ where
                     return Some((change, s));
                 }
                 match s.rx.recv().await {
-                    Ok(change) => return Some((change, s)),
+                    Ok(Broadcast::Changed(object)) => {
+                        let change = Change {
+                            object,
+                            listed: false,
+                        };
+                        return Some((change, s));
+                    }
+                    Ok(Broadcast::Listed) => s.backlog = s.store.state(),
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::warn!(
                             resource = &*s.resource,
@@ -612,7 +631,7 @@ where
 
 struct Subscriber<K: Resource<DynamicType = ()> + 'static> {
     resource: Arc<str>,
-    rx: broadcast::Receiver<Change<K>>,
+    rx: broadcast::Receiver<Broadcast<K>>,
     store: Store<K>,
     backlog: Vec<Arc<K>>,
 }
@@ -658,14 +677,16 @@ async fn fan_out<K>(
         };
         // The first list's objects catch up; what a later list (after the watch broke) finds
         // changed are changes missed live, and count as live.
-        let from_list = matches!(event, Event::InitDone) && !listed;
+        let first_list = matches!(event, Event::InitDone) && !listed;
         listed |= matches!(event, Event::InitDone);
-        for object in cache.apply(&event, broadcasts) {
-            // An error only means nobody subscribes right now.
-            let _ = shared.tx.send(Change {
-                object,
-                listed: from_list,
-            });
+        let changed = cache.apply(&event, broadcasts);
+        // An error only means nobody subscribes right now.
+        if first_list {
+            let _ = shared.tx.send(Broadcast::Listed);
+        } else {
+            for object in changed {
+                let _ = shared.tx.send(Broadcast::Changed(object));
+            }
         }
     }
     tracing::debug!(resource, selector, "shared watch stopped");
@@ -768,7 +789,7 @@ mod tests {
     /// A shared watch of Deployments without a watch behind it.
     fn shared(
         store: Store<Deployment>,
-        tx: broadcast::Sender<Change<Deployment>>,
+        tx: broadcast::Sender<Broadcast<Deployment>>,
         indexes: Arc<Mutex<Vec<Index<Deployment>>>>,
     ) -> Shared<Deployment> {
         Shared {
@@ -1083,10 +1104,10 @@ mod tests {
         let shared = shared(store, tx.clone(), Arc::default());
         let mut sub = std::pin::pin!(shared.subscribe());
         for i in 0..5 {
-            let _ = tx.send(Change {
-                object: Arc::new(deployment(&format!("x{i}"), "1")),
-                listed: false,
-            });
+            let _ = tx.send(Broadcast::Changed(Arc::new(deployment(
+                &format!("x{i}"),
+                "1",
+            ))));
         }
         let first = sub.next().await.and_then(|d| d.metadata.name.clone());
         assert_eq!(
@@ -1096,6 +1117,51 @@ mod tests {
         );
         let next = sub.next().await.and_then(|d| d.metadata.name.clone());
         assert_eq!(next.as_deref(), Some("x3"), "then the channel continues");
+    }
+
+    #[tokio::test]
+    async fn a_first_list_takes_one_slot_and_reaches_subscribers_whole_as_listed() {
+        let writer = Writer::<Deployment>::default();
+        let store = writer.as_reader();
+        let (tx, _) = broadcast::channel(4);
+        let indexes: Arc<Mutex<Vec<Index<Deployment>>>> = Arc::default();
+        let shared = shared(store, tx, indexes.clone());
+        let mut sub = std::pin::pin!(shared.subscribe_changes());
+        let listed = (0..10).map(|i| Ok(Event::InitApply(deployment(&format!("d{i}"), "1"))));
+        let events = std::iter::once(Ok(Event::Init)).chain(listed).chain([
+            Ok(Event::InitDone),
+            Ok(Event::Apply(deployment("live", "2"))),
+        ]);
+        let cache = Cache { writer, indexes };
+        let broadcasts = managed::<Deployment>().broadcasts;
+        let stop = CancellationToken::new();
+        fan_out(
+            shared.clone(),
+            futures::stream::iter(events),
+            cache,
+            broadcasts,
+            stop,
+        )
+        .await;
+        assert_eq!(
+            shared.tx.len(),
+            2,
+            "the list and the live change, a slot each"
+        );
+
+        let mut changes = Vec::new();
+        for _ in 0..12 {
+            let change = sub.next().await.expect("a change");
+            let name = change.object.metadata.name.clone().unwrap_or_default();
+            changes.push((name, change.listed));
+        }
+        let (listed, live): (Vec<_>, Vec<_>) = changes.into_iter().partition(|(_, l)| *l);
+        let mut listed: Vec<String> = listed.into_iter().map(|(name, _)| name).collect();
+        listed.sort();
+        let mut expected: Vec<String> = (0..10).map(|i| format!("d{i}")).collect();
+        expected.push("live".into());
+        assert_eq!(listed, expected, "the whole cache, as listed");
+        assert_eq!(live, [("live".to_string(), false)], "then the live change");
     }
 
     /// Shared watches through an API server that fails every request with `code`.
