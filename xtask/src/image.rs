@@ -10,7 +10,8 @@
 //!
 //! Each archive loads with `ctr images import`, `docker load`, `podman load` or `skopeo copy
 //! oci-archive:…`; `--containerd ADDRESS` imports it straight into a containerd's `k8s.io`
-//! namespace, where the kubelet looks. Rebuilding unchanged sources gives the same digest: every
+//! namespace, where the kubelet looks, and `--push` puts it in the local cluster's registry (or
+//! the one `--registry` names). Rebuilding unchanged sources gives the same digest: every
 //! timestamp comes from `SOURCE_DATE_EPOCH` or the last commit.
 
 use std::path::{Path, PathBuf};
@@ -59,6 +60,16 @@ pub struct ImageArgs {
     /// without a name keeps the name: `:v1.2.0`). Only when one image is built.
     #[arg(long, value_name = "REF")]
     tag: Option<String>,
+    /// Also push each image to a registry, under its name without a registry
+    /// (`<registry>/operator-manager:<version>`): the local cluster's (`cargo xtask cluster
+    /// up`, whose real node pulls from it) unless `--registry` names another.
+    #[arg(long)]
+    push: bool,
+    /// The registry `--push` pushes to, `HOST:PORT`. Plain HTTP without credentials, as a
+    /// registry on this machine or a private network serves; for one with TLS or a login, copy
+    /// the archive with `skopeo copy oci-archive:ARCHIVE docker://NAME`.
+    #[arg(long, value_name = "HOST:PORT", requires = "push")]
+    registry: Option<String>,
 }
 
 impl ImageArgs {
@@ -70,6 +81,8 @@ impl ImageArgs {
             containerd: None,
             load: true,
             tag: None,
+            push: false,
+            registry: None,
         }
     }
 }
@@ -97,6 +110,11 @@ pub fn run(args: ImageArgs) -> anyhow::Result<()> {
         (Some(address), _) => Some(address),
         (None, true) => Some(local_node_containerd()?),
         (None, false) => None,
+    };
+    let registry = match (args.push, args.registry) {
+        (false, _) => None,
+        (true, Some(registry)) => Some(registry),
+        (true, None) => Some(local_registry()?),
     };
 
     let images = selected(&args.images);
@@ -141,6 +159,19 @@ pub fn run(args: ImageArgs) -> anyhow::Result<()> {
                 ociimage::KUBERNETES_NAMESPACE
             );
         }
+        if let Some(registry) = &registry {
+            let reference = &built.reference;
+            let pushed = ociimage::push(
+                &built.archive,
+                registry,
+                reference.repository(),
+                reference.tag(),
+            )?;
+            println!(
+                "  pushed:  {} ({} blobs sent, {} already there)",
+                pushed.name, pushed.uploaded, pushed.present
+            );
+        }
     }
     Ok(())
 }
@@ -164,6 +195,18 @@ fn local_node_containerd() -> anyhow::Result<PathBuf> {
          && cargo xtask cluster up`",
     )?;
     Ok(node.containerd_socket)
+}
+
+/// The address of the running local cluster's registry, on its real node.
+pub fn local_registry() -> anyhow::Result<String> {
+    let state = localcluster::LocalCluster::from_env()?
+        .running()
+        .context("`--push` pushes to the local cluster's registry unless `--registry` names one")?;
+    let registry = state.registry().context(
+        "the local cluster runs no registry (it has one with its real node); restart it with \
+         `cargo xtask cluster down && cargo xtask cluster up`, or name one with `--registry`",
+    )?;
+    Ok(registry.to_string())
 }
 
 /// The images asked for, each once, in the order given; the manager when none is named.
@@ -240,6 +283,7 @@ fn manager_image(
             source: package.repository.clone(),
             url: package.repository.clone(),
             licenses: package.license.clone(),
+            labels: Default::default(),
             created,
         },
     };
@@ -283,6 +327,7 @@ fn memcached_image(binary: &Path, version: &str, created: u64) -> anyhow::Result
             source: None,
             url: Some("https://memcached.org/".into()),
             licenses: Some("BSD-3-Clause".into()),
+            labels: Default::default(),
             created,
         },
     };
@@ -350,6 +395,7 @@ fn redis_image(binary: &Path, version: &str, created: u64) -> anyhow::Result<Ima
             source: None,
             url: Some("https://redis.io/".into()),
             licenses: Some("BSD-3-Clause".into()),
+            labels: Default::default(),
             created,
         },
     };
@@ -447,6 +493,13 @@ impl CargoMetadata {
 
 /// The workspace's packages and target directory (which honours `CARGO_TARGET_DIR` and cargo's
 /// configuration), as cargo itself reports them.
+/// Where the archives go unless `--out` says otherwise: `images/` in the cargo target directory.
+pub fn images_dir() -> anyhow::Result<PathBuf> {
+    Ok(cargo_metadata(&crate::workspace_root())?
+        .target_directory
+        .join("images"))
+}
+
 fn cargo_metadata(root: &Path) -> anyhow::Result<CargoMetadata> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(&cargo)

@@ -196,6 +196,7 @@ fn olm_image(binary: &Path, version: &str) -> anyhow::Result<Image> {
             source: Some(format!("https://{OLM_MODULE}")),
             url: Some("https://olm.operatorframework.io/".into()),
             licenses: Some("Apache-2.0".into()),
+            labels: Default::default(),
             // Reproducible: the image changes only with the binary.
             created: 0,
         },

@@ -1,5 +1,5 @@
 //! `cargo xtask setup`: installs the distribution packages the local cluster's real node and the
-//! in-cluster tests need (containerd, runc, CNI plugins, iptables, memcached, redis, busybox, a C
+//! in-cluster tests need (containerd, runc, CNI plugins, iptables, the image registry, memcached, redis, busybox, a C
 //! compiler for the pod sandbox, make for the manager's allocator, skopeo, podman and Docker),
 //! so a fresh machine needs nothing done by hand.
 

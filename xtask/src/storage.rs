@@ -159,6 +159,7 @@ fn provisioner_image(binary: &Path, version: &str) -> anyhow::Result<Image> {
             source: Some(format!("https://{PROVISIONER_MODULE}")),
             url: Some(format!("https://{PROVISIONER_MODULE}")),
             licenses: Some("Apache-2.0".into()),
+            labels: Default::default(),
             // Reproducible: the image changes only with the binary.
             created: 0,
         },
@@ -196,6 +197,7 @@ fn helper_image(busybox: &Path, version: &str) -> anyhow::Result<Image> {
             source: None,
             url: Some("https://busybox.net/".into()),
             licenses: Some("GPL-2.0-only".into()),
+            labels: Default::default(),
             created: 0,
         },
     };
@@ -368,6 +370,7 @@ mod tests {
             dir: "/state/node".into(),
             containerd_socket: "/state/node/containerd.sock".into(),
             network: Default::default(),
+            registry: None,
         };
         let objects = objects(&node, "provisioner:v1", "busybox:1").unwrap();
         let class = objects

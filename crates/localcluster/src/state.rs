@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -104,6 +105,12 @@ impl ClusterState {
         }
     }
 
+    /// The address of the real node's image registry (`HOST:PORT`, plain HTTP), which this
+    /// machine pushes to and the node pulls from; `None` without a real node.
+    pub fn registry(&self) -> Option<SocketAddrV4> {
+        self.node.as_ref().and_then(|node| node.registry)
+    }
+
     /// Whether every process still runs.
     pub fn all_alive(&self) -> bool {
         !self.components.is_empty() && self.components.iter().all(Component::alive)
@@ -138,6 +145,10 @@ impl fmt::Display for Status {
         writeln!(f, "  kubeconfig: {}", self.state.kubeconfig.display())?;
         if let Some(log) = &self.state.audit_log {
             writeln!(f, "  audit log:  {}", log.display())?;
+        }
+        if let Some(registry) = self.state.registry() {
+            // Unindented, for scripts: `sed -n 's/^registry: //p'`.
+            writeln!(f, "registry: {registry}")?;
         }
         writeln!(
             f,
@@ -183,5 +194,31 @@ mod tests {
         let state: ClusterState = serde_json::from_value(old).expect("loads");
         assert_eq!(state.audit_log, None);
         assert!(state.audit_log_files().expect("no files").is_empty());
+    }
+
+    #[test]
+    fn status_names_the_registry_on_a_line_of_its_own() {
+        let mut node = crate::node::NodeState::new(Path::new("/state"));
+        node.registry = Some(SocketAddrV4::new(crate::node::NODE_IP, 5000));
+        let state = ClusterState {
+            versions: "v".into(),
+            server: "https://127.0.0.1:1".into(),
+            kubeconfig: "/k".into(),
+            ca_cert: "/ca".into(),
+            bin_dir: "/bin".into(),
+            components: Vec::new(),
+            node: Some(node),
+            audit_log: None,
+            feature_gates: Vec::new(),
+        };
+        let shown = Status {
+            state,
+            alive: Vec::new(),
+        }
+        .to_string();
+        assert!(
+            shown.lines().any(|line| line == "registry: 10.85.0.1:5000"),
+            "{shown}"
+        );
     }
 }

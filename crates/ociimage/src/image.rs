@@ -75,7 +75,7 @@ impl fmt::Display for Port {
 }
 
 /// What the image says about itself: the `org.opencontainers.image.*` labels and manifest
-/// annotations, and the time stamped on everything in it.
+/// annotations, labels of its own, and the time stamped on everything in it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Metadata {
     /// Human-readable title.
@@ -96,6 +96,9 @@ pub struct Metadata {
     /// and the annotation. Take it from [`source_date_epoch`](crate::source_date_epoch) so
     /// rebuilding gives the same digest.
     pub created: u64,
+    /// Labels of the image's own beyond the `org.opencontainers.image.*` ones, such as an OLM
+    /// bundle's `operators.operatorframework.io.*`; they are also the manifest's annotations.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Metadata {
@@ -111,13 +114,15 @@ impl Metadata {
             ("url", self.url.clone()),
             ("licenses", self.licenses.clone()),
         ];
-        fields
+        let mut annotations: BTreeMap<String, String> = fields
             .into_iter()
             .filter_map(|(key, value)| {
                 let value = value.filter(|v| !v.is_empty())?;
                 Some((format!("org.opencontainers.image.{key}"), value))
             })
-            .collect()
+            .collect();
+        annotations.extend(self.labels.clone());
+        annotations
     }
 }
 
@@ -582,6 +587,7 @@ mod tests {
                 source: None,
                 url: Some("https://example.com/app".into()),
                 licenses: Some("Apache-2.0".into()),
+                labels: Default::default(),
                 created: CREATED,
             },
         }

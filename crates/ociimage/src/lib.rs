@@ -14,13 +14,14 @@
 //!
 //! [`shared_libraries`] finds what a dynamically linked binary needs at run time, so an image can
 //! hold exactly that and nothing else; [`import_into_containerd`] hands an archive to a containerd
-//! in the namespace the kubelet reads.
+//! in the namespace the kubelet reads, and [`push`] puts it in a registry that speaks plain HTTP.
 
 mod containerd;
 mod image;
 mod layer;
 mod layout;
 mod libraries;
+mod push;
 mod reference;
 mod source;
 
@@ -30,6 +31,7 @@ pub use containerd::{KUBERNETES_NAMESPACE, import_into_containerd};
 pub use image::{BuiltImage, Image, ImageConfig, ImageFile, Metadata, Platform, Port, User};
 pub use layout::digest as sha256_digest;
 pub use libraries::{SharedLibrary, shared_libraries};
+pub use push::{Pushed, manifest_digest, push};
 pub use reference::Reference;
 pub use source::{git_revision, rfc3339, source_date_epoch};
 
@@ -166,5 +168,23 @@ pub enum Error {
         address: PathBuf,
         /// The fully qualified name that is missing.
         name: String,
+    },
+    /// An archive to push is not an image layout this crate wrote.
+    #[error("{archive} is not an OCI image archive with one manifest: {reason}")]
+    BadArchive {
+        /// The archive.
+        archive: PathBuf,
+        /// What is missing or malformed.
+        reason: String,
+    },
+    /// A registry refused a step of a push, or could not be reached.
+    #[error("pushing to the registry at {registry}, {step}: {message}")]
+    Push {
+        /// The registry, `host:port`.
+        registry: String,
+        /// The step: the request or what it was for.
+        step: String,
+        /// The registry's answer, or the connection's error.
+        message: String,
     },
 }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use imageref::{DEFAULT_TAG, ImageReference};
+use imageref::{DEFAULT_DOMAIN, DEFAULT_TAG, ImageReference, OFFICIAL_PREFIX};
 
 use crate::Error;
 
@@ -67,6 +67,17 @@ impl Reference {
             })
     }
 
+    /// The name without its registry, as people write it: `operator-manager` for
+    /// `docker.io/library/operator-manager`, `team/app` for `registry.example/team/app`. What the
+    /// image is called when pushed to another registry.
+    pub fn repository(&self) -> &str {
+        let path = self.0.path();
+        match self.0.domain() {
+            Some(DEFAULT_DOMAIN) => path.strip_prefix(OFFICIAL_PREFIX).unwrap_or(path),
+            _ => path,
+        }
+    }
+
     /// The last component of the name, e.g. `memcached` for `example.com/cache/memcached:1.6`.
     pub fn short_name(&self) -> &str {
         self.0.short_name()
@@ -91,9 +102,13 @@ mod tests {
         assert_eq!(r.to_string(), "operator-manager:0.1.0");
         assert_eq!(r.tag(), "0.1.0");
         assert_eq!(r.short_name(), "operator-manager");
+        assert_eq!(r.repository(), "operator-manager");
+        let r = Reference::parse("docker.io/team/app:1").unwrap();
+        assert_eq!(r.repository(), "team/app");
 
         let r = Reference::parse("localhost:5000/a/b").unwrap();
         assert_eq!(r.normalized(), "localhost:5000/a/b:latest");
+        assert_eq!(r.repository(), "a/b");
         assert_eq!(r.tag(), "latest");
 
         let r = r.with_tag("2.0").unwrap();

@@ -1,8 +1,9 @@
 //! The archive loads with the tools users load images with, not only with containerd: Docker's
 //! archive format (`manifest.json`, what `docker load` reads) through `skopeo`'s
 //! `docker-archive:` transport, the OCI layout through `oci-archive:`, `podman load` into a
-//! throwaway store, and `docker load` into a Docker daemon of the test's own. `cargo xtask setup`
-//! installs all three.
+//! throwaway store, and `docker load` into a Docker daemon of the test's own. [`ociimage::push`]
+//! puts it in the distribution's registry, where skopeo reads it back. `cargo xtask setup`
+//! installs all of them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -38,6 +39,7 @@ fn built(dir: &Path) -> ociimage::BuiltImage {
             source: None,
             url: None,
             licenses: Some("Apache-2.0".into()),
+            labels: Default::default(),
             created: 1_700_000_000,
         },
     };
@@ -272,4 +274,74 @@ fn docker_loads_the_archive_under_its_name() {
     assert_eq!(inspected["Config"]["User"], "65532:65532");
     assert_eq!(inspected["Config"]["Entrypoint"][0], "/program");
     assert_eq!(inspected["Id"], image.config_digest.as_str());
+}
+
+#[test]
+fn a_pushed_image_is_what_skopeo_reads_from_the_registry() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let image = built(dir.path());
+    let registry =
+        testkit::PrivateRegistry::start(&dir.path().join("registry")).expect("a registry");
+
+    let pushed = ociimage::push(
+        &image.archive,
+        registry.address(),
+        "team/loader-check",
+        VERSION,
+    )
+    .expect("pushing");
+    assert_eq!(pushed.manifest_digest, image.manifest_digest);
+    assert_eq!(
+        (pushed.uploaded, pushed.present),
+        (2, 0),
+        "config and layer"
+    );
+    assert_eq!(
+        pushed.name,
+        format!("{}/team/loader-check:{VERSION}", registry.address())
+    );
+
+    let inspected = json(&run(
+        "skopeo",
+        &[
+            "inspect",
+            "--tls-verify=false",
+            &format!("docker://{}", pushed.name),
+        ],
+    ));
+    assert_eq!(inspected["Digest"], image.manifest_digest.as_str());
+    assert_labels(&inspected["Labels"], "skopeo from the registry");
+
+    let again = ociimage::push(
+        &image.archive,
+        registry.address(),
+        "team/loader-check",
+        "latest",
+    )
+    .expect("pushing again");
+    assert_eq!(
+        (again.uploaded, again.present),
+        (0, 2),
+        "nothing sent twice"
+    );
+    let found = ociimage::manifest_digest(registry.address(), "team/loader-check", "latest")
+        .expect("asking the registry");
+    assert_eq!(found.as_deref(), Some(image.manifest_digest.as_str()));
+    let missing = ociimage::manifest_digest(registry.address(), "team/loader-check", "never")
+        .expect("asking the registry");
+    assert_eq!(missing, None);
+}
+
+#[test]
+fn a_push_to_nothing_names_the_registry_and_the_step() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let image = built(dir.path());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port");
+    let error = ociimage::push(&image.archive, &closed.to_string(), "x", "v1")
+        .expect_err("nothing listens there");
+    let text = error.to_string();
+    assert!(text.contains(&closed.to_string()), "{text}");
+    assert!(text.contains("HEAD /v2/x/blobs/sha256:"), "{text}");
 }

@@ -34,6 +34,7 @@ mod namespace;
 mod private;
 mod prometheus;
 mod proxy;
+mod registry;
 mod serviceaccount;
 mod wait;
 
@@ -56,6 +57,7 @@ pub use namespace::{PodSecurity, TestNamespace, pod_security_labels, unique_name
 pub use private::PrivateCluster;
 pub use prometheus::{Prometheus, Target, TargetTls};
 pub use proxy::{TcpProxy, kubeconfig_via, server_addr};
+pub use registry::PrivateRegistry;
 pub use serviceaccount::{
     ServiceAccountKubeconfig, manager_kubeconfig, pod_kubeconfig, service_account_kubeconfig,
     service_account_token,

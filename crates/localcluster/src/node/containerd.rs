@@ -23,8 +23,12 @@ impl Containerd {
             node.cni_conf_dir(),
             node.ipam_dir(),
             node.images_dir(),
+            node.containerd_hosts_dir(),
         ] {
             std::fs::create_dir_all(&d).map_err(Error::io("creating", &d))?;
+        }
+        if let Some(address) = node.registry {
+            super::registry::containerd_hosts(node, address)?;
         }
         let config = dir.join("config.toml");
         std::fs::write(&config, Self::config(node)).map_err(Error::io("writing", &config))?;
@@ -40,6 +44,8 @@ impl Containerd {
     /// - `netns_mounts_under_state_dir`: pod network namespaces live under the node's
     ///   directory, so `down` finds every one of them.
     /// - the sandbox image is the locally built `pause`, never pulled.
+    /// - registries are configured by directory (`config_path`): the node's own registry speaks
+    ///   plain HTTP.
     fn config(node: &NodeState) -> String {
         let dir = node.containerd_dir();
         let cri = "plugins.\"io.containerd.grpc.v1.cri\"";
@@ -79,6 +85,9 @@ disabled_plugins = [
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
 
+[{cri}.registry]
+  config_path = "{hosts}"
+
 [{cri}.cni]
   bin_dir = "{cni_bin}"
   conf_dir = "{cni_conf}"
@@ -93,6 +102,7 @@ disabled_plugins = [
             cni_bin = CNI_BIN_DIR,
             cni_conf = node.cni_conf_dir().display(),
             opt = dir.join("opt").display(),
+            hosts = node.containerd_hosts_dir().display(),
         )
     }
 
@@ -169,6 +179,7 @@ mod tests {
             super::super::pause_image()
         )));
         assert!(config.contains("SystemdCgroup = false"));
+        assert!(config.contains("config_path = \"/state/node/containerd/certs.d\""));
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub(crate) const CNI_BIN_DIR: &str = "/usr/lib/cni";
 const CNI_PLUGINS: [&str; 4] = ["bridge", "host-local", "loopback", "portmap"];
 
 /// The commands the node runs, with the Debian package that provides each.
-const COMMANDS: [(&str, &str); 9] = [
+const COMMANDS: [(&str, &str); 10] = [
     ("containerd", "containerd"),
     ("containerd-shim-runc-v2", "containerd"),
     ("ctr", "containerd"),
@@ -23,10 +23,11 @@ const COMMANDS: [(&str, &str); 9] = [
     ("iptables-restore", "iptables"),
     ("conntrack", "conntrack"),
     ("socat", "socat"),
+    (super::registry::PROGRAM, "docker-registry"),
 ];
 
 /// The Debian packages the real node needs (for `cargo xtask setup` and error messages).
-pub const PACKAGES: [&str; 7] = [
+pub const PACKAGES: [&str; 8] = [
     "containerd",
     "runc",
     "containernetworking-plugins",
@@ -34,6 +35,7 @@ pub const PACKAGES: [&str; 7] = [
     "iptables",
     "conntrack",
     "socat",
+    "docker-registry",
 ];
 
 /// Fails with [`Error::NodePrerequisite`] naming every missing piece when this machine cannot

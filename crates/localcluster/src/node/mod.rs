@@ -29,11 +29,12 @@ mod host;
 mod iptables;
 mod kubelet;
 mod network;
+mod registry;
 mod start;
 mod teardown;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -96,6 +97,9 @@ pub struct NodeState {
     pub containerd_socket: PathBuf,
     /// The host changes made for the node, undone by `down`.
     pub network: Network,
+    /// The image registry on the node's address, once it was started.
+    #[serde(default)]
+    pub registry: Option<SocketAddrV4>,
 }
 
 impl NodeState {
@@ -106,6 +110,7 @@ impl NodeState {
             containerd_socket: dir.join("containerd.sock"),
             dir,
             network: Network::default(),
+            registry: None,
         }
     }
 
@@ -132,6 +137,16 @@ impl NodeState {
     /// Where the kubelet writes container logs (instead of `/var/log/pods`).
     pub(crate) fn pod_logs_dir(&self) -> PathBuf {
         self.dir.join("pod-logs")
+    }
+
+    /// Where containerd reads how to reach each registry (`<host:port>/hosts.toml`).
+    pub(crate) fn containerd_hosts_dir(&self) -> PathBuf {
+        self.containerd_dir().join("certs.d")
+    }
+
+    /// The registry's configuration and storage.
+    pub(crate) fn registry_dir(&self) -> PathBuf {
+        self.dir.join("registry")
     }
 
     /// Where locally built images are written before they are imported.

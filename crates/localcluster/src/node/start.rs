@@ -1,5 +1,6 @@
-//! Starting the real node, once the control plane runs: containerd, the sandbox image, the
-//! kubelet, kube-proxy and the API server forwarder, each waited for before the next.
+//! Starting the real node, once the control plane runs: its image registry, containerd, the
+//! sandbox image, the kubelet, kube-proxy and the API server forwarder, each waited for before
+//! the next.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,6 +11,7 @@ use kube::api::{Api, Patch, PatchParams};
 use super::containerd::Containerd;
 use super::host::find_command;
 use super::kubelet::{KubeProxy, Kubelet};
+use super::registry;
 use super::{NODE_IP, NODE_NAME, NodeState, TAINT_KEY};
 use crate::certs::Pki;
 use crate::cluster::wait;
@@ -53,6 +55,32 @@ impl LocalCluster {
                 fix: "run `cargo xtask setup`".into(),
             })
         };
+
+        let registry_address = registry::address(process::free_port()?);
+        let registry = self.launch(
+            state,
+            start.dir,
+            &system(registry::PROGRAM)?,
+            "registry",
+            // Not on loopback: `status` shows its address on a line of its own.
+            &[],
+            registry::prepare(&node, registry_address)?,
+        )?;
+        wait(
+            &format!("the registry to answer on {registry_address}"),
+            Duration::from_secs(60),
+            &[&registry],
+            || registry::ready(registry_address),
+        )
+        .await?;
+        let mut node = node;
+        node.registry = Some(registry_address);
+        state.node = Some(node.clone());
+        state.save(start.dir)?;
+        self.say(&format!(
+            "registry (pid {}) serves images on {registry_address}",
+            registry.pid
+        ));
 
         let args = Containerd::prepare(&node)?;
         let containerd = self.launch(
