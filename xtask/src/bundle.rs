@@ -1,10 +1,12 @@
-//! `cargo xtask bundle [--check] [--validate]`: the OLM bundle under `bundle/`, rendered from
-//! the Rust sources and the project metadata in the workspace's `Cargo.toml`.
+//! `cargo xtask bundle [--check] [--validate] [--push]`: the OLM bundle under `bundle/`,
+//! rendered from the Rust sources and the project metadata in the workspace's `Cargo.toml`, and
+//! its image, built without a container daemon and pushed to a registry.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use codegen::{Mode, Project};
+use ociimage::{Image, ImageConfig, ImageFile, Metadata, Platform, Reference, User};
 
 /// The Kubernetes version the bundle is validated against for removed APIs: the one the local
 /// cluster runs and k8s-openapi is compiled for.
@@ -22,6 +24,15 @@ pub struct BundleArgs {
     /// Directory to write into (default: `bundle/` at the workspace root).
     #[arg(long, value_name = "DIR")]
     pub bundle_dir: Option<PathBuf>,
+    /// Then build the bundle image (what `bundle.Dockerfile` builds, without a container daemon)
+    /// for the manager image `cargo xtask image --push` pushed, and push it beside it as
+    /// `<registry>/<package>-bundle:v<version>`: Operator SDK's `make bundle IMG=...
+    /// bundle-build bundle-push`.
+    #[arg(long)]
+    pub push: bool,
+    /// The registry `--push` pushes to, `HOST:PORT` (plain HTTP); the local cluster's by default.
+    #[arg(long, value_name = "HOST:PORT", requires = "push")]
+    pub registry: Option<String>,
 }
 
 pub fn run(args: BundleArgs) -> anyhow::Result<()> {
@@ -59,7 +70,99 @@ pub fn run(args: BundleArgs) -> anyhow::Result<()> {
     if args.validate {
         validate(&bundle_dir)?;
     }
+    if args.push {
+        // How to push the manager there, should it be missing.
+        let (registry, push_manager) = match args.registry {
+            Some(registry) => {
+                let command = format!("cargo xtask image manager --push --registry {registry}");
+                (registry, command)
+            }
+            None => (
+                crate::image::local_registry()?,
+                "cargo xtask image manager --push".to_owned(),
+            ),
+        };
+        push(&project, &root, &registry, &push_manager)?;
+    }
     Ok(())
+}
+
+/// Builds the bundle image for the manager image in `registry` and pushes it there.
+fn push(project: &Project, root: &Path, registry: &str, push_manager: &str) -> anyhow::Result<()> {
+    let manager = Reference::parse(&codegen::bundle::manager_image(project))?;
+    let (repository, tag) = (manager.repository(), manager.tag());
+    let manager_name = format!("{registry}/{repository}:{tag}");
+    if ociimage::manifest_digest(registry, repository, tag)?.is_none() {
+        bail!(
+            "the registry at {registry} holds no {repository}:{tag}, which the bundle installs: \
+             push it first with `{push_manager}`"
+        );
+    }
+    let files = codegen::bundle::render_for(project, root, &manager_name)?;
+    let staging = tempfile::tempdir().context("creating a directory for the bundle's files")?;
+    let reference = Reference::parse(&format!("{}-bundle:v{}", project.package, project.version))?;
+    let mut image = Image::new(reference, bundle_image_config(project, root)?);
+    for file in files
+        .iter()
+        .filter(|f| f.path.starts_with("manifests") || f.path.starts_with("metadata"))
+    {
+        let source = staging.path().join(&file.path);
+        if let Some(dir) = source.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(&source, &file.contents)
+            .with_context(|| format!("writing {}", source.display()))?;
+        image.add(ImageFile::data(source, format!("/{}", file.path.display())))?;
+    }
+    let archive = crate::image::images_dir()?.join(format!(
+        "{}-bundle-v{}.oci.tar",
+        project.package, project.version
+    ));
+    let built = image
+        .write(&archive)
+        .with_context(|| format!("writing the bundle image {}", archive.display()))?;
+    let pushed = ociimage::push(
+        &built.archive,
+        registry,
+        built.reference.repository(),
+        built.reference.tag(),
+    )?;
+    println!("bundle image {} ({})", pushed.name, pushed.manifest_digest);
+    println!("  installs the manager image {manager_name}");
+    println!("  archive: {}", built.archive.display());
+    Ok(())
+}
+
+/// The bundle image's configuration: no program (OLM only copies its files out), a user that is
+/// not root, and the bundle's annotations as labels, as `bundle.Dockerfile` sets them.
+fn bundle_image_config(project: &Project, root: &Path) -> anyhow::Result<ImageConfig> {
+    Ok(ImageConfig {
+        platform: Platform::host(),
+        user: User {
+            name: "nonroot".into(),
+            uid: 65532,
+            gid: 65532,
+        },
+        entrypoint: Vec::new(),
+        cmd: Vec::new(),
+        env: Vec::new(),
+        exposed_ports: Vec::new(),
+        working_dir: "/".into(),
+        metadata: Metadata {
+            title: format!("{}-bundle", project.package),
+            description: format!("The OLM bundle of {}", project.display_name),
+            version: project.version.clone(),
+            revision: ociimage::git_revision(root),
+            source: None,
+            url: None,
+            licenses: None,
+            created: ociimage::source_date_epoch(root)?,
+            labels: codegen::bundle::labels(project)
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value))
+                .collect(),
+        },
+    })
 }
 
 /// The project metadata, read from the workspace's `Cargo.toml`.

@@ -50,12 +50,32 @@ const X_DESCRIPTORS: &[(&str, &str, &str, &str)] = &[
 /// The x-descriptor of every `conditions` status field.
 const CONDITIONS_DESCRIPTOR: &str = "urn:alm:descriptor:io.kubernetes.conditions";
 
-/// Renders the bundle of `project`, whose icon is read relative to `root`.
+/// Renders the bundle of `project`, whose icon is read relative to `root`, for the manager
+/// image the manifests name ([`manager_image`]).
 ///
 /// # Errors
 /// [`Error::Io`] when the icon cannot be read, [`Error::Render`] when serializing fails, and
 /// the RBAC declaration errors of [`rbac::cluster_role`].
 pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Error> {
+    render_for(project, root, &manager_image(project))
+}
+
+/// The manager image the committed bundle installs: the manifests' name, at the project's
+/// version.
+pub fn manager_image(project: &Project) -> String {
+    format!("{MANAGER_IMAGE}:{}", project.version)
+}
+
+/// The bundle of `project` installing `manager_image` instead, as Operator SDK's `make bundle
+/// IMG=...` renders it for an image pushed to a registry.
+///
+/// # Errors
+/// As [`render`].
+pub fn render_for(
+    project: &Project,
+    root: &Path,
+    manager_image: &str,
+) -> Result<Vec<GeneratedFile>, Error> {
     let controllers = controllers::all();
     let icon_path = root.join(&project.icon);
     let icon = std::fs::read(&icon_path).map_err(|source| Error::Io {
@@ -66,7 +86,7 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
     let crds = crate::crds::crds(&crate::WebhookTarget::Service {
         namespace: crate::NAMESPACE.to_owned(),
     })?;
-    let csv = cluster_service_version(project, &crds, &icon, &controllers)?;
+    let csv = cluster_service_version(project, manager_image, &crds, &icon, &controllers)?;
     let mut files = vec![document(
         &format!("manifests/{}.clusterserviceversion.yaml", project.package),
         &csv,
@@ -101,7 +121,7 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
     )?);
     files.push(document(
         "metadata/annotations.yaml",
-        &json!({ "annotations": annotations(project) }),
+        &json!({ "annotations": labels(project) }),
     )?);
     files.push(GeneratedFile {
         path: PathBuf::from("bundle.Dockerfile"),
@@ -110,8 +130,9 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
     Ok(files)
 }
 
-/// The bundle's annotations: what OLM and catalogs read to place it (its package and channels).
-fn annotations(project: &Project) -> BTreeMap<&'static str, String> {
+/// The bundle's annotations, which its image repeats as labels: what OLM and catalogs read to
+/// place it (its package and channels).
+pub fn labels(project: &Project) -> BTreeMap<&'static str, String> {
     BTreeMap::from([
         (
             "operators.operatorframework.io.bundle.mediatype.v1",
@@ -146,7 +167,7 @@ fn annotations(project: &Project) -> BTreeMap<&'static str, String> {
 fn dockerfile(project: &Project) -> String {
     let mut text = String::from(HEADER);
     text.push_str("FROM scratch\n\n");
-    for (key, value) in annotations(project) {
+    for (key, value) in labels(project) {
         text.push_str(&format!("LABEL {key}={value}\n"));
     }
     text.push_str("\nCOPY manifests /manifests/\nCOPY metadata /metadata/\n");
@@ -156,11 +177,11 @@ fn dockerfile(project: &Project) -> String {
 /// The ClusterServiceVersion: the release, how to install it, and what it owns.
 fn cluster_service_version(
     project: &Project,
+    image: &str,
     crds: &[CustomResourceDefinition],
     icon: &[u8],
     controllers: &[Box<dyn kube_operator_runtime::ManagedController>],
 ) -> Result<Value, Error> {
-    let image = format!("{MANAGER_IMAGE}:{}", project.version);
     let examples: Vec<Value> = samples::objects()?.into_iter().map(|(_, v)| v).collect();
     let examples = serde_json::to_string_pretty(&examples)
         .map_err(|e| render_error("alm-examples", &e.to_string()))?;
@@ -200,7 +221,7 @@ fn cluster_service_version(
             "installModes": install_modes(),
             "install": {
                 "strategy": "deployment",
-                "spec": install_spec(controllers)?,
+                "spec": install_spec(controllers, image)?,
             },
             "customresourcedefinitions": {
                 "owned": crds.iter().flat_map(owned_crd).collect::<Vec<_>>(),
@@ -285,6 +306,7 @@ fn install_modes() -> Value {
 /// Role's in the install namespace.
 fn install_spec(
     controllers: &[Box<dyn kube_operator_runtime::ManagedController>],
+    image: &str,
 ) -> Result<Value, Error> {
     let mut deployment = manager::deployment();
     // OLM, not kustomize, manages what the bundle installs.
@@ -307,6 +329,7 @@ fn install_spec(
         .as_mut()
         .and_then(|s| s.containers.first_mut())
     {
+        container.image = Some(image.to_owned());
         container
             .args
             .get_or_insert_with(Vec::new)
@@ -474,6 +497,28 @@ mod tests {
             })
             .expect("a CSV");
         yaml_serde::from_str(&csv.contents).expect("the CSV is YAML")
+    }
+
+    #[test]
+    fn a_bundle_for_a_pushed_image_names_it_where_olm_reads_it() {
+        let (project, root) = workspace();
+        let image = "10.85.0.1:5000/operator-manager:0.1.0";
+        let files = render_for(&project, &root, image).expect("renders");
+        let csv = files
+            .iter()
+            .find(|f| {
+                f.path
+                    .to_string_lossy()
+                    .ends_with(".clusterserviceversion.yaml")
+            })
+            .expect("a CSV");
+        let csv: Value = yaml_serde::from_str(&csv.contents).expect("the CSV is YAML");
+        assert_eq!(csv["metadata"]["annotations"]["containerImage"], image);
+        let deployment = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"];
+        assert_eq!(
+            deployment["template"]["spec"]["containers"][0]["image"],
+            image
+        );
     }
 
     #[test]
