@@ -569,18 +569,32 @@ fn clock_ticks_per_second() -> f64 {
 /// The metric both managers count every finished reconcile in (controller-runtime's name).
 const RECONCILES_METRIC: &str = "controller_runtime_reconcile_total";
 
+/// The histogram both managers time every reconcile in (controller-runtime's name): its sum
+/// and count give the mean time a reconcile held a worker.
+const RECONCILE_TIME_METRIC: &str = "controller_runtime_reconcile_time_seconds";
+
 /// The metric ours counts the watch events that asked for a reconcile in, by `source` (the
 /// kind of object that changed). The reference has no such metric.
 const TRIGGERS_METRIC: &str = "operator_manager_reconcile_triggers_total";
+
+/// The metric ours counts the reconciles it held back for its cache to show its own last
+/// write in, by `outcome` (`caught_up`, or `behind` when it started without). The reference
+/// has no such metric.
+const CACHE_WAITS_METRIC: &str = "operator_manager_reconcile_cache_waits_total";
 
 /// What a manager counted on its own `/metrics`.
 #[derive(Clone, Debug, Default)]
 pub struct ManagerCounts {
     /// Every reconcile finished, of every controller and result.
     pub reconciles: f64,
+    /// The seconds every timed reconcile took, together, and how many were timed.
+    pub reconcile_time: (f64, f64),
     /// The watch events that asked for a reconcile, by the kind of object that changed (empty
     /// for a manager that does not count them).
     pub triggers: Counts,
+    /// The reconciles held back for the cache to show the manager's own last write, by
+    /// outcome (empty for a manager that does not count them).
+    pub cache_waits: Counts,
 }
 
 /// What the manager serving plain-HTTP metrics on `127.0.0.1:port` has counted so far.
@@ -612,8 +626,15 @@ pub async fn manager_counts(port: u16) -> anyhow::Result<ManagerCounts> {
 fn counts_of(text: &str) -> ManagerCounts {
     ManagerCounts {
         reconciles: sum_of(text, RECONCILES_METRIC),
+        reconcile_time: (
+            sum_of(text, &format!("{RECONCILE_TIME_METRIC}_sum")),
+            sum_of(text, &format!("{RECONCILE_TIME_METRIC}_count")),
+        ),
         triggers: sums_by(text, TRIGGERS_METRIC, |labels| {
             label(labels, "source").map(str::to_owned)
+        }),
+        cache_waits: sums_by(text, CACHE_WAITS_METRIC, |labels| {
+            label(labels, "outcome").map(str::to_owned)
         }),
     }
 }
@@ -648,17 +669,26 @@ controller_runtime_reconcile_errors_total{controller=\"memcached\"} 7
     }
 
     #[test]
-    fn counts_triggers_by_source_over_every_controller() {
+    fn counts_triggers_and_cache_waits_over_every_controller() {
         let text = "\
 # TYPE operator_manager_reconcile_triggers_total counter
 operator_manager_reconcile_triggers_total{controller=\"memcached\",source=\"Deployment\"} 30
 operator_manager_reconcile_triggers_total{controller=\"memcached\",source=\"Pod\"} 12
 operator_manager_reconcile_triggers_total{controller=\"myapp\",source=\"Deployment\"} 5
 operator_manager_reconcile_triggers_total{controller=\"myapp\",source=\"MyApp\"} 0
+operator_manager_reconcile_cache_waits_total{controller=\"memcached\",outcome=\"caught_up\"} 4
+operator_manager_reconcile_cache_waits_total{controller=\"myapp\",outcome=\"caught_up\"} 1
+operator_manager_reconcile_cache_waits_total{controller=\"myapp\",outcome=\"behind\"} 2
 controller_runtime_reconcile_total{controller=\"memcached\",result=\"success\"} 9
+controller_runtime_reconcile_time_seconds_bucket{controller=\"memcached\",le=\"+Inf\"} 9
+controller_runtime_reconcile_time_seconds_sum{controller=\"memcached\"} 1.5
+controller_runtime_reconcile_time_seconds_count{controller=\"memcached\"} 9
+controller_runtime_reconcile_time_seconds_sum{controller=\"myapp\"} 0.5
+controller_runtime_reconcile_time_seconds_count{controller=\"myapp\"} 1
 ";
         let counts = counts_of(text);
         assert!((counts.reconciles - 9.0).abs() < f64::EPSILON);
+        assert_eq!(counts.reconcile_time, (2.0, 10.0));
         assert_eq!(
             counts.triggers.0,
             BTreeMap::from([
@@ -667,8 +697,13 @@ controller_runtime_reconcile_total{controller=\"memcached\",result=\"success\"} 
                 ("Pod".to_owned(), 12.0),
             ])
         );
+        assert_eq!(
+            counts.cache_waits.0,
+            BTreeMap::from([("behind".to_owned(), 2.0), ("caught_up".to_owned(), 5.0)])
+        );
+        let reference = counts_of("");
         assert!(
-            counts_of("").triggers.0.is_empty(),
+            reference.triggers.0.is_empty() && reference.cache_waits.0.is_empty(),
             "the reference counts none"
         );
     }

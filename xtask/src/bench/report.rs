@@ -303,19 +303,29 @@ fn notable(counts: &Counts) -> String {
     format!("{:.1} ({})", counts.total(), shown.describe())
 }
 
-/// Reconciles per object in `phase` (`-` when the manager's metrics were unreadable), and the
-/// watch events that asked for them by the kind of object that changed, when counted.
+/// Reconciles per object in `phase` (`-` when the manager's metrics were unreadable), the
+/// watch events that asked for them by the kind of object that changed, and those held back
+/// for the cache to show the manager's own last write, when counted.
 fn reconciles(phase: &Phase) -> String {
-    let reconciles = phase
+    let mut out = phase
         .reconciles_per_object
         .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"));
-    if phase.triggers_by_source.0.is_empty() {
-        return reconciles;
+    if let Some(mean) = phase.reconcile_mean_seconds {
+        out.push_str(&format!(" of {:.0} ms", mean * 1000.0));
     }
-    format!(
-        "{reconciles} (triggered by {})",
-        phase.triggers_by_source.describe()
-    )
+    if !phase.triggers_by_source.0.is_empty() {
+        out.push_str(&format!(
+            " (triggered by {})",
+            phase.triggers_by_source.describe()
+        ));
+    }
+    if !phase.cache_waits.0.is_empty() {
+        out.push_str(&format!(
+            " (held for own writes: {})",
+            phase.cache_waits.describe()
+        ));
+    }
+    out
 }
 
 /// The results as Markdown tables (what BENCHMARKS.md holds).
@@ -496,7 +506,7 @@ fn push_workload_tables(out: &mut String, results: &Results) {
         );
     }
     out.push_str(
-        "\nPer object: the reconciles the manager counted (for ours, with the watch events that asked for them, by the kind of object that changed: the queue folds several into one reconcile), the requests by resource and verb, the changes of objects in the cluster (each once), and the watch events the API server sent for them to all its clients (the cluster's controllers, kwok, the bench and the manager), with those that started a new watch:\n\n",
+        "\nPer object: the reconciles the manager counted and the mean time each held a worker (for ours, with the watch events that asked for them, by the kind of object that changed: the queue folds several into one reconcile; and those held back until the cache showed the manager's own last write: `caught_up`, or `behind` when one started without it), the requests by resource and verb, the changes of objects in the cluster (each once), and the watch events the API server sent for them to all its clients (the cluster's controllers, kwok, the bench and the manager), with those that started a new watch:\n\n",
     );
     push_phase_rows(
         out,
@@ -851,10 +861,15 @@ pub(crate) mod tests {
                 ("kube-apiserver".to_owned(), cpu * 2.0),
             ]),
             reconciles_per_object: Some(2.0),
+            reconcile_mean_seconds: Some(0.012),
             triggers_by_source: Counts(std::collections::BTreeMap::from([
                 ("Deployment".to_owned(), 1.5),
                 ("Memcached".to_owned(), 1.0),
             ])),
+            cache_waits: Counts(std::collections::BTreeMap::from([(
+                "caught_up".to_owned(),
+                0.25,
+            )])),
         };
         Run {
             manager: manager.to_owned(),
@@ -1145,7 +1160,7 @@ pub(crate) mod tests {
         assert!(text.contains("| 2.00 | 20.00 | 15.00 |"), "{text}");
         assert!(
             text.contains(
-                "| ours | 100 | burst | 2.00 (triggered by Deployment 1.50, Memcached 1.00) | deployments patch 4.00 |"
+                "| ours | 100 | burst | 2.00 of 12 ms (triggered by Deployment 1.50, Memcached 1.00) (held for own writes: caught_up 0.25) | deployments patch 4.00 |"
             ),
             "{text}"
         );
@@ -1157,7 +1172,7 @@ pub(crate) mod tests {
         );
         assert!(
             text.contains(
-                "| ours | 100 | converge | 2.00 (triggered by Deployment 1.50, Memcached 1.00) | deployments patch 4.00 | changes 2.0 (pods 2.00); watch events to all clients 6.0 (pods 6.00), 12.0 KiB, 0.5 of them a new watch's initial list |"
+                "| ours | 100 | converge | 2.00 of 12 ms (triggered by Deployment 1.50, Memcached 1.00) (held for own writes: caught_up 0.25) | deployments patch 4.00 | changes 2.0 (pods 2.00); watch events to all clients 6.0 (pods 6.00), 12.0 KiB, 0.5 of them a new watch's initial list |"
             ),
             "{text}"
         );

@@ -75,10 +75,20 @@ pub struct Phase {
     /// Reconciles the manager finished during the phase, per object (from its own
     /// `controller_runtime_reconcile_total`); `None` when its metrics could not be read.
     pub reconciles_per_object: Option<f64>,
+    /// The mean time a reconcile held a worker during the phase, in seconds (from the
+    /// manager's own `controller_runtime_reconcile_time_seconds`); `None` when its metrics
+    /// could not be read or no reconcile finished.
+    #[serde(default)]
+    pub reconcile_mean_seconds: Option<f64>,
     /// The watch events that asked ours for a reconcile during the phase, per object, by the
     /// kind of object that changed (from its `operator_manager_reconcile_triggers_total`;
     /// empty for the reference). The queue folds several into one reconcile.
     pub triggers_by_source: Counts,
+    /// The reconciles ours held back for its cache to show its own last write, per object, by
+    /// outcome: `caught_up`, or `behind` when one started without it (from its
+    /// `operator_manager_reconcile_cache_waits_total`; empty for the reference).
+    #[serde(default)]
+    pub cache_waits: Counts,
 }
 
 /// How a per-object time spreads, in seconds.
@@ -425,8 +435,15 @@ where
         reconciles_per_object: counted
             .as_ref()
             .map(|(before, after)| (after.reconciles - before.reconciles) / count),
-        triggers_by_source: counted.map_or_else(Counts::default, |(before, after)| {
+        reconcile_mean_seconds: counted.as_ref().and_then(|(before, after)| {
+            let timed = after.reconcile_time.1 - before.reconcile_time.1;
+            (timed > 0.0).then(|| (after.reconcile_time.0 - before.reconcile_time.0) / timed)
+        }),
+        triggers_by_source: (counted.as_ref()).map_or_else(Counts::default, |(before, after)| {
             after.triggers.since(&before.triggers).per(count)
+        }),
+        cache_waits: counted.map_or_else(Counts::default, |(before, after)| {
+            after.cache_waits.since(&before.cache_waits).per(count)
         }),
     })
 }
