@@ -469,6 +469,7 @@ impl<K: Reconciled> Driver<K> {
                 () = &mut timer, if next_timer.is_some() && !stopping => queue.fire(Instant::now()),
                 ready = &mut cache_ready, if !synced => {
                     synced = true;
+                    self.leadership.synced();
                     if ready.is_err() {
                         tracing::warn!(controller = name, "the cache's watch ended before its first list");
                     }
@@ -1260,6 +1261,34 @@ mod tests {
         assert_eq!(&seen[..2], ["a", "b"]);
         r.shutdown.cancel();
         r.running.await.expect("joined").expect("stopped cleanly");
+    }
+
+    #[tokio::test]
+    async fn a_standby_is_warm_once_its_cache_has_synced() {
+        let shutdown = CancellationToken::new();
+        let mut ctx = run_context(1, shutdown.clone());
+        let (_lead, leadership) = crate::Leadership::standby();
+        let warmth = leadership.warmth();
+        ctx.options.leadership = leadership.for_controller("test");
+        let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        let (_triggers, rx) =
+            futures::channel::mpsc::unbounded::<(ObjectRef<Memcached>, Priority)>();
+        let done = |_: Arc<Memcached>, _: Arc<()>| std::future::ready(Ok(Outcome::Done));
+        let driver = Driver::<Memcached>::new("test", &ctx);
+        let running = tokio::spawn(driver.run(vec![rx.boxed()], cache, done, Arc::new(())));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(warmth.cold(), ["test"], "no list yet");
+        writer.apply_watcher_event(&watcher::Event::InitApply((*memcached("a")).clone()));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !warmth.is_warm() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("warm once the cache holds its first list");
+        shutdown.cancel();
+        running.await.expect("joined").expect("stopped cleanly");
     }
 
     #[tokio::test]

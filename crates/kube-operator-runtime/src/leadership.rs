@@ -4,7 +4,13 @@
 //! object, and their work queues collect what changes, but nothing is reconciled (so nothing
 //! is written) until the embedding binary says it leads ([`Lead::start`]). Then reconciling
 //! starts at once, live changes first, with caches that are already current.
+//!
+//! Until every controller's caches have synced, the standby is not yet warm ([`Warmth`]): an
+//! embedding binary keeps its readiness probe failing until then, so that a rolling update
+//! stops the old leader only once its successor could take over at once.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use tokio::sync::watch;
@@ -15,6 +21,39 @@ use tokio::sync::watch;
 pub struct Leadership {
     /// `None` while standing by; once leading, what is known of the previous leader.
     leading: watch::Receiver<Option<Takeover>>,
+    /// The controllers of the run whose caches have not synced yet.
+    warmth: Warmth,
+    /// The controller this copy was handed to by [`crate::run`], which reports through it
+    /// that its caches have synced.
+    controller: Option<&'static str>,
+}
+
+/// Which controllers of a run have not yet synced their caches: shared by every copy of its
+/// [`Leadership`] ([`Leadership::warmth`]).
+///
+/// [`crate::run`] counts each controller cold from its start, and its driver reports it warm
+/// once the controller's caches hold a complete list of every type it watches (or once the
+/// controller has returned).
+#[derive(Clone, Debug, Default)]
+pub struct Warmth {
+    cold: Arc<Mutex<BTreeSet<&'static str>>>,
+}
+
+impl Warmth {
+    /// The controllers whose caches have not synced yet, by name, in order.
+    pub fn cold(&self) -> Vec<&'static str> {
+        self.lock().iter().copied().collect()
+    }
+
+    /// Whether every controller started has synced its caches.
+    pub fn is_warm(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<&'static str>> {
+        // A poisoned lock only means a panic elsewhere; the set stays valid.
+        self.cold.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The switch of a standby's [`Leadership`], held by whoever wins the election.
@@ -44,13 +83,44 @@ impl Leadership {
     /// Reconciling from the start: a process without an election, or one started after it won.
     pub fn always() -> Self {
         let (_, leading) = watch::channel(Some(Takeover::default()));
-        Self { leading }
+        Self::from(leading)
     }
 
     /// A standby: it watches but does not reconcile until [`Lead::start`].
     pub fn standby() -> (Lead, Self) {
         let (lead, leading) = watch::channel(None);
-        (Lead { leading: lead }, Self { leading })
+        (Lead { leading: lead }, Self::from(leading))
+    }
+
+    fn from(leading: watch::Receiver<Option<Takeover>>) -> Self {
+        Self {
+            leading,
+            warmth: Warmth::default(),
+            controller: None,
+        }
+    }
+
+    /// Which controllers of the run have not yet synced their caches.
+    pub fn warmth(&self) -> Warmth {
+        self.warmth.clone()
+    }
+
+    /// The copy to hand to `controller`, counted cold until its driver has synced its caches.
+    /// [`crate::run`] hands one to each controller it runs; a binary that runs a controller
+    /// itself does the same, for the run's [`Warmth`] to wait for it.
+    pub fn for_controller(&self, controller: &'static str) -> Self {
+        self.warmth.lock().insert(controller);
+        Self {
+            controller: Some(controller),
+            ..self.clone()
+        }
+    }
+
+    /// The controller this copy was handed to has synced its caches, or has returned.
+    pub(crate) fn synced(&self) {
+        if let Some(controller) = self.controller {
+            self.warmth.lock().remove(controller);
+        }
     }
 
     /// Whether reconciling has started.
@@ -108,6 +178,26 @@ mod tests {
         lead.start();
         waiting.await.expect("led");
         assert!(leadership.is_leading());
+    }
+
+    #[test]
+    fn a_run_is_warm_once_each_controller_has_synced() {
+        let (_lead, leadership) = Leadership::standby();
+        let warmth = leadership.warmth();
+        assert!(warmth.is_warm(), "nothing started yet");
+        let memcached = leadership.for_controller("memcached");
+        let myapp = leadership.for_controller("myapp");
+        assert_eq!(warmth.cold(), ["memcached", "myapp"]);
+        myapp.synced();
+        assert_eq!(warmth.cold(), ["memcached"]);
+        leadership.synced();
+        assert!(
+            !warmth.is_warm(),
+            "the run's own copy stands for no controller"
+        );
+        memcached.synced();
+        memcached.synced();
+        assert!(warmth.is_warm());
     }
 
     #[tokio::test(start_paused = true)]

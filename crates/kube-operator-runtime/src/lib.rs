@@ -129,7 +129,7 @@ pub use children::{Child, desired, owned_metadata};
 pub use conditions::NewCondition;
 pub use driver::{Outcome, Reconciled};
 pub use error::Error;
-pub use leadership::{Lead, Leadership, Takeover};
+pub use leadership::{Lead, Leadership, Takeover, Warmth};
 pub use metrics::Metrics;
 pub use priority::Priority;
 pub use rbac::PolicyRule;
@@ -297,12 +297,17 @@ pub async fn run(
         if let Some(timeout) = c.reconcile_timeout() {
             ctx.options.reconcile_timeout = Some(timeout);
         }
+        // Counted cold from here, before anything runs, so the run is never warm too early.
+        let leadership = ctx.options.leadership.for_controller(c.name());
+        ctx.options.leadership = leadership.clone();
         let (name, run, stop) = (c.name(), c.run(ctx), stop.clone());
         async move {
             let result = run.await.map_err(|source| Error::Controller {
                 controller: name,
                 source: Box::new(source),
             });
+            // A controller that returned waits for no cache.
+            leadership.synced();
             if let Err(e) = &result {
                 tracing::error!(controller = name, error = %e, "controller failed; stopping the others");
                 stop.cancel();

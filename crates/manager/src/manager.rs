@@ -433,6 +433,7 @@ async fn run_connected(
             elector,
             &fence,
             config.warm_standby.then_some(config.lease_duration),
+            health,
             shutdown,
         )
         .await;
@@ -661,6 +662,7 @@ impl Runner {
         mut elector: ElectorThread,
         fence: &WriteFence,
         warm_standby: Option<Duration>,
+        health: &Health,
         shutdown: &CancellationToken,
     ) -> Result<(), Error> {
         let stop = CancellationToken::new();
@@ -668,6 +670,7 @@ impl Runner {
         // while it waits, and nothing is reconciled until it leads.
         let mut standby = if let Some(lease_duration) = warm_standby {
             let (lead, leadership) = kube_operator_runtime::Leadership::standby();
+            health.wait_for_caches(leadership.warmth());
             self.options.leadership = leadership;
             tracing::info!("standing by with the controllers' caches warm");
             Standby::Warm(self.start(stop.clone()), lead, lease_duration)

@@ -33,6 +33,8 @@ use crate::tls::{self, ServingCert};
 pub struct Health {
     ready: AtomicBool,
     leader: Option<Arc<LeaderStatus>>,
+    /// A warm standby's controllers, until whose caches have synced it is not ready.
+    caches: std::sync::Mutex<Option<kube_operator_runtime::Warmth>>,
 }
 
 impl Health {
@@ -41,7 +43,21 @@ impl Health {
         Self {
             ready: AtomicBool::new(false),
             leader,
+            caches: std::sync::Mutex::default(),
         }
+    }
+
+    /// Keeps `/readyz` failing until every controller of `warmth` has synced its caches: a
+    /// warm standby is ready once it could take over at once.
+    pub fn wait_for_caches(&self, warmth: kube_operator_runtime::Warmth) {
+        *self.caches_lock() = Some(warmth);
+    }
+
+    fn caches_lock(&self) -> std::sync::MutexGuard<'_, Option<kube_operator_runtime::Warmth>> {
+        // A poisoned lock only means a panic elsewhere; the value stays valid.
+        self.caches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Marks start-up as finished (`true`) or shutdown as started (`false`).
@@ -54,16 +70,23 @@ impl Health {
         self.not_ready().is_none()
     }
 
-    /// Why `/readyz` does not answer 200: start-up not finished or shutdown begun, or a
-    /// leader Lease the API server refuses (a replica that can never lead should not look
-    /// healthy while it stands by).
+    /// Why `/readyz` does not answer 200: start-up not finished or shutdown begun, a leader
+    /// Lease the API server refuses (a replica that can never lead should not look healthy
+    /// while it stands by), or a warm standby's caches still filling.
     pub fn not_ready(&self) -> Option<String> {
         if !self.ready.load(Ordering::SeqCst) {
             return Some("not ready".to_owned());
         }
-        self.leader
-            .as_ref()
-            .and_then(|status| status.lease_refused())
+        if let Some(refused) = (self.leader.as_ref()).and_then(|status| status.lease_refused()) {
+            return Some(refused);
+        }
+        let cold = self.caches_lock().as_ref().map(|w| w.cold())?;
+        (!cold.is_empty()).then(|| {
+            format!(
+                "warming up: the caches of the controllers {} have not synced yet",
+                cold.join(", ")
+            )
+        })
     }
 
     /// `None` when live, else why the process is wedged.
@@ -323,6 +346,20 @@ mod tests {
         status.set_lease_refused(None);
         assert_eq!(get(probes, "/readyz").await.0, 200);
         assert_eq!(get(probes, "/metrics").await.0, 404);
+
+        // A warm standby is ready once every controller's caches have synced.
+        let (_lead, standby) = kube_operator_runtime::Leadership::standby();
+        let _memcached = standby.for_controller("memcached");
+        let _myapp = standby.for_controller("myapp");
+        health.wait_for_caches(standby.warmth());
+        let (code, body) = get(probes, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(
+            body.contains("the caches of the controllers memcached, myapp have not synced yet"),
+            "{body}"
+        );
+        health.wait_for_caches(kube_operator_runtime::Warmth::default());
+        assert_eq!(get(probes, "/readyz").await.0, 200, "every cache synced");
 
         let (code, body) = get(metrics, "/metrics").await;
         assert_eq!(code, 200);
