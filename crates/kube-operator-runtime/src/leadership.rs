@@ -45,6 +45,13 @@ impl Warmth {
         self.lock().iter().copied().collect()
     }
 
+    /// Counts `controllers` cold from now on, until their runs report them synced: for a
+    /// binary that spawns [`crate::run`] on another task, which counts them itself only once
+    /// it is first polled.
+    pub fn expect(&self, controllers: impl IntoIterator<Item = &'static str>) {
+        self.lock().extend(controllers);
+    }
+
     /// Whether every controller started has synced its caches.
     pub fn is_warm(&self) -> bool {
         self.lock().is_empty()
@@ -197,6 +204,10 @@ mod tests {
         );
         memcached.synced();
         memcached.synced();
+        assert!(warmth.is_warm());
+        warmth.expect(["tenant"]);
+        assert_eq!(warmth.cold(), ["tenant"], "expected before its run starts");
+        leadership.for_controller("tenant").synced();
         assert!(warmth.is_warm());
     }
 

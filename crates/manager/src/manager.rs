@@ -670,7 +670,10 @@ impl Runner {
         // while it waits, and nothing is reconciled until it leads.
         let mut standby = if let Some(lease_duration) = warm_standby {
             let (lead, leadership) = kube_operator_runtime::Leadership::standby();
-            health.wait_for_caches(leadership.warmth());
+            let warmth = leadership.warmth();
+            // Cold from now, not from when the spawned run is first polled: never ready between.
+            warmth.expect(self.controllers.iter().map(|c| c.name()));
+            health.wait_for_caches(warmth);
             self.options.leadership = leadership;
             tracing::info!("standing by with the controllers' caches warm");
             Standby::Warm(self.start(stop.clone()), lead, lease_duration)
