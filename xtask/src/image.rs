@@ -491,8 +491,6 @@ impl CargoMetadata {
     }
 }
 
-/// The workspace's packages and target directory (which honours `CARGO_TARGET_DIR` and cargo's
-/// configuration), as cargo itself reports them.
 /// Where the archives go unless `--out` says otherwise: `images/` in the cargo target directory.
 pub fn images_dir() -> anyhow::Result<PathBuf> {
     Ok(cargo_metadata(&crate::workspace_root())?
@@ -500,6 +498,8 @@ pub fn images_dir() -> anyhow::Result<PathBuf> {
         .join("images"))
 }
 
+/// The workspace's packages and target directory (which honours `CARGO_TARGET_DIR` and cargo's
+/// configuration), as cargo itself reports them.
 fn cargo_metadata(root: &Path) -> anyhow::Result<CargoMetadata> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(&cargo)
