@@ -99,6 +99,19 @@ impl Pki {
     pub fn service_account_pub(&self) -> PathBuf {
         self.dir.join("sa.pub")
     }
+    /// The real node's registry's serving certificate, for its address (issued only with a
+    /// real node).
+    pub fn registry_cert(&self) -> PathBuf {
+        self.dir.join("registry.crt")
+    }
+    pub fn registry_key(&self) -> PathBuf {
+        self.dir.join("registry.key")
+    }
+    /// A directory that holds the CA's certificate and nothing else: what `SSL_CERT_DIR` names
+    /// for a program to trust the cluster's registry.
+    pub fn trusted_dir(&self) -> PathBuf {
+        self.dir.join("trusted")
+    }
 
     /// Generates everything into `dir`.
     ///
@@ -194,6 +207,28 @@ impl Pki {
             write(&pki.client_key(id), &key.serialize_pem())?;
         }
 
+        if let Some(ip) = node_ip {
+            let mut params = CertificateParams::default();
+            params.subject_alt_names = vec![SanType::IpAddress(IpAddr::V4(ip))];
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "operator-manager-local-registry");
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            let key = KeyPair::generate().map_err(cert_err("the registry's key"))?;
+            let cert = params
+                .signed_by(&key, &issuer)
+                .map_err(cert_err("the registry's certificate"))?;
+            write(&pki.registry_cert(), &cert.pem())?;
+            write(&pki.registry_key(), &key.serialize_pem())?;
+            let trusted = pki.trusted_dir();
+            std::fs::create_dir_all(&trusted).map_err(Error::io("creating", &trusted))?;
+            write(&trusted.join("ca.crt"), &ca_cert.pem())?;
+        }
+
         let sa = KeyPair::generate().map_err(cert_err("the service-account key"))?;
         write(&pki.service_account_key(), &sa.serialize_pem())?;
         write(&pki.service_account_pub(), &sa.public_key_pem())?;
@@ -250,6 +285,9 @@ mod tests {
             pki.client_key(APISERVER_KUBELET_CLIENT),
             pki.service_account_key(),
             pki.service_account_pub(),
+            pki.registry_cert(),
+            pki.registry_key(),
+            pki.trusted_dir().join("ca.crt"),
         ] {
             let text = std::fs::read_to_string(&path).expect("read");
             assert!(

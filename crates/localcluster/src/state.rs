@@ -111,6 +111,12 @@ impl ClusterState {
         self.node.as_ref().and_then(|node| node.registry)
     }
 
+    /// The same registry over HTTPS, its certificate issued by the cluster's CA; `None` without
+    /// a real node.
+    pub fn registry_https(&self) -> Option<SocketAddrV4> {
+        self.node.as_ref().and_then(|node| node.registry_https)
+    }
+
     /// Whether every process still runs.
     pub fn all_alive(&self) -> bool {
         !self.components.is_empty() && self.components.iter().all(Component::alive)
@@ -147,8 +153,11 @@ impl fmt::Display for Status {
             writeln!(f, "  audit log:  {}", log.display())?;
         }
         if let Some(registry) = self.state.registry() {
-            // Unindented, for scripts: `sed -n 's/^registry: //p'`.
+            // Unindented, for scripts: `sed -n 's/^registry: //p'`, `s/^registry-https: //p`.
             writeln!(f, "registry: {registry}")?;
+        }
+        if let Some(https) = self.state.registry_https() {
+            writeln!(f, "registry-https: {https}")?;
         }
         writeln!(
             f,
@@ -200,6 +209,7 @@ mod tests {
     fn status_names_the_registry_on_a_line_of_its_own() {
         let mut node = crate::node::NodeState::new(Path::new("/state"));
         node.registry = Some(SocketAddrV4::new(crate::node::NODE_IP, 5000));
+        node.registry_https = Some(SocketAddrV4::new(crate::node::NODE_IP, 5001));
         let state = ClusterState {
             versions: "v".into(),
             server: "https://127.0.0.1:1".into(),
@@ -216,9 +226,8 @@ mod tests {
             alive: Vec::new(),
         }
         .to_string();
-        assert!(
-            shown.lines().any(|line| line == "registry: 10.85.0.1:5000"),
-            "{shown}"
-        );
+        for line in ["registry: 10.85.0.1:5000", "registry-https: 10.85.0.1:5001"] {
+            assert!(shown.lines().any(|l| l == line), "{line} in {shown}");
+        }
     }
 }

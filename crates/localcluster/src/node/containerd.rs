@@ -28,7 +28,9 @@ impl Containerd {
             std::fs::create_dir_all(&d).map_err(Error::io("creating", &d))?;
         }
         if let Some(address) = node.registry {
-            super::registry::containerd_hosts(node, address)?;
+            let ca = node.trusted_certificates.as_ref().map(|d| d.join("ca.crt"));
+            let https = node.registry_https.zip(ca.as_deref());
+            super::registry::containerd_hosts(node, address, https)?;
         }
         let config = dir.join("config.toml");
         std::fs::write(&config, Self::config(node)).map_err(Error::io("writing", &config))?;

@@ -97,9 +97,17 @@ pub struct NodeState {
     pub containerd_socket: PathBuf,
     /// The host changes made for the node, undone by `down`.
     pub network: Network,
-    /// The image registry on the node's address, once it was started.
+    /// The image registry on the node's address, once it was started: plain HTTP.
     #[serde(default)]
     pub registry: Option<SocketAddrV4>,
+    /// The same registry over HTTPS, with a certificate of the cluster's CA, for clients that
+    /// speak nothing else (`operator-sdk` reads a catalog image's labels that way).
+    #[serde(default)]
+    pub registry_https: Option<SocketAddrV4>,
+    /// A directory that holds the cluster's CA certificate and nothing else: what
+    /// `SSL_CERT_DIR` names for a program to trust [`NodeState::registry_https`].
+    #[serde(default)]
+    pub trusted_certificates: Option<PathBuf>,
 }
 
 impl NodeState {
@@ -111,6 +119,8 @@ impl NodeState {
             dir,
             network: Network::default(),
             registry: None,
+            registry_https: None,
+            trusted_certificates: None,
         }
     }
 

@@ -73,13 +73,42 @@ impl LocalCluster {
             || registry::ready(registry_address),
         )
         .await?;
+        // The same storage over HTTPS, for clients that speak nothing else.
+        let https_address = registry::address(process::free_port()?);
+        let https = self.launch(
+            state,
+            start.dir,
+            &system(registry::PROGRAM)?,
+            "registry-https",
+            &[],
+            registry::prepare_https(
+                &node,
+                https_address,
+                (&start.pki.registry_cert(), &start.pki.registry_key()),
+            )?,
+        )?;
+        wait(
+            &format!("the HTTPS registry to listen on {https_address}"),
+            Duration::from_secs(60),
+            &[&https],
+            || async move {
+                tokio::net::TcpStream::connect(https_address)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await?;
         let mut node = node;
         node.registry = Some(registry_address);
+        node.registry_https = Some(https_address);
+        node.trusted_certificates = Some(start.pki.trusted_dir());
         state.node = Some(node.clone());
         state.save(start.dir)?;
         self.say(&format!(
-            "registry (pid {}) serves images on {registry_address}",
-            registry.pid
+            "registry (pid {}) serves images on {registry_address}, and over HTTPS (pid {}, the \
+             cluster's CA) on {https_address}",
+            registry.pid, https.pid
         ));
 
         let args = Containerd::prepare(&node)?;
