@@ -28,6 +28,7 @@ const MODULE: GoModule = GoModule {
     binary: "validate-bundle",
     main_package: ".",
     ldflags: "",
+    tags: "",
     cold_build: "about 2 minutes",
     sources: &[
         ("go.mod", include_str!("../validate/bundle/go.mod")),

@@ -3,8 +3,11 @@
 //! ServiceAccount and its bindings, and a Deployment of one replica running an image loaded
 //! into the node.
 
+use std::time::Duration;
+
 use anyhow::Context as _;
-use kube::api::DynamicObject;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
 const RBAC: &str = "rbac.authorization.k8s.io";
@@ -103,6 +106,29 @@ pub fn objects(objects: Vec<Value>, what: &str) -> anyhow::Result<Vec<DynamicObj
         .into_iter()
         .map(|object| serde_json::from_value(object).with_context(|| format!("building {what}")))
         .collect()
+}
+
+/// Waits until the Deployment `namespace/name` has a replica available; `what` names it in
+/// the error.
+pub async fn wait_available(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    testkit::wait_for(&format!("{what} to be Available"), timeout, || async {
+        let deployment = deployments.get(name).await.map_err(|e| e.to_string())?;
+        let status = deployment.status.unwrap_or_default();
+        if status.available_replicas.unwrap_or_default() > 0 {
+            Ok(())
+        } else {
+            Err(format!("status {status:?}"))
+        }
+    })
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

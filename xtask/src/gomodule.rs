@@ -39,6 +39,9 @@ pub struct GoModule {
     /// Linker flags, such as the `-X` that stamps a release's version into a program whose
     /// release build does (empty for none). Part of the cache key.
     pub ldflags: &'static str,
+    /// Build tags, comma-separated, as the program's own release build sets them (empty for
+    /// none). Part of the cache key.
+    pub tags: &'static str,
     /// How long a build with Go's caches cold takes on two cores, for the progress line
     /// ("about 2 minutes").
     pub cold_build: &'static str,
@@ -65,11 +68,15 @@ impl GoModule {
     }
 
     /// The build's directory under the cache: a hash of the sources, and of the linker flags
-    /// when there are any (so modules without them keep the key they always had).
-    fn cache_key(&self) -> String {
+    /// and build tags when there are any (so modules without them keep the key they always
+    /// had). The programs of one module share it.
+    pub(crate) fn cache_key(&self) -> String {
         let mut inputs = self.sources.to_vec();
         if !self.ldflags.is_empty() {
             inputs.push(("-ldflags", self.ldflags));
+        }
+        if !self.tags.is_empty() {
+            inputs.push(("-tags", self.tags));
         }
         source_hash(&inputs)
     }
@@ -91,7 +98,12 @@ impl GoModule {
         self.go_mod()
             .lines()
             .find_map(|line| {
-                let mut words = line.split_whitespace();
+                // In a `require ( … )` block, or on a `require` line of its own.
+                let line = line.trim_start();
+                let mut words = line
+                    .strip_prefix("require ")
+                    .unwrap_or(line)
+                    .split_whitespace();
                 (words.next() == Some(dependency))
                     .then(|| words.next())
                     .flatten()
@@ -168,7 +180,15 @@ impl GoModule {
         let partial = work.join(name);
         let compile = run_logged(
             go_command(&src)
-                .args(["build", "-trimpath", "-ldflags", self.ldflags, "-o"])
+                .args([
+                    "build",
+                    "-trimpath",
+                    "-ldflags",
+                    self.ldflags,
+                    "-tags",
+                    self.tags,
+                ])
+                .arg("-o")
                 .arg(&partial)
                 .arg(self.main_package),
             &log,
@@ -426,6 +446,7 @@ mod tests {
         binary: "example",
         main_package: ".",
         ldflags: "",
+        tags: "",
         cold_build: "a moment",
         sources: &[
             ("go.mod", "module example\n\ngo 1.26.0\n"),
@@ -459,6 +480,16 @@ mod tests {
         assert_eq!(go_directive("module m\n"), None);
         assert_eq!(go_directive("module m\ngodebug x=1\n"), None);
         assert_eq!(EXAMPLE.go_line(), Some("1.26.0"));
+        let requiring = GoModule {
+            sources: &[(
+                "go.mod",
+                "module m\n\ngo 1.26.0\n\nrequire (\n\ta.example/x v1.2.0 // indirect\n)\n\nrequire b.example/y v0.3.0 // indirect\n",
+            )],
+            ..EXAMPLE
+        };
+        assert_eq!(requiring.required_version("a.example/x").unwrap(), "v1.2.0");
+        assert_eq!(requiring.required_version("b.example/y").unwrap(), "v0.3.0");
+        assert!(requiring.required_version("c.example/z").is_err());
         let without = GoModule {
             sources: &[("main.go", "package main\n")],
             ..EXAMPLE

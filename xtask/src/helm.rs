@@ -20,6 +20,7 @@ pub const MODULE: GoModule = GoModule {
     main_package: "helm.sh/helm/v4/cmd/helm",
     // What Helm's release build stamps, so `helm version` names the exact release.
     ldflags: "-X helm.sh/helm/v4/internal/version.version=v4.3.1",
+    tags: "",
     cold_build: "about 2 minutes",
     sources: &[
         ("go.mod", include_str!("../helm/go.mod")),

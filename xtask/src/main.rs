@@ -6,6 +6,7 @@
 mod bench;
 mod bundle;
 mod bundle_validator;
+mod busybox;
 mod cluster;
 mod completions;
 mod component;
@@ -16,6 +17,7 @@ mod helm;
 mod image;
 mod manifests;
 mod olm;
+mod operator_sdk;
 mod setup;
 mod storage;
 mod test;
@@ -61,6 +63,13 @@ enum Command {
     Olm {
         #[command(subcommand)]
         command: olm::OlmCommand,
+    },
+    /// Run the pinned operator-sdk, built from source once: `cargo xtask operator-sdk -- run
+    /// bundle REGISTRY/operator-manager-bundle:v0.1.0 --use-http`.
+    OperatorSdk {
+        /// operator-sdk's arguments, after `--`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Run a real local Kubernetes control plane (etcd, API server, controller manager,
     /// scheduler, kwok fake nodes) built from source.
@@ -139,6 +148,7 @@ fn main() -> ExitCode {
         Command::Image(args) => image::run(args),
         Command::Bundle(args) => bundle::run(args),
         Command::Helm { args } => helm::run(&args),
+        Command::OperatorSdk { args } => operator_sdk::run(&args),
         Command::Olm { command } => olm::run(command),
         Command::Completions { out } => completions::run(out),
         Command::Docs { out } => docs::run(out),

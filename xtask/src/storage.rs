@@ -6,16 +6,14 @@
 //! The provisioner is built from its Go module at the release `xtask/storage/go.mod` pins
 //! (through the module proxy, once, into the local cluster's cache). It creates and removes each
 //! volume's directory with a helper pod that runs a shell script; its image is the
-//! distribution's static busybox (`busybox-static`), which runs `mkdir` and `rm` without any
-//! other file. Both images are loaded into the real node, which cannot pull.
+//! distribution's static busybox (see [`crate::busybox`]). Both images are loaded into the real
+//! node.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DynamicObject};
+use anyhow::Context;
+use kube::api::DynamicObject;
 use localcluster::ClusterState;
 use localcluster::node::NodeState;
 use ociimage::{Image, ImageConfig, Metadata, Platform, Reference, User};
@@ -33,6 +31,7 @@ const MODULE: GoModule = GoModule {
     main_package: PROVISIONER_MODULE,
     // What its release build stamps, so its log names the release.
     ldflags: "-X main.VERSION=v0.0.37",
+    tags: "",
     cold_build: "about 2 minutes",
     sources: &[
         ("go.mod", include_str!("../storage/go.mod")),
@@ -50,12 +49,9 @@ const NAME: &str = "local-path-provisioner";
 const SERVICE_ACCOUNT: &str = "local-path-provisioner-service-account";
 /// The ConfigMap the provisioner reads its paths, scripts and helper pod from (its default name).
 const CONFIG_MAP: &str = "local-path-config";
-/// The distribution's static busybox: the helper pods' shell, `mkdir` and `rm` in one file.
-const BUSYBOX_BINARY: &str = "/bin/busybox";
-/// Registry domains no one serves: nothing tries to pull these images, and they cannot be
-/// mistaken for the published ones.
+/// A registry domain no one serves: nothing tries to pull the image, and it cannot be mistaken
+/// for the published one.
 const PROVISIONER_REPOSITORY: &str = concat!(product::name!(), ".local/local-path-provisioner");
-const HELPER_REPOSITORY: &str = concat!(product::name!(), ".local/busybox");
 const PROVISIONER_BINARY: &str = "/usr/bin/local-path-provisioner";
 /// The provisioner only talks to the API server: a numeric non-root user.
 const PROVISIONER_USER: u32 = 65532;
@@ -86,33 +82,15 @@ pub async fn install(client: &kube::Client, state: &ClusterState) -> anyhow::Res
         .context("building the local-path provisioner")??;
     let version = MODULE.required_version(PROVISIONER_MODULE)?;
     let provisioner = load(provisioner_image(&binary, version)?, &binary, node)?;
-    let busybox = Path::new(BUSYBOX_BINARY);
-    let helper = load(
-        helper_image(busybox, &busybox_version(busybox)?)?,
-        &binary,
-        node,
-    )?;
+    let helper = load(crate::busybox::shell_image()?, &binary, node)?;
 
     std::fs::create_dir_all(volumes_dir(node))
         .with_context(|| format!("creating {}", volumes_dir(node).display()))?;
     testkit::apply_objects(client, objects(node, &provisioner, &helper)?, None).await?;
 
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
     let started = Instant::now();
-    testkit::wait_for(
-        "the local-path provisioner to be Available",
-        READY_TIMEOUT,
-        || async {
-            let deployment = deployments.get(NAME).await.map_err(|e| e.to_string())?;
-            let status = deployment.status.unwrap_or_default();
-            if status.available_replicas.unwrap_or_default() > 0 {
-                Ok(())
-            } else {
-                Err(format!("status {status:?}"))
-            }
-        },
-    )
-    .await?;
+    let what = "the local-path provisioner";
+    component::wait_available(client, NAMESPACE, NAME, what, READY_TIMEOUT).await?;
     println!(
         "Storage: the local-path provisioner {version} serves the default StorageClass \
          {STORAGE_CLASS} (ready in {:.0?}; volumes under {})",
@@ -170,74 +148,6 @@ fn provisioner_image(binary: &Path, version: &str) -> anyhow::Result<Image> {
         .add_binary(binary, PROVISIONER_BINARY)
         .with_context(|| format!("adding {} to the provisioner's image", binary.display()))?;
     Ok(image)
-}
-
-/// The helper pods' image: busybox as `/bin/sh`, which the provisioner runs its scripts with.
-fn helper_image(busybox: &Path, version: &str) -> anyhow::Result<Image> {
-    let config = ImageConfig {
-        platform: Platform::host(),
-        // The volumes' parent directory belongs to root.
-        user: User {
-            name: "root".into(),
-            uid: 0,
-            gid: 0,
-        },
-        entrypoint: vec!["/bin/sh".into()],
-        cmd: Vec::new(),
-        env: Vec::new(),
-        exposed_ports: Vec::new(),
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: "busybox".into(),
-            description: "the distribution's static busybox, for the local-path provisioner's \
-                          helper pods"
-                .into(),
-            version: version.into(),
-            revision: None,
-            source: None,
-            url: Some("https://busybox.net/".into()),
-            licenses: Some("GPL-2.0-only".into()),
-            labels: Default::default(),
-            created: 0,
-        },
-    };
-    let reference = Reference::parse(&format!("{HELPER_REPOSITORY}:{version}"))?;
-    let mut image = Image::new(reference, config);
-    image
-        .add_binary(busybox, "/bin/sh")
-        .with_context(|| format!("adding {} to the helper image", busybox.display()))?;
-    Ok(image)
-}
-
-/// The version busybox's banner names: `BusyBox v1.35.0 (Debian …)` gives `1.35.0`.
-fn busybox_version(binary: &Path) -> anyhow::Result<String> {
-    if !binary.is_file() {
-        bail!(
-            "{} not found: the local-path provisioner's helper pods run the distribution's \
-             static busybox; install it with `cargo xtask setup` (`apt-get install \
-             busybox-static`)",
-            binary.display()
-        );
-    }
-    let output = Command::new(binary)
-        .output()
-        .with_context(|| format!("running {}", binary.display()))?;
-    parse_busybox_version(&String::from_utf8_lossy(&output.stdout))
-}
-
-fn parse_busybox_version(banner: &str) -> anyhow::Result<String> {
-    banner
-        .split_whitespace()
-        .skip_while(|word| *word != "BusyBox")
-        .nth(1)
-        .and_then(|version| version.strip_prefix('v'))
-        .map(str::to_owned)
-        .with_context(|| {
-            format!(
-                "busybox printed no version: {:?}",
-                banner.lines().next().unwrap_or_default()
-            )
-        })
 }
 
 /// The provisioner's objects, as its own manifests have them, with the images loaded into the
@@ -358,19 +268,14 @@ mod tests {
     }
 
     #[test]
-    fn busybox_versions_are_read_from_its_banner() {
-        let banner = "BusyBox v1.35.0 (Debian 1:1.35.0-4+deb12u1+b1) multi-call binary.\n";
-        assert_eq!(parse_busybox_version(banner).unwrap(), "1.35.0");
-        assert!(parse_busybox_version("sh: not found").is_err());
-    }
-
-    #[test]
     fn the_storage_class_is_the_default_and_waits_for_the_pod() {
         let node = NodeState {
             dir: "/state/node".into(),
             containerd_socket: "/state/node/containerd.sock".into(),
             network: Default::default(),
             registry: None,
+            registry_https: None,
+            trusted_certificates: None,
         };
         let objects = objects(&node, "provisioner:v1", "busybox:1").unwrap();
         let class = objects

@@ -1,9 +1,21 @@
-//! OLM installs the operator from its bundle, as on a user's cluster: OLM's olm-operator, built
-//! from its Go module at the pinned release, runs as a pod on the local cluster's real node
-//! (`cargo xtask olm install`); the bundle's ClusterServiceVersion is created with an
-//! OperatorGroup (`cargo xtask olm run-bundle`) and OLM brings the manager up with its
-//! webhooks and their certificate; the Memcached sample converges through them into real
-//! memcached pods; deleting the ClusterServiceVersion makes OLM remove the operator.
+//! The Operator SDK tutorial's OLM flow, command for command, with the real tools, as a user's
+//! cluster runs it:
+//!
+//! ```text
+//! cargo xtask image manager --push          # make docker-build docker-push
+//! cargo xtask bundle --push                 # make bundle bundle-build bundle-push
+//! cargo xtask olm install                   # operator-sdk olm install
+//! operator-sdk run bundle <registry>/operator-manager-bundle:v0.1.0 ...
+//! kubectl apply -f <the Memcached sample>   # pods converge
+//! kubectl patch memcached memcached-sample -p '{"spec":{"size": 2}}' --type=merge
+//! operator-sdk cleanup operator-manager
+//! cargo xtask olm uninstall                 # operator-sdk olm uninstall
+//! ```
+//!
+//! OLM (olm-operator and the catalog operator) and `operator-sdk` are built from their Go
+//! modules at the pinned releases; `run bundle` installs through a CatalogSource served by a
+//! registry pod, a Subscription, an InstallPlan and a bundle-unpacking Job, with the images
+//! pulled from the local cluster's registry.
 //!
 //! The installation is cluster-wide (the CRDs, webhook configurations, ClusterRoles), so this
 //! binary runs one scenario from start to end, and leaves the cluster as it found it.
@@ -17,15 +29,12 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use testkit::{PodSecurity, TestCluster, TestNamespace};
 
-/// Where `run-bundle` installs the operator by default: OLM's namespace for operators of every
-/// namespace.
-const NAMESPACE: &str = "operators";
 const MANAGER: &str = product::name!();
 const CSV: &str = concat!(concat!(product::name!(), ".v"), env!("CARGO_PKG_VERSION"));
 /// The label OLM puts on what it creates for a ClusterServiceVersion.
@@ -33,52 +42,156 @@ const OWNED: &str = concat!(
     concat!("olm.owner=", product::name!(), ".v"),
     env!("CARGO_PKG_VERSION")
 );
+const BUNDLE: &str = concat!(
+    concat!(product::name!(), "-bundle:v"),
+    env!("CARGO_PKG_VERSION")
+);
+/// The bundle's ClusterRole for reading the metrics, which OLM leaves behind.
+const METRICS_READER: &str = concat!(product::name!(), "-metrics-reader");
 const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
 /// Generous: real containers start on a loaded two-core machine.
 const TIMEOUT: Duration = Duration::from_secs(180);
 
 #[tokio::test]
-async fn olm_installs_the_bundle_and_removes_the_operator_with_its_csv() -> Result<()> {
+async fn the_tutorials_olm_flow_installs_converges_and_cleans_up() -> Result<()> {
     let cluster = testkit::cluster().await?;
-    cluster.loaded_image(MANAGER, "manager")?;
     let memcached_image = cluster.loaded_image(MEMCACHED_IMAGE, "memcached")?;
+    // operator-sdk runs the catalog's registry pod as its image's user, without the restricted
+    // profile's settings: the tutorial's namespace enforces none.
+    let ns = TestNamespace::on_real_node(&cluster, "olm", PodSecurity::Baseline).await?;
 
-    let cleanup = Cleanup { armed: true };
-    let result = scenario(&cluster, &memcached_image).await;
+    let cleanup = Cleanup {
+        namespace: ns.name().to_owned(),
+        kubeconfig: cluster.kubeconfig.display().to_string(),
+        kubectl: cluster.kubectl_path(),
+        armed: true,
+    };
+    let result = scenario(&cluster, &ns, &memcached_image).await;
     let report = if result.is_err() {
-        report(&cluster)
+        report(&cluster, ns.name())
     } else {
         String::new()
     };
     result.with_context(|| report)?;
     cleanup.run()?;
+    ns.delete().await?;
     everything_is_gone(&cluster).await
 }
 
-async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
-    let refused = xtask_fails(&["olm", "run-bundle"])?;
-    ensure!(refused.contains("cargo xtask olm install"), "{refused}");
+async fn scenario(cluster: &TestCluster, ns: &TestNamespace, memcached_image: &str) -> Result<()> {
+    let namespace = ns.name();
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    xtask(&["image", "manager", "--push"])?;
+    let bundle = xtask(&["bundle", "--push"])?;
+    ensure!(bundle.contains(BUNDLE), "{bundle}");
     let installed = xtask(&["olm", "install"])?;
     ensure!(installed.contains("OLM v0."), "{installed}");
-    let ran = xtask(&["olm", "run-bundle"])?;
-    ensure!(ran.contains("Succeeded"), "{ran}");
-    // Removing OLM under an operator it manages would orphan it.
-    let refused = xtask_fails(&["olm", "uninstall"])?;
-    ensure!(refused.contains(&format!("{NAMESPACE}/{CSV}")), "{refused}");
-
-    let csvs = csv_api(cluster);
-    let csv = csvs.get(CSV).await?;
-    ensure!(csv.data["status"]["phase"] == "Succeeded", "{:?}", csv.data);
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let manager = deployments.get(MANAGER).await?;
-    ensure!(
-        manager
+    // Both of OLM's operators run, and the images its Jobs and operator-sdk's catalog pods pull
+    // are in the cluster's registry.
+    let olm: Api<Deployment> = Api::namespaced(cluster.client.clone(), "olm");
+    for name in ["olm-operator", "catalog-operator"] {
+        let available = olm
+            .get(name)
+            .await?
             .status
             .and_then(|s| s.available_replicas)
+            .unwrap_or_default();
+        ensure!(available >= 1, "OLM's {name} is not available");
+    }
+    let registry = cluster
+        .state
+        .registry()
+        .context("the local cluster runs a registry")?
+        .to_string();
+    let https = cluster
+        .state
+        .registry_https()
+        .context("the local cluster's registry serves HTTPS")?
+        .to_string();
+    let decompression = installed
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix(&format!("{registry}/busybox:")))
+        .and_then(|tag| tag.strip_suffix(','))
+        .map(|tag| format!("{registry}/busybox:{tag}"))
+        .with_context(|| format!("install names no busybox image: {installed}"))?;
+    let opm = installed
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix(&format!("{https}/operator-framework/opm:")))
+        .map(|tag| format!("{https}/operator-framework/opm:{tag}"))
+        .with_context(|| format!("install names no index image: {installed}"))?;
+
+    let ran = xtask(&[
+        "operator-sdk",
+        "--",
+        "run",
+        "bundle",
+        &format!("{https}/{BUNDLE}"),
+        "--index-image",
+        &opm,
+        "--decompression-image",
+        &decompression,
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        &kubeconfig,
+        "--timeout",
+        "5m",
+    ])?;
+    ensure!(ran.contains("successfully installed"), "{ran}");
+    // Removing OLM under an operator it manages would orphan it.
+    let refused = xtask_fails(&["olm", "uninstall"])?;
+    ensure!(refused.contains(&format!("{namespace}/{CSV}")), "{refused}");
+
+    // What the tutorial shows: the bundle's unpacking Job done, the catalog's registry pod and
+    // the manager running, through a CatalogSource, a Subscription and an InstallPlan.
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), namespace);
+    let listed = pods.list(&ListParams::default()).await?.items;
+    let phase = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
             .unwrap_or_default()
-            >= 1,
-        "OLM reported success with no manager replica available"
+    };
+    let name = |pod: &Pod| pod.metadata.name.clone().unwrap_or_default();
+    let owned_by_job = |pod: &Pod| {
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Job")
+    };
+    let unpacked = listed
+        .iter()
+        .filter(|p| owned_by_job(p) && phase(p) == "Succeeded")
+        .count();
+    let registry_pods = listed
+        .iter()
+        .filter(|p| name(p).ends_with(&BUNDLE.replace([':', '.'], "-")) && phase(p) == "Running")
+        .count();
+    let managers = listed
+        .iter()
+        .filter(|p| name(p).starts_with(MANAGER) && testkit::pod_ready(p))
+        .count();
+    ensure!(
+        unpacked == 1 && registry_pods == 1 && managers >= 1,
+        "want the unpacking Job's pod Completed, the registry pod Running and the manager \
+         Running: {:?}",
+        listed
+            .iter()
+            .map(|p| format!("{} {}", name(p), phase(p)))
+            .collect::<Vec<_>>()
     );
+    for kind in ["CatalogSource", "Subscription", "InstallPlan"] {
+        let objects = olm_api(cluster, kind, namespace)
+            .list(&ListParams::default())
+            .await?;
+        ensure!(objects.items.len() == 1, "{} {kind}s", objects.items.len());
+    }
+    let csv = olm_api(cluster, "ClusterServiceVersion", namespace)
+        .get(CSV)
+        .await?;
+    ensure!(csv.data["status"]["phase"] == "Succeeded", "{:?}", csv.data);
+
     // OLM serves the webhooks through its own Service and certificate.
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
     let conversion = crds
@@ -92,54 +205,94 @@ async fn scenario(cluster: &TestCluster, memcached_image: &str) -> Result<()> {
         .and_then(|w| w.client_config)
         .and_then(|c| c.service)
         .context("OLM did not point the conversion at a Service")?;
-    ensure!(service.namespace == NAMESPACE, "{service:?}");
+    ensure!(service.namespace == namespace, "{service:?}");
     ensure!(!webhook_configurations(cluster).await?.is_empty());
 
-    let ns = TestNamespace::on_real_node(cluster, "olm", PodSecurity::Restricted).await?;
-    let converged = sample_converges(cluster, &ns, memcached_image).await;
-    ns.delete().await?;
+    let samples =
+        TestNamespace::on_real_node(cluster, "olm-sample", PodSecurity::Restricted).await?;
+    let converged = sample_converges(cluster, &samples, memcached_image).await;
+    samples.delete().await?;
     converged?;
 
-    // Deleting the CSV removes the operator: OLM deletes its Deployment and webhooks, the
-    // garbage collector what the CSV owns, and the CRD stops converting through the gone
-    // Service.
-    csvs.delete(CSV, &DeleteParams::foreground()).await?;
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    testkit::wait_for("OLM to remove the operator", TIMEOUT, || async {
-        let mut left = Vec::new();
-        if deployments.get_opt(MANAGER).await?.is_some() {
-            left.push("the Deployment".to_owned());
-        }
-        let manager_pods = pods
-            .list(
-                &ListParams::default().labels(concat!("app.kubernetes.io/name=", product::name!())),
-            )
-            .await?;
-        if !manager_pods.items.is_empty() {
-            left.push(format!("{} pods", manager_pods.items.len()));
-        }
-        if accounts.get_opt(MANAGER).await?.is_some() {
-            left.push("the ServiceAccount".to_owned());
-        }
-        let webhooks = webhook_configurations(cluster).await?;
-        if !webhooks.is_empty() {
-            left.push(format!("webhook configurations {webhooks:?}"));
-        }
-        let crd = crds
-            .get(concat!("memcacheds.", product::group!(cache)))
-            .await?;
-        let strategy = crd.spec.conversion.map(|c| c.strategy).unwrap_or_default();
-        if strategy != "None" {
-            left.push(format!("conversion strategy {strategy}"));
-        }
-        if left.is_empty() {
-            Ok(())
-        } else {
-            Err(anyhow::anyhow!("still there: {}", left.join(", ")))
-        }
-    })
+    // `operator-sdk cleanup` removes the operator, its CRDs and what `run bundle` made.
+    let cleaned = xtask(&[
+        "operator-sdk",
+        "--",
+        "cleanup",
+        MANAGER,
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        &kubeconfig,
+    ])?;
+    ensure!(cleaned.contains("uninstalled"), "{cleaned}");
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace);
+    testkit::wait_for(
+        "operator-sdk cleanup to remove the operator",
+        TIMEOUT,
+        || async {
+            let mut left = Vec::new();
+            if deployments.get_opt(MANAGER).await?.is_some() {
+                left.push("the Deployment".to_owned());
+            }
+            let remaining: Vec<String> = pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|p| !owned_by_job(p))
+                .map(name)
+                .collect();
+            if !remaining.is_empty() {
+                left.push(format!("pods {remaining:?}"));
+            }
+            for kind in ["CatalogSource", "Subscription", "ClusterServiceVersion"] {
+                let objects = olm_api(cluster, kind, namespace)
+                    .list(&ListParams::default())
+                    .await?;
+                if !objects.items.is_empty() {
+                    left.push(format!("{} {kind}s", objects.items.len()));
+                }
+            }
+            let webhooks = webhook_configurations(cluster).await?;
+            if !webhooks.is_empty() {
+                left.push(format!("webhook configurations {webhooks:?}"));
+            }
+            if crds
+                .get_opt(concat!("memcacheds.", product::group!(cache)))
+                .await?
+                .is_some()
+            {
+                left.push("the Memcached CRD".to_owned());
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("still there: {}", left.join(", ")))
+            }
+        },
+    )
     .await?;
+
+    // What OLM leaves, as on any cluster: the bundle's metrics-reader ClusterRole.
+    // `operator-sdk cleanup` deletes only the operator's CRDs, CSV, Subscription, CatalogSource
+    // and OperatorGroup, and OLM's garbage collection goes by owner labels the role lacks. The
+    // tutorial's bundle has the same role.
+    let roles: Api<ClusterRole> = Api::all(cluster.client.clone());
+    let owned: Vec<String> = roles
+        .list_metadata(&ListParams::default().labels(OWNED))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|r| r.metadata.name)
+        .filter(|name| name != METRICS_READER)
+        .collect();
+    ensure!(owned.is_empty(), "the CSV's ClusterRoles left: {owned:?}");
+    ensure!(
+        roles.get_opt(METRICS_READER).await?.is_some(),
+        "OLM removed {METRICS_READER}: say so in the OLM page"
+    );
+    kubectl(cluster, &["delete", "clusterrole", METRICS_READER])?;
     Ok(())
 }
 
@@ -178,33 +331,24 @@ async fn sample_converges(cluster: &TestCluster, ns: &TestNamespace, image: &str
         created.spec
     );
 
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
-    testkit::wait_for("the sample to converge", TIMEOUT, || async {
-        let mc = memcacheds.get("memcached-sample").await?;
-        let status = mc.status.clone().unwrap_or_default();
-        let ready = pods
-            .list(&ListParams::default().labels("memcached_cr=memcached-sample"))
-            .await?
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && testkit::pod_ready(p))
-            .count();
-        let size = usize::try_from(mc.spec.size).unwrap_or_default();
-        if status.observed_generation == mc.metadata.generation
-            && status.ready_replicas == mc.spec.size
-            && ready == size
-        {
-            Ok(())
-        } else {
-            Err(anyhow::anyhow!(
-                "want {size}: status ready {} observed {:?}/{:?}, {ready} ready pods",
-                status.ready_replicas,
-                status.observed_generation,
-                mc.metadata.generation
-            ))
-        }
-    })
-    .await?;
+    let size = memcacheds.get("memcached-sample").await?.spec.size;
+    converges(cluster, ns, size).await?;
+
+    // The tutorial's patch, to a size the sample does not have.
+    kubectl(
+        cluster,
+        &[
+            "patch",
+            "memcached",
+            "memcached-sample",
+            "--namespace",
+            ns.name(),
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":2}}"#,
+        ],
+    )?;
+    converges(cluster, ns, 2).await?;
 
     // Read through the other version: the API server converts through OLM's Service.
     let alpha = kubectl(
@@ -220,16 +364,52 @@ async fn sample_converges(cluster: &TestCluster, ns: &TestNamespace, image: &str
         ],
     )?;
     ensure!(
-        alpha == concat!(product::group!(cache), "/v1alpha1 3"),
+        alpha == concat!(product::group!(cache), "/v1alpha1 2"),
         "{alpha}"
     );
     Ok(())
 }
 
-fn csv_api(cluster: &TestCluster) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("operators.coreos.com", "v1alpha1", "ClusterServiceVersion");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "clusterserviceversions");
-    Api::namespaced_with(cluster.client.clone(), NAMESPACE, &resource)
+/// Waits until the sample has `size` ready memcached pods, and its status says so.
+async fn converges(cluster: &TestCluster, ns: &TestNamespace, size: i32) -> Result<()> {
+    let memcacheds: Api<Memcached> = Api::namespaced(cluster.client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns.name());
+    testkit::wait_for("the sample to converge", TIMEOUT, || async {
+        let mc = memcacheds.get("memcached-sample").await?;
+        let status = mc.status.clone().unwrap_or_default();
+        let ready = pods
+            .list(&ListParams::default().labels("memcached_cr=memcached-sample"))
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && testkit::pod_ready(p))
+            .count();
+        let want = usize::try_from(size).unwrap_or_default();
+        if mc.spec.size == size
+            && status.observed_generation == mc.metadata.generation
+            && status.ready_replicas == size
+            && ready == want
+        {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(
+                "want {want}: status ready {} observed {:?}/{:?}, {ready} ready pods",
+                status.ready_replicas,
+                status.observed_generation,
+                mc.metadata.generation
+            ))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// OLM's `kind` (of `operators.coreos.com/v1alpha1`) in `namespace`.
+fn olm_api(cluster: &TestCluster, kind: &str, namespace: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("operators.coreos.com", "v1alpha1", kind);
+    let plural = format!("{}s", kind.to_lowercase());
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+    Api::namespaced_with(cluster.client.clone(), namespace, &resource)
 }
 
 /// The admission webhook configurations OLM made for the CSV, by name.
@@ -255,7 +435,7 @@ async fn webhook_configurations(cluster: &TestCluster) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// After `cleanup-bundle` and `uninstall`: no ClusterRole of the CSV or of OLM's groups, no
+/// After `operator-sdk cleanup`, `olm uninstall` and deleting the metrics reader: no ClusterRole of the CSV or of OLM's groups, no
 /// OLM namespace, no OLM CRD.
 async fn everything_is_gone(cluster: &TestCluster) -> Result<()> {
     let roles: Api<ClusterRole> = Api::all(cluster.client.clone());
@@ -281,15 +461,34 @@ async fn everything_is_gone(cluster: &TestCluster) -> Result<()> {
     Ok(())
 }
 
-/// Removes the bundle and OLM, also when the scenario failed half-way.
+/// Removes the operator and OLM, also when the scenario failed half-way.
 struct Cleanup {
+    namespace: String,
+    kubeconfig: String,
+    kubectl: std::path::PathBuf,
     armed: bool,
 }
 
 impl Cleanup {
+    fn steps(&self) -> [Vec<&str>; 2] {
+        [
+            vec![
+                "operator-sdk",
+                "--",
+                "cleanup",
+                MANAGER,
+                "--namespace",
+                &self.namespace,
+                "--kubeconfig",
+                &self.kubeconfig,
+            ],
+            vec!["olm", "uninstall"],
+        ]
+    }
+
     fn run(mut self) -> Result<()> {
         self.armed = false;
-        xtask(&["olm", "cleanup-bundle"])?;
+        // The scenario already cleaned up the operator; a second cleanup finds nothing.
         xtask(&["olm", "uninstall"])?;
         Ok(())
     }
@@ -298,16 +497,24 @@ impl Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         if self.armed {
-            for step in [["olm", "cleanup-bundle"], ["olm", "uninstall"]] {
+            for step in self.steps() {
                 if let Err(error) = xtask(&step) {
                     eprintln!("cleaning up after the failed test: {error:#}");
                 }
+            }
+            let deleted = Command::new(&self.kubectl)
+                .args(["--kubeconfig", &self.kubeconfig, "delete", "clusterrole"])
+                .args([METRICS_READER, "--ignore-not-found"])
+                .status();
+            if let Err(error) = deleted {
+                eprintln!("cleaning up after the failed test: kubectl: {error}");
             }
         }
     }
 }
 
-/// Runs an xtask command, with its output shown; fails with it when the command fails.
+/// Runs an xtask command, with its output shown; fails with it when the command fails. Returns
+/// what it printed, stdout then stderr (operator-sdk logs to stderr).
 fn xtask(args: &[&str]) -> Result<String> {
     let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(args)
@@ -319,7 +526,7 @@ fn xtask(args: &[&str]) -> Result<String> {
     if !output.status.success() {
         bail!("`cargo xtask {}` failed:\n{stdout}{stderr}", args.join(" "));
     }
-    Ok(stdout)
+    Ok(format!("{stdout}{stderr}"))
 }
 
 /// Runs an xtask command that must fail, and returns what it said.
@@ -347,10 +554,16 @@ fn kubectl(cluster: &TestCluster, args: &[&str]) -> Result<String> {
 }
 
 /// What OLM and the operator said, for a failed run.
-fn report(cluster: &TestCluster) -> String {
+fn report(cluster: &TestCluster, namespace: &str) -> String {
     let mut out = String::new();
     for args in [
-        vec!["get", "csv,deployments,pods", "-A", "-o", "wide"],
+        vec![
+            "get",
+            "csv,subscriptions,installplans,catalogsources,jobs,deployments,pods",
+            "-A",
+            "-o",
+            "wide",
+        ],
         vec![
             "logs",
             "--namespace",
@@ -361,11 +574,18 @@ fn report(cluster: &TestCluster) -> String {
         vec![
             "logs",
             "--namespace",
-            NAMESPACE,
+            "olm",
+            "deployment/catalog-operator",
+            "--tail=40",
+        ],
+        vec![
+            "logs",
+            "--namespace",
+            namespace,
             concat!("deployment/", product::name!()),
             "--tail=40",
         ],
-        vec!["get", "events", "--namespace", NAMESPACE],
+        vec!["get", "events", "--namespace", namespace],
     ] {
         let text = kubectl(cluster, &args).unwrap_or_else(|e| e.to_string());
         out.push_str(&format!("\n$ kubectl {}\n{text}\n", args.join(" ")));

@@ -27,6 +27,7 @@ const MODULE: GoModule = GoModule {
     binary: "memcached-reference",
     main_package: ".",
     ldflags: "",
+    tags: "",
     cold_build: "about 2 minutes",
     sources: &SOURCES,
 };
