@@ -202,11 +202,13 @@ async fn install(
         "OLM runs as pods on the local cluster's real node, and the cluster runs without one; \
          restart it with `cargo xtask cluster down && cargo xtask cluster up`",
     )?;
-    let registry = node.registry.context(
-        "OLM's bundle-unpacking Jobs pull opm from the local cluster's registry, and the \
-         cluster runs without one; restart it with `cargo xtask cluster down && cargo xtask \
-         cluster up`",
-    )?;
+    let restart = "restart it with `cargo xtask cluster down && cargo xtask cluster up`";
+    let (Some(registry), Some(https)) = (node.registry, node.registry_https) else {
+        bail!(
+            "OLM's pods and operator-sdk pull opm from the local cluster's registry, over HTTP \
+             and HTTPS, and the cluster runs without them; {restart}"
+        );
+    };
     let version = MODULE.required_version(OLM_MODULE)?;
     let images = programs
         .olm
@@ -214,11 +216,16 @@ async fn install(
         .and_then(|(binary, _)| binary.parent())
         .context("OLM's programs were not built")?
         .to_owned();
+    let write = |image: Image, archive: String| {
+        image
+            .write(&images.join(archive))
+            .with_context(|| format!("writing the image {}", image.reference()))
+    };
 
-    let olm = olm_image(programs, version)?;
-    let built = olm
-        .write(&images.join(format!("olm-{version}.oci.tar")))
-        .with_context(|| format!("writing the image {}", olm.reference()))?;
+    let built = write(
+        olm_image(programs, version)?,
+        format!("olm-{version}.oci.tar"),
+    )?;
     ociimage::import_into_containerd(&built.archive, &built.reference, &node.containerd_socket)?;
     println!("loaded {} into the real node", built.reference);
     let olm_image = built.reference.normalized();
@@ -226,32 +233,31 @@ async fn install(
     // The name OLM and operator-sdk ask for; the node asks the local registry for quay.io's
     // images first (`localcluster::node::MIRRORED`), and they pull it every time.
     let opm_version = MODULE.required_version(REGISTRY_MODULE)?;
-    let opm = opm_image(&programs.opm, opm_version)?;
-    let built = opm
-        .write(&images.join(format!("opm-{opm_version}.oci.tar")))
-        .with_context(|| format!("writing the image {}", opm.reference()))?;
-    let repository = built.reference.repository();
-    let built_opm_repository = repository.to_owned();
-    for tag in [built.reference.tag(), opm_version] {
-        ociimage::push(&built.archive, &registry.to_string(), repository, tag)?;
+    let opm = write(
+        opm_image(&programs.opm, opm_version)?,
+        format!("opm-{opm_version}.oci.tar"),
+    )?;
+    let opm_repository = opm.reference.repository();
+    for tag in [opm.reference.tag(), opm_version] {
+        ociimage::push(&opm.archive, &registry.to_string(), opm_repository, tag)?;
     }
     println!(
         "pushed {} (also tagged {opm_version}) to the local registry at {registry}",
-        built.reference
+        opm.reference
     );
     // `operator-sdk run bundle`'s catalog pod decompresses the catalog with `sh`, `cat` and
     // `gzip` from `--decompression-image`, by default a UBI image from a registry out of reach.
     let shell = crate::busybox::shell_image()?;
-    let built = shell
-        .write(&images.join(format!("busybox-{}.oci.tar", shell.reference().tag())))
-        .with_context(|| format!("writing the image {}", shell.reference()))?;
-    let decompression = format!("{registry}/busybox:{}", built.reference.tag());
+    let archive = format!("busybox-{}.oci.tar", shell.reference().tag());
+    let busybox = write(shell, archive)?;
+    let busybox_tag = busybox.reference.tag();
     ociimage::push(
-        &built.archive,
+        &busybox.archive,
         &registry.to_string(),
         "busybox",
-        built.reference.tag(),
+        busybox_tag,
     )?;
+    let decompression = format!("{registry}/busybox:{busybox_tag}");
     println!("pushed {decompression}, for `operator-sdk run bundle --decompression-image`");
 
     let crds = olm_crds()?;
@@ -264,19 +270,12 @@ async fn install(
         let what = format!("OLM's {name}");
         component::wait_available(client, OLM_NAMESPACE, name, &what, OLM_READY_TIMEOUT).await?;
     }
-    let index = state.registry_https().map_or_else(
-        || "an index image".to_owned(),
-        |https| format!("{https}/{}:{opm_version}", built_opm_repository),
-    );
     println!(
         "OLM {version} is running in namespace {OLM_NAMESPACE} (ready in {:.0?}); install the \
          pushed bundle with `cargo xtask operator-sdk -- run bundle \
-         {}/{BUNDLE_REPOSITORY}:v{} --index-image {index} --decompression-image \
-         {decompression}`",
+         {https}/{BUNDLE_REPOSITORY}:v{} --index-image {https}/{opm_repository}:{opm_version} \
+         --decompression-image {decompression}`",
         started.elapsed(),
-        state
-            .registry_https()
-            .map_or_else(|| registry.to_string(), |https| https.to_string()),
         env!("CARGO_PKG_VERSION")
     );
     Ok(())
