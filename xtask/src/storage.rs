@@ -16,7 +16,7 @@ use anyhow::Context;
 use kube::api::DynamicObject;
 use localcluster::ClusterState;
 use localcluster::node::NodeState;
-use ociimage::{Image, ImageConfig, Metadata, Platform, Reference, User};
+use ociimage::{Image, ImageConfig, Metadata, Reference, User};
 use serde_json::json;
 
 use crate::component::{self, Component};
@@ -118,29 +118,23 @@ fn load(image: Image, binary: &Path, node: &NodeState) -> anyhow::Result<String>
 
 fn provisioner_image(binary: &Path, version: &str) -> anyhow::Result<Image> {
     let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "nonroot".into(),
-            uid: PROVISIONER_USER,
-            gid: PROVISIONER_USER,
-        },
-        entrypoint: vec![PROVISIONER_BINARY.into()],
-        cmd: Vec::new(),
-        env: Vec::new(),
         exposed_ports: vec![ociimage::Port::Tcp(HEALTH_PORT)],
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: NAME.into(),
-            description: "rancher's local-path provisioner, built from its Go module".into(),
-            version: version.into(),
-            revision: None,
-            source: Some(format!("https://{PROVISIONER_MODULE}")),
-            url: Some(format!("https://{PROVISIONER_MODULE}")),
-            licenses: Some("Apache-2.0".into()),
-            labels: Default::default(),
-            // Reproducible: the image changes only with the binary.
-            created: 0,
-        },
+        ..ImageConfig::new(
+            User::new("nonroot", PROVISIONER_USER),
+            vec![PROVISIONER_BINARY.into()],
+            Metadata {
+                title: NAME.into(),
+                description: "rancher's local-path provisioner, built from its Go module".into(),
+                version: version.into(),
+                revision: None,
+                source: Some(format!("https://{PROVISIONER_MODULE}")),
+                url: Some(format!("https://{PROVISIONER_MODULE}")),
+                licenses: Some("Apache-2.0".into()),
+                labels: Default::default(),
+                // Reproducible: the image changes only with the binary.
+                created: 0,
+            },
+        )
     };
     let reference = Reference::parse(&format!("{PROVISIONER_REPOSITORY}:{version}"))?;
     let mut image = Image::new(reference, config);

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::{Api, LogParams, ObjectMeta, PostParams};
-use ociimage::{Image, ImageConfig, ImageFile, Metadata, Platform, Reference, User};
+use ociimage::{Image, ImageConfig, ImageFile, Metadata, Reference, User};
 use testkit::{PodSecurity, TestNamespace};
 
 /// The distribution's static busybox (`cargo xtask setup` installs it): a program that needs no
@@ -91,19 +91,10 @@ async fn pushed_image_runs(client: &kube::Client, namespace: &str, registry: &st
 }
 
 fn busybox_image(dir: &Path, tag: &str) -> Result<ociimage::BuiltImage> {
-    let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "nobody".into(),
-            uid: 65534,
-            gid: 65534,
-        },
-        entrypoint: vec![BUSYBOX.into(), "echo".into(), GREETING.into()],
-        cmd: Vec::new(),
-        env: Vec::new(),
-        exposed_ports: Vec::new(),
-        working_dir: "/".into(),
-        metadata: Metadata {
+    let config = ImageConfig::new(
+        User::new("nobody", 65534),
+        vec![BUSYBOX.into(), "echo".into(), GREETING.into()],
+        Metadata {
             title: "pull-check".into(),
             description: "an image the local registry serves to the real node".into(),
             version: tag.into(),
@@ -114,7 +105,7 @@ fn busybox_image(dir: &Path, tag: &str) -> Result<ociimage::BuiltImage> {
             labels: Default::default(),
             created: 1_700_000_000,
         },
-    };
+    );
     let mut image = Image::new(Reference::parse(&format!("pull-check:{tag}"))?, config);
     image.add(ImageFile::executable(BUSYBOX, BUSYBOX))?;
     Ok(image.write(&dir.join("pull-check.oci.tar"))?)

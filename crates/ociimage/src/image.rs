@@ -56,6 +56,17 @@ pub struct User {
     pub gid: u32,
 }
 
+impl User {
+    /// A user whose primary group has the same name and id, as most images' users.
+    pub fn new(name: impl Into<String>, uid: u32) -> Self {
+        Self {
+            name: name.into(),
+            uid,
+            gid: uid,
+        }
+    }
+}
+
 /// A port the image listens on; the config records it as documentation for runtimes and people.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Port {
@@ -145,6 +156,24 @@ pub struct ImageConfig {
     pub working_dir: String,
     /// Labels, annotations and the creation time.
     pub metadata: Metadata,
+}
+
+impl ImageConfig {
+    /// An image for this machine's platform ([`Platform::host`]) that runs `entrypoint` as
+    /// `user` in `/`, with no default arguments, environment or ports: set those after, where
+    /// the image has them.
+    pub fn new(user: User, entrypoint: Vec<String>, metadata: Metadata) -> Self {
+        Self {
+            platform: Platform::host(),
+            user,
+            entrypoint,
+            cmd: Vec::new(),
+            env: Vec::new(),
+            exposed_ports: Vec::new(),
+            working_dir: "/".to_owned(),
+            metadata,
+        }
+    }
 }
 
 /// A file from this machine, placed at an absolute path in the image.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ociimage::{Image, ImageConfig, ImageFile, Metadata, Platform, Port, Reference, User};
+use ociimage::{Image, ImageConfig, ImageFile, Metadata, Port, Reference, User};
 use serde_json::Value;
 
 /// The labels every image carries, checked through each loader.
@@ -20,28 +20,24 @@ fn built(dir: &Path) -> ociimage::BuiltImage {
     let program = dir.join("program");
     std::fs::write(&program, b"#!/bin/sh\necho loaded\n").expect("writing the program");
     let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "nonroot".into(),
-            uid: 65532,
-            gid: 65532,
-        },
-        entrypoint: vec!["/program".into()],
         cmd: vec!["--serve".into()],
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         exposed_ports: vec![Port::Tcp(8080)],
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: TITLE.into(),
-            description: "an image the loaders read".into(),
-            version: VERSION.into(),
-            revision: Some("0123abc".into()),
-            source: None,
-            url: None,
-            licenses: Some("Apache-2.0".into()),
-            labels: Default::default(),
-            created: 1_700_000_000,
-        },
+        ..ImageConfig::new(
+            User::new("nonroot", 65532),
+            vec!["/program".into()],
+            Metadata {
+                title: TITLE.into(),
+                description: "an image the loaders read".into(),
+                version: VERSION.into(),
+                revision: Some("0123abc".into()),
+                source: None,
+                url: None,
+                licenses: Some("Apache-2.0".into()),
+                labels: Default::default(),
+                created: 1_700_000_000,
+            },
+        )
     };
     let reference = Reference::parse(&format!("{TITLE}:{VERSION}")).expect("a valid reference");
     let mut image = Image::new(reference, config);

@@ -234,26 +234,17 @@ impl LocalCluster {
 /// Builds the pod sandbox image from the compiled `pause` (skipped when the archive exists).
 fn pause_image(bin: &Binaries, node: &NodeState) -> Result<ociimage::BuiltImage> {
     let reference = ociimage::Reference::parse(&super::pause_image())?;
-    let config = ociimage::ImageConfig {
-        platform: ociimage::Platform::host(),
+    let config = ociimage::ImageConfig::new(
         // The user upstream's pause image runs as.
-        user: ociimage::User {
-            name: "pause".into(),
-            uid: 65535,
-            gid: 65535,
-        },
-        entrypoint: vec!["/pause".into()],
-        cmd: Vec::new(),
-        env: Vec::new(),
-        exposed_ports: Vec::new(),
-        working_dir: "/".into(),
-        metadata: ociimage::Metadata {
+        ociimage::User::new("pause", 65535),
+        vec!["/pause".into()],
+        ociimage::Metadata {
             title: "pause".into(),
             description: "The pod sandbox, compiled from the Kubernetes source".into(),
             version: format!("{}-kubernetes-{}", versions::PAUSE, versions::KUBERNETES),
             ..ociimage::Metadata::default()
         },
-    };
+    );
     let mut image = ociimage::Image::new(reference, config);
     image.add(ociimage::ImageFile::executable(bin.path(PAUSE), "/pause"))?;
     let archive = node.images_dir().join("pause.oci.tar");
