@@ -3,6 +3,7 @@ module operator-manager.dev/olm
 go 1.26.3
 
 tool (
+	github.com/grpc-ecosystem/grpc-health-probe
 	github.com/operator-framework/operator-lifecycle-manager/cmd/catalog
 	github.com/operator-framework/operator-lifecycle-manager/cmd/copy-content
 	github.com/operator-framework/operator-lifecycle-manager/cmd/olm
@@ -273,4 +274,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-require github.com/operator-framework/operator-sdk v1.42.2 // indirect
+require (
+	github.com/grpc-ecosystem/grpc-health-probe v0.4.53 // indirect
+	github.com/operator-framework/operator-sdk v1.42.2 // indirect
+	github.com/spiffe/go-spiffe/v2 v2.8.1 // indirect
+)

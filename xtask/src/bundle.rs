@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use codegen::{Mode, Project};
-use ociimage::{Image, ImageConfig, ImageFile, Metadata, Platform, Reference, User};
+use ociimage::{Image, ImageConfig, ImageFile, Metadata, Reference, User};
 
 /// The Kubernetes version the bundle is validated against for removed APIs: the one the local
 /// cluster runs and k8s-openapi is compiled for.
@@ -33,6 +33,15 @@ pub struct BundleArgs {
     /// The registry `--push` pushes to, `HOST:PORT` (plain HTTP); the local cluster's by default.
     #[arg(long, value_name = "HOST:PORT", requires = "push")]
     pub registry: Option<String>,
+    /// Push the bundle of this release instead of the workspace's (`make bundle VERSION=...`),
+    /// for the manager image of the same tag: `cargo xtask image manager --push --tag
+    /// :VERSION`. `bundle/` keeps the workspace's release.
+    #[arg(long, value_name = "VERSION", requires = "push")]
+    pub version: Option<String>,
+    /// The release the pushed one replaces (the ClusterServiceVersion's `spec.replaces`), for
+    /// catalogs whose channels follow it.
+    #[arg(long, value_name = "VERSION", requires = "push")]
+    pub replaces: Option<String>,
 }
 
 pub fn run(args: BundleArgs) -> anyhow::Result<()> {
@@ -71,18 +80,23 @@ pub fn run(args: BundleArgs) -> anyhow::Result<()> {
         validate(&bundle_dir)?;
     }
     if args.push {
+        let version = args.version.as_deref().unwrap_or(&project.version);
+        let pushed = project
+            .at_release(version, args.replaces.as_deref())
+            .context("the release to push (--version, --replaces)")?;
         // How to push the manager there, should it be missing.
-        let (registry, push_manager) = match args.registry {
+        let mut push_manager = "cargo xtask image manager --push".to_owned();
+        if let Some(version) = &args.version {
+            push_manager.push_str(&format!(" --tag :{version}"));
+        }
+        let registry = match args.registry {
             Some(registry) => {
-                let command = format!("cargo xtask image manager --push --registry {registry}");
-                (registry, command)
+                push_manager.push_str(&format!(" --registry {registry}"));
+                registry
             }
-            None => (
-                crate::image::local_registry()?,
-                "cargo xtask image manager --push".to_owned(),
-            ),
+            None => crate::image::local_registry()?,
         };
-        push(&project, &root, &registry, &push_manager)?;
+        push(&pushed, &root, &registry, &push_manager)?;
     }
     Ok(())
 }
@@ -100,12 +114,13 @@ fn push(project: &Project, root: &Path, registry: &str, push_manager: &str) -> a
     }
     let files = codegen::bundle::render_for(project, root, &manager_name)?;
     let staging = tempfile::tempdir().context("creating a directory for the bundle's files")?;
-    let reference = Reference::parse(&format!("{}-bundle:v{}", project.package, project.version))?;
+    let reference = Reference::parse(&codegen::bundle::image(project))?;
     let mut image = Image::new(reference, bundle_image_config(project, root)?);
-    for file in files
-        .iter()
-        .filter(|f| f.path.starts_with("manifests") || f.path.starts_with("metadata"))
-    {
+    for file in files.iter().filter(|f| {
+        codegen::bundle::IMAGE_DIRS
+            .iter()
+            .any(|dir| f.path.starts_with(dir))
+    }) {
         let source = staging.path().join(&file.path);
         if let Some(dir) = source.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -114,19 +129,7 @@ fn push(project: &Project, root: &Path, registry: &str, push_manager: &str) -> a
             .with_context(|| format!("writing {}", source.display()))?;
         image.add(ImageFile::data(source, format!("/{}", file.path.display())))?;
     }
-    let archive = crate::image::images_dir()?.join(format!(
-        "{}-bundle-v{}.oci.tar",
-        project.package, project.version
-    ));
-    let built = image
-        .write(&archive)
-        .with_context(|| format!("writing the bundle image {}", archive.display()))?;
-    let pushed = ociimage::push(
-        &built.archive,
-        registry,
-        built.reference.repository(),
-        built.reference.tag(),
-    )?;
+    let (built, pushed) = crate::image::write_and_push(&image, registry)?;
     println!("bundle image {} ({})", pushed.name, pushed.manifest_digest);
     println!("  installs the manager image {manager_name}");
     println!("  archive: {}", built.archive.display());
@@ -136,19 +139,10 @@ fn push(project: &Project, root: &Path, registry: &str, push_manager: &str) -> a
 /// The bundle image's configuration: no program (OLM only copies its files out), a user that is
 /// not root, and the bundle's annotations as labels, as `bundle.Dockerfile` sets them.
 fn bundle_image_config(project: &Project, root: &Path) -> anyhow::Result<ImageConfig> {
-    Ok(ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "nonroot".into(),
-            uid: 65532,
-            gid: 65532,
-        },
-        entrypoint: Vec::new(),
-        cmd: Vec::new(),
-        env: Vec::new(),
-        exposed_ports: Vec::new(),
-        working_dir: "/".into(),
-        metadata: Metadata {
+    Ok(ImageConfig::new(
+        User::new("nonroot", 65532),
+        Vec::new(),
+        Metadata {
             title: format!("{}-bundle", project.package),
             description: format!("The OLM bundle of {}", project.display_name),
             version: project.version.clone(),
@@ -162,7 +156,7 @@ fn bundle_image_config(project: &Project, root: &Path) -> anyhow::Result<ImageCo
                 .map(|(key, value)| (key.to_owned(), value))
                 .collect(),
         },
-    })
+    ))
 }
 
 /// The project metadata, read from the workspace's `Cargo.toml`.

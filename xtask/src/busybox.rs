@@ -4,57 +4,65 @@
 //!
 //! The images the local cluster's helper pods need a shell in use it: the local-path
 //! provisioner's helper pods, and the init container of the catalog pod `operator-sdk run
-//! bundle` starts.
+//! bundle` starts. So does the image `operator-sdk scorecard` untars the bundle with.
 
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use ociimage::{Image, ImageConfig, Metadata, Platform, Reference, User};
+use ociimage::{Image, ImageConfig, Metadata, Reference, User};
 
 /// Where the package installs it.
 pub const BINARY: &str = "/bin/busybox";
-/// A registry domain no one serves: nothing tries to pull the image, and it cannot be mistaken
-/// for the published one.
-const REPOSITORY: &str = concat!(product::name!(), ".local/busybox");
+/// A registry domain no one serves: nothing tries to pull the images, and they cannot be mistaken
+/// for the published ones.
+const REPOSITORY_DOMAIN: &str = concat!(product::name!(), ".local");
 
 /// The shell image: busybox as `/bin/sh`, run as root, named by busybox's version.
 ///
 /// # Errors
 /// When busybox is not installed or prints no version.
 pub fn shell_image() -> anyhow::Result<Image> {
+    // The local-path volumes' parent directory belongs to root.
+    image("busybox", "/bin/sh", User::new("root", 0), Some("/bin/sh"))
+}
+
+/// The tar image: busybox as `/bin/tar` and no entrypoint, so a container's command is `tar`
+/// and its arguments, as `operator-sdk scorecard`'s init container runs its `--untar-image`.
+///
+/// # Errors
+/// As [`shell_image`].
+pub fn tar_image() -> anyhow::Result<Image> {
+    image("busybox-tar", "/bin/tar", User::new("nonroot", 65532), None)
+}
+
+/// busybox at `path`, an applet's name, which is what busybox runs when started by it.
+fn image(name: &str, path: &str, user: User, entrypoint: Option<&str>) -> anyhow::Result<Image> {
     let binary = Path::new(BINARY);
     let version = version(binary)?;
     let config = ImageConfig {
-        platform: Platform::host(),
-        // The local-path volumes' parent directory belongs to root.
-        user: User {
-            name: "root".into(),
-            uid: 0,
-            gid: 0,
-        },
-        entrypoint: vec!["/bin/sh".into()],
-        cmd: Vec::new(),
-        env: Vec::new(),
-        exposed_ports: Vec::new(),
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: "busybox".into(),
-            description: "the distribution's static busybox, as /bin/sh".into(),
-            version: version.clone(),
-            revision: None,
-            source: None,
-            url: Some("https://busybox.net/".into()),
-            licenses: Some("GPL-2.0-only".into()),
-            labels: Default::default(),
-            created: 0,
-        },
+        env: vec![("PATH".into(), "/bin".into())],
+        ..ImageConfig::new(
+            user,
+            entrypoint.into_iter().map(str::to_owned).collect(),
+            Metadata {
+                title: name.into(),
+                description: format!("the distribution's static busybox, as {path}"),
+                version: version.clone(),
+                revision: None,
+                source: None,
+                url: Some("https://busybox.net/".into()),
+                licenses: Some("GPL-2.0-only".into()),
+                labels: Default::default(),
+                created: 0,
+            },
+        )
     };
-    let reference = Reference::parse(&format!("{REPOSITORY}:{version}"))?;
+    let reference = Reference::parse(&format!("{REPOSITORY_DOMAIN}/{name}:{version}"))?;
     let mut image = Image::new(reference, config);
     image
-        .add_binary(binary, "/bin/sh")
-        .with_context(|| format!("adding {} to the busybox image", binary.display()))?;
+        .add_binary(binary, path)
+        .with_context(|| format!("adding {} to the {name} image", binary.display()))?;
     Ok(image)
 }
 

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use ociimage::{BuiltImage, Image, ImageConfig, Metadata, Platform, Port, Reference, User};
+use ociimage::{BuiltImage, Image, ImageConfig, Metadata, Port, Reference, User};
 use serde::Deserialize;
 
 /// Where the distribution's package installs memcached; the image keeps it at the same path.
@@ -264,28 +264,23 @@ fn manager_image(
         .collect::<Result<Vec<_>, _>>()
         .context("the manager's ports are out of range")?;
     let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "nonroot".into(),
-            uid: MANAGER_USER,
-            gid: MANAGER_USER,
-        },
-        entrypoint: vec![MANAGER_BINARY.into()],
-        cmd: Vec::new(),
         env: vec![("PATH".into(), PATH.into())],
         exposed_ports: ports,
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: codegen::MANAGER_IMAGE.into(),
-            description: package.description.clone().unwrap_or_default(),
-            version: package.version.clone(),
-            revision,
-            source: package.repository.clone(),
-            url: package.repository.clone(),
-            licenses: package.license.clone(),
-            labels: Default::default(),
-            created,
-        },
+        ..ImageConfig::new(
+            User::new("nonroot", MANAGER_USER),
+            vec![MANAGER_BINARY.into()],
+            Metadata {
+                title: codegen::MANAGER_IMAGE.into(),
+                description: package.description.clone().unwrap_or_default(),
+                version: package.version.clone(),
+                revision,
+                source: package.repository.clone(),
+                url: package.repository.clone(),
+                licenses: package.license.clone(),
+                labels: Default::default(),
+                created,
+            },
+        )
     };
     let mut image = Image::new(manager_reference(&package.version)?, config);
     image
@@ -307,29 +302,26 @@ fn memcached_image(binary: &Path, version: &str, created: u64) -> anyhow::Result
     let port =
         u16::try_from(controllers::memcached::PORT).context("memcached's port is out of range")?;
     let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: MEMCACHED_USER.into(),
-            uid,
-            gid: uid,
-        },
-        // The program name the Deployment's command starts with, found on PATH.
-        entrypoint: vec![controllers::memcached::PROGRAM.into()],
-        cmd: Vec::new(),
         env: vec![("PATH".into(), PATH.into())],
         exposed_ports: vec![Port::Tcp(port)],
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: "memcached".into(),
-            description: "memcached from the distribution's package, for Memcached resources on a local cluster".into(),
-            version: version.into(),
-            revision: None,
-            source: None,
-            url: Some("https://memcached.org/".into()),
-            licenses: Some("BSD-3-Clause".into()),
-            labels: Default::default(),
-            created,
-        },
+        ..ImageConfig::new(
+            User::new(MEMCACHED_USER, uid),
+            // The program name the Deployment's command starts with, found on PATH.
+            vec![controllers::memcached::PROGRAM.into()],
+            Metadata {
+                title: "memcached".into(),
+                description: "memcached from the distribution's package, for Memcached \
+                              resources on a local cluster"
+                    .into(),
+                version: version.into(),
+                revision: None,
+                source: None,
+                url: Some("https://memcached.org/".into()),
+                licenses: Some("BSD-3-Clause".into()),
+                labels: Default::default(),
+                created,
+            },
+        )
     };
     let mut image = Image::new(memcached_reference(version)?, config);
     image
@@ -376,28 +368,25 @@ fn redis_image(binary: &Path, version: &str, created: u64) -> anyhow::Result<Ima
     let uid = u32::try_from(RUN_AS_USER).context("redis's user id is out of range")?;
     let port = u16::try_from(PORT).context("redis's port is out of range")?;
     let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "redis".into(),
-            uid,
-            gid: uid,
-        },
-        entrypoint: vec![PROGRAM.into()],
-        cmd: Vec::new(),
         env: vec![("PATH".into(), PATH.into())],
         exposed_ports: vec![Port::Tcp(port)],
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: "redis".into(),
-            description: "the redis server from the distribution's package, for KeyValueStore resources on a local cluster".into(),
-            version: version.into(),
-            revision: None,
-            source: None,
-            url: Some("https://redis.io/".into()),
-            licenses: Some("BSD-3-Clause".into()),
-            labels: Default::default(),
-            created,
-        },
+        ..ImageConfig::new(
+            User::new("redis", uid),
+            vec![PROGRAM.into()],
+            Metadata {
+                title: "redis".into(),
+                description: "the redis server from the distribution's package, for \
+                              KeyValueStore resources on a local cluster"
+                    .into(),
+                version: version.into(),
+                revision: None,
+                source: None,
+                url: Some("https://redis.io/".into()),
+                licenses: Some("BSD-3-Clause".into()),
+                labels: Default::default(),
+                created,
+            },
+        )
     };
     let reference = Reference::parse(&format!("{REDIS_REPOSITORY}:{version}"))?;
     let mut image = Image::new(reference, config);
@@ -492,6 +481,30 @@ impl CargoMetadata {
 }
 
 /// Where the archives go unless `--out` says otherwise: `images/` in the cargo target directory.
+/// Writes `image` into [`images_dir`] and pushes it to `registry` under its name without a
+/// registry; returns the archive and where it went.
+pub fn write_and_push(
+    image: &Image,
+    registry: &str,
+) -> anyhow::Result<(BuiltImage, ociimage::Pushed)> {
+    let reference = image.reference();
+    let archive = images_dir()?.join(format!(
+        "{}-{}.oci.tar",
+        reference.repository().replace('/', "-"),
+        reference.tag()
+    ));
+    let built = image
+        .write(&archive)
+        .with_context(|| format!("writing the image {reference} to {}", archive.display()))?;
+    let pushed = ociimage::push(
+        &built.archive,
+        registry,
+        built.reference.repository(),
+        built.reference.tag(),
+    )?;
+    Ok((built, pushed))
+}
+
 pub fn images_dir() -> anyhow::Result<PathBuf> {
     Ok(cargo_metadata(&crate::workspace_root())?
         .target_directory

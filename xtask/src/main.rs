@@ -7,6 +7,7 @@ mod bench;
 mod bundle;
 mod bundle_validator;
 mod busybox;
+mod catalog;
 mod cluster;
 mod completions;
 mod component;
@@ -18,6 +19,7 @@ mod image;
 mod manifests;
 mod olm;
 mod operator_sdk;
+mod opm;
 mod setup;
 mod storage;
 mod test;
@@ -53,19 +55,22 @@ enum Command {
     /// Render the OLM bundle (ClusterServiceVersion, CRDs, metadata, bundle.Dockerfile) into
     /// `bundle/` from the Rust types and the project metadata in Cargo.toml.
     Bundle(bundle::BundleArgs),
+    /// Build a file-based catalog of the bundle images in a registry and push it beside them
+    /// (`make catalog-build catalog-push`), for a CatalogSource to offer them to OLM.
+    Catalog(catalog::CatalogArgs),
     /// Run the pinned helm, built from source once: `cargo xtask helm -- lint deploy/chart`.
     Helm {
         /// helm's arguments, after `--`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run OLM on the local cluster (built from source) and install the bundle through it.
+    /// Run OLM on the local cluster, built from source.
     Olm {
         #[command(subcommand)]
         command: olm::OlmCommand,
     },
     /// Run the pinned operator-sdk, built from source once: `cargo xtask operator-sdk -- run
-    /// bundle REGISTRY/operator-manager-bundle:v0.1.0 --use-http`.
+    /// bundle REGISTRY/operator-manager-bundle:v0.1.0` (`olm install` prints the whole command).
     OperatorSdk {
         /// operator-sdk's arguments, after `--`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -147,6 +152,7 @@ fn main() -> ExitCode {
         Command::Setup { check } => setup::run(check),
         Command::Image(args) => image::run(args),
         Command::Bundle(args) => bundle::run(args),
+        Command::Catalog(args) => catalog::run(args),
         Command::Helm { args } => helm::run(&args),
         Command::OperatorSdk { args } => operator_sdk::run(&args),
         Command::Olm { command } => olm::run(command),

@@ -6,9 +6,10 @@
 //! the version `xtask/olm/go.mod` pins (through the module proxy, once, into the local cluster's
 //! cache), and operator-registry's `opm` from the same module. OLM's programs go into one image
 //! (olm-operator, the catalog operator, `copy-content`, `cpb`, and the `/bin/cp` the
-//! bundle-unpacking Jobs run), loaded into the real node; opm's image is pushed to the local
-//! registry as `quay.io/operator-framework/opm:latest`, the name OLM and `operator-sdk` pull,
-//! which the node asks the local registry for. Then it applies what OLM's own manifests do: its
+//! bundle-unpacking Jobs run), loaded into the real node; opm's image ([`crate::opm`]) is pushed
+//! to the local registry as `quay.io/operator-framework/opm:latest`, the name OLM and
+//! `operator-sdk` pull, which the node asks the local registry for, and so are the images
+//! `operator-sdk run bundle` and `operator-sdk scorecard` run. Then it applies what OLM's own manifests do: its
 //! CRDs (from the same module), the `olm` namespace, a ServiceAccount bound to OLM's
 //! ClusterRole, the olm-operator and catalog-operator Deployments, the `cluster` OLMConfig, and
 //! the `operators` namespace with its global OperatorGroup.
@@ -24,11 +25,12 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::discovery::{self, ApiResource, Scope};
-use ociimage::{Image, ImageConfig, Metadata, Platform, Reference, User};
+use ociimage::{Image, ImageConfig, Metadata, Reference, User};
 use serde_json::json;
 
 use crate::component::{self, Component};
 use crate::gomodule::GoModule;
+use crate::opm::Opm;
 
 /// olm-operator, built from OLM's module at the version `go.mod` pins. The module also pins
 /// operator-registry, whose `opm` OLM's bundle-unpacking Jobs run; every program below is built
@@ -52,7 +54,7 @@ pub const MODULE: GoModule = GoModule {
     // operator-registry's and operator-sdk's: SQLite's JSON functions, and image signatures
     // checked without gpgme (a C library).
     tags: "json1,containers_image_openpgp",
-    cold_build: "about 6 minutes",
+    cold_build: "about 3 minutes",
     sources: &[
         ("go.mod", include_str!("../olm/go.mod")),
         ("go.sum", include_str!("../olm/go.sum")),
@@ -64,7 +66,7 @@ const CATALOG: GoModule = GoModule {
     what: "OLM's catalog operator",
     binary: "catalog",
     main_package: "github.com/operator-framework/operator-lifecycle-manager/cmd/catalog",
-    cold_build: "about 3 minutes once olm-operator is built",
+    cold_build: "about 10 seconds once olm-operator is built",
     ..MODULE
 };
 /// What the catalog operator's catalog pods copy their content with.
@@ -84,15 +86,6 @@ const CPB: GoModule = GoModule {
     cold_build: "a few seconds once olm-operator is built",
     ..MODULE
 };
-/// operator-registry's `opm`: extracts an unpacked bundle into a ConfigMap, and serves the
-/// catalog `operator-sdk run bundle` builds.
-const OPM: GoModule = GoModule {
-    what: "operator-registry's opm",
-    binary: "opm",
-    main_package: "github.com/operator-framework/operator-registry/cmd/opm",
-    cold_build: "about 2 minutes once olm-operator is built",
-    ..MODULE
-};
 /// The programs of OLM's image (olm-operator's, the catalog operator's and the unpacking
 /// Jobs' `util` image, as in OLM's published one), by their path in it.
 const OLM_PROGRAMS: [(GoModule, &str); 4] = [
@@ -103,16 +96,6 @@ const OLM_PROGRAMS: [(GoModule, &str); 4] = [
 ];
 /// OLM's Go module, whose `deploy/chart/crds` are the CRDs of that release.
 const OLM_MODULE: &str = "github.com/operator-framework/operator-lifecycle-manager";
-/// operator-registry's Go module, opm's.
-const REGISTRY_MODULE: &str = "github.com/operator-framework/operator-registry";
-/// The opm image OLM's catalog operator and `operator-sdk run bundle` ask for by default.
-const OPM_IMAGE: &str = "quay.io/operator-framework/opm:latest";
-const OPM_BINARY: &str = "/bin/opm";
-/// The label that makes an image a file-based catalog, naming where its content is.
-const CATALOG_LABEL: &str = "operators.operatorframework.io.index.configs.v1";
-const CATALOG_DIR: &str = "/configs";
-/// Where `cargo xtask bundle --push` puts the bundle image in a registry.
-const BUNDLE_REPOSITORY: &str = concat!(product::name!(), "-bundle");
 /// Where OLM runs, as in its own manifests.
 const OLM_NAMESPACE: &str = "olm";
 /// Where operators for every namespace go, with OLM's global OperatorGroup.
@@ -139,8 +122,9 @@ const OLM_READY_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[derive(Debug, clap::Subcommand)]
 pub enum OlmCommand {
-    /// Build OLM and opm from source, load and push their images, and install OLM on the local
-    /// cluster (what `operator-sdk olm install` does on a cluster that can pull).
+    /// Build OLM, opm and the scorecard's tests from source, load and push their images, and
+    /// install OLM on the local cluster (what `operator-sdk olm install` does on a cluster that
+    /// can pull).
     Install,
     /// Remove OLM (what `operator-sdk olm uninstall` does); refused while an operator it
     /// installed is still there.
@@ -176,7 +160,8 @@ pub fn run(command: OlmCommand) -> anyhow::Result<()> {
 struct Programs {
     /// OLM's, with their paths in its image.
     olm: Vec<(PathBuf, &'static str)>,
-    opm: PathBuf,
+    opm: Opm,
+    scorecard_test: PathBuf,
 }
 
 impl Programs {
@@ -188,7 +173,8 @@ impl Programs {
         }
         Ok(Self {
             olm,
-            opm: OPM.build(progress)?,
+            opm: Opm::build(&progress)?,
+            scorecard_test: crate::operator_sdk::SCORECARD_TEST.build(progress)?,
         })
     }
 }
@@ -232,11 +218,8 @@ async fn install(
 
     // The name OLM and operator-sdk ask for; the node asks the local registry for quay.io's
     // images first (`localcluster::node::MIRRORED`), and they pull it every time.
-    let opm_version = MODULE.required_version(REGISTRY_MODULE)?;
-    let opm = write(
-        opm_image(&programs.opm, opm_version)?,
-        format!("opm-{opm_version}.oci.tar"),
-    )?;
+    let opm_version = Opm::version()?;
+    let opm = write(programs.opm.image()?, format!("opm-{opm_version}.oci.tar"))?;
     let opm_repository = opm.reference.repository();
     for tag in [opm.reference.tag(), opm_version] {
         ociimage::push(&opm.archive, &registry.to_string(), opm_repository, tag)?;
@@ -247,24 +230,30 @@ async fn install(
     );
     // `operator-sdk run bundle`'s catalog pod decompresses the catalog with `sh`, `cat` and
     // `gzip` from `--decompression-image`, by default a UBI image from a registry out of reach.
-    let shell = crate::busybox::shell_image()?;
-    let archive = format!("busybox-{}.oci.tar", shell.reference().tag());
-    let busybox = write(shell, archive)?;
-    let busybox_tag = busybox.reference.tag();
-    ociimage::push(
-        &busybox.archive,
-        &registry.to_string(),
-        "busybox",
-        busybox_tag,
-    )?;
-    let decompression = format!("{registry}/busybox:{busybox_tag}");
+    let registry_address = registry.to_string();
+    let (_, busybox) =
+        crate::image::write_and_push(&crate::busybox::shell_image()?, &registry_address)?;
+    let decompression = busybox.name;
     println!("pushed {decompression}, for `operator-sdk run bundle --decompression-image`");
+    // `operator-sdk scorecard`'s pods: the test image by the name the bundle's configuration
+    // gives (through the quay.io mirror), and `--untar-image`, by default a UBI image pinned
+    // by a digest no build here can have.
+    let scorecard = crate::operator_sdk::scorecard_test_image(&programs.scorecard_test)?;
+    crate::image::write_and_push(&scorecard, &registry_address)?;
+    println!(
+        "pushed {}, for `operator-sdk scorecard`",
+        scorecard.reference()
+    );
+    let (_, tar) = crate::image::write_and_push(&crate::busybox::tar_image()?, &registry_address)?;
+    let untar = tar.name;
+    println!("pushed {untar}, for `operator-sdk scorecard --untar-image`");
 
     let crds = olm_crds()?;
     println!("applying OLM {version}'s {} CRDs", crds.len());
     testkit::apply_objects(client, crds, None).await?;
     testkit::apply_objects(client, olm_objects(&olm_image)?, None).await?;
 
+    let bundle = codegen::bundle::image(&crate::bundle::project(&crate::workspace_root())?);
     let started = Instant::now();
     for name in [OLM_DEPLOYMENT, CATALOG_DEPLOYMENT] {
         let what = format!("OLM's {name}");
@@ -273,10 +262,10 @@ async fn install(
     println!(
         "OLM {version} is running in namespace {OLM_NAMESPACE} (ready in {:.0?}); install the \
          pushed bundle with `cargo xtask operator-sdk -- run bundle \
-         {https}/{BUNDLE_REPOSITORY}:v{} --index-image {https}/{opm_repository}:{opm_version} \
-         --decompression-image {decompression}`",
+         {https}/{bundle} --index-image {https}/{opm_repository}:{opm_version} \
+         --decompression-image {decompression}`, and check it with `cargo xtask operator-sdk \
+         -- scorecard bundle/ --untar-image {untar}`",
         started.elapsed(),
-        env!("CARGO_PKG_VERSION")
     );
     Ok(())
 }
@@ -284,19 +273,10 @@ async fn install(
 /// OLM's image: its programs, as in its published image, and `/bin/cp`, which the unpacking
 /// Jobs' `util` container (this image) copies `cpb` with.
 fn olm_image(programs: &Programs, version: &str) -> anyhow::Result<Image> {
-    let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "nonroot".into(),
-            uid: OLM_USER,
-            gid: OLM_USER,
-        },
-        entrypoint: vec![OLM_BINARY.into()],
-        cmd: Vec::new(),
-        env: Vec::new(),
-        exposed_ports: Vec::new(),
-        working_dir: "/".into(),
-        metadata: Metadata {
+    let config = ImageConfig::new(
+        User::new("nonroot", OLM_USER),
+        vec![OLM_BINARY.into()],
+        Metadata {
             title: "olm".into(),
             description: "OLM's olm-operator, catalog operator and utilities, built from its Go \
                           module"
@@ -310,7 +290,7 @@ fn olm_image(programs: &Programs, version: &str) -> anyhow::Result<Image> {
             // Reproducible: the image changes only with the binaries.
             created: 0,
         },
-    };
+    );
     let reference = Reference::parse(&format!("{OLM_REPOSITORY}:{version}"))?;
     let mut image = Image::new(reference, config);
     let busybox = Path::new(crate::busybox::BINARY);
@@ -324,61 +304,6 @@ fn olm_image(programs: &Programs, version: &str) -> anyhow::Result<Image> {
             .add_binary(binary, path)
             .with_context(|| format!("adding {} to the OLM image", binary.display()))?;
     }
-    Ok(image)
-}
-
-/// opm's image, as `quay.io/operator-framework/opm:latest`: `opm` on the `PATH`, and busybox's
-/// shell, which `operator-sdk run bundle`'s catalog pod starts `opm serve` with.
-fn opm_image(opm: &Path, version: &str) -> anyhow::Result<Image> {
-    let config = ImageConfig {
-        platform: Platform::host(),
-        user: User {
-            name: "nonroot".into(),
-            uid: OLM_USER,
-            gid: OLM_USER,
-        },
-        entrypoint: vec![OPM_BINARY.into()],
-        cmd: Vec::new(),
-        env: vec![("PATH".into(), "/bin".into())],
-        exposed_ports: vec![ociimage::Port::Tcp(50051)],
-        working_dir: "/".into(),
-        metadata: Metadata {
-            title: "opm".into(),
-            description: "operator-registry's opm, built from its Go module, with an empty \
-                          file-based catalog"
-                .into(),
-            version: version.into(),
-            revision: None,
-            source: Some(format!("https://{REGISTRY_MODULE}")),
-            url: Some("https://olm.operatorframework.io/".into()),
-            licenses: Some("Apache-2.0".into()),
-            labels: [(CATALOG_LABEL.to_owned(), CATALOG_DIR.to_owned())].into(),
-            created: 0,
-        },
-    };
-    let mut image = Image::new(Reference::parse(OPM_IMAGE)?, config);
-    for (binary, path) in [
-        (opm, OPM_BINARY),
-        (Path::new(crate::busybox::BINARY), "/bin/sh"),
-    ] {
-        image
-            .add_binary(binary, path)
-            .with_context(|| format!("adding {} to the opm image", binary.display()))?;
-    }
-    // An empty file-based catalog: `operator-sdk run bundle --index-image` adds the bundle to
-    // the catalog an image's label points at, and serves the result from the same image.
-    let ignore = opm.with_file_name("catalog.indexignore");
-    std::fs::write(
-        &ignore,
-        "# No catalog content: operator-sdk adds the bundle.\n",
-    )
-    .with_context(|| format!("writing {}", ignore.display()))?;
-    image
-        .add(ociimage::ImageFile::data(
-            &ignore,
-            format!("{CATALOG_DIR}/.indexignore"),
-        ))
-        .context("adding the empty catalog to the opm image")?;
     Ok(image)
 }
 
@@ -428,7 +353,7 @@ fn olm_objects(image: &str) -> anyhow::Result<Vec<DynamicObject>> {
         "command": ["/bin/catalog"],
         "args": [
             "--namespace", OLM_NAMESPACE,
-            "--opmImage", OPM_IMAGE,
+            "--opmImage", crate::opm::LATEST_IMAGE,
             // The unpacking Jobs' `util` container: OLM's own image, as OLM's manifests have it.
             "--util-image", image,
             "--set-workload-user-id=true",
@@ -645,7 +570,9 @@ mod tests {
     fn the_pinned_releases_are_read_from_go_mod_and_stamped() {
         let version = MODULE.required_version(OLM_MODULE).unwrap();
         assert!(version.starts_with("v0."), "{version}");
-        let opm = MODULE.required_version(REGISTRY_MODULE).unwrap();
+        let opm = MODULE
+            .required_version(crate::opm::REGISTRY_MODULE)
+            .unwrap();
         for stamp in [
             format!("/pkg/version.OLMVersion={version} "),
             format!("/cmd/opm/version.opmVersion={opm}"),
@@ -658,7 +585,11 @@ mod tests {
             .map(str::trim)
             .filter(|l| l.starts_with("github.com/") && !l.contains(' '))
             .collect();
-        for (program, _) in OLM_PROGRAMS.iter().chain([&(OPM, OPM_BINARY)]) {
+        let programs = OLM_PROGRAMS
+            .iter()
+            .map(|(program, _)| program)
+            .chain([&crate::opm::OPM, &crate::opm::GRPC_HEALTH_PROBE]);
+        for program in programs {
             assert!(
                 tools.contains(&program.main_package),
                 "go.mod's tool block pins {}: {tools:?}",

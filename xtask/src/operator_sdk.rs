@@ -1,6 +1,11 @@
-//! `cargo xtask operator-sdk -- <args>`: the Operator SDK release `xtask/olm/go.mod` pins, built from source once (a [`GoModule`], cached like the control plane), then run with the
+//! `cargo xtask operator-sdk -- <args>`: the Operator SDK release `xtask/olm/go.mod` pins,
+//! built from source once (a [`GoModule`], cached like the control plane), then run with the
 //! arguments given. The OLM tests run the same binary, so the tutorial's commands are checked
 //! with the real tool.
+//!
+//! `operator-sdk scorecard` runs its tests in pods of Operator SDK's `scorecard-test` image,
+//! built here from the same module ([`scorecard_test_image`]); `cargo xtask olm install` pushes
+//! it where the local cluster's node pulls quay.io's images from.
 //!
 //! It finds its cluster as kubectl does (`KUBECONFIG`, `--kubeconfig`); for the local cluster,
 //! `KUBECONFIG=$(cargo xtask cluster kubeconfig)`.
@@ -9,6 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
+use ociimage::{Image, ImageConfig, Metadata, Reference, User};
 
 use crate::gomodule::GoModule;
 
@@ -20,9 +26,65 @@ pub const MODULE: GoModule = GoModule {
     what: "operator-sdk",
     binary: "operator-sdk",
     main_package: "github.com/operator-framework/operator-sdk/cmd/operator-sdk",
-    cold_build: "about 3 minutes once OLM's programs are built",
+    cold_build: "about a minute once OLM's programs are built",
     ..crate::olm::MODULE
 };
+
+/// The program of the scorecard's test image, which runs one test (its argument) on the bundle
+/// the pod's init container unpacked, and prints the result.
+pub const SCORECARD_TEST: GoModule = GoModule {
+    what: "operator-sdk's scorecard-test",
+    binary: "scorecard-test",
+    main_package: "github.com/operator-framework/operator-sdk/images/scorecard-test",
+    cold_build: "a few seconds once OLM's programs are built",
+    ..crate::olm::MODULE
+};
+/// Operator SDK's Go module.
+const SDK_MODULE: &str = "github.com/operator-framework/operator-sdk";
+/// Where the published image has the program, on its `PATH`.
+const SCORECARD_TEST_BINARY: &str = "/usr/local/bin/scorecard-test";
+/// The published image's user.
+const SCORECARD_TEST_USER: u32 = 1001;
+
+/// The scorecard's test image, as [`codegen::bundle::SCORECARD_TEST_IMAGE`] names it: the
+/// bundle's scorecard configuration runs `scorecard-test <test>` in it.
+///
+/// # Errors
+/// When that name's tag is not the pinned Operator SDK release, whose tests it names.
+pub fn scorecard_test_image(binary: &Path) -> anyhow::Result<Image> {
+    let reference = Reference::parse(codegen::bundle::SCORECARD_TEST_IMAGE)?;
+    let version = MODULE.required_version(SDK_MODULE)?;
+    if reference.tag() != version {
+        bail!(
+            "the bundle's scorecard configuration runs {reference}, and xtask/olm/go.mod pins              Operator SDK {version}: make codegen's SCORECARD_TEST_IMAGE the same release"
+        );
+    }
+    let config = ImageConfig {
+        env: vec![("PATH".into(), "/usr/local/bin:/bin".into())],
+        ..ImageConfig::new(
+            User::new("scorecard-test", SCORECARD_TEST_USER),
+            vec![SCORECARD_TEST_BINARY.into()],
+            Metadata {
+                title: "scorecard-test".into(),
+                description: "operator-sdk scorecard's basic and OLM tests, built from its Go \
+                              module"
+                    .into(),
+                version: version.into(),
+                revision: None,
+                source: Some(format!("https://{SDK_MODULE}")),
+                url: Some("https://sdk.operatorframework.io/".into()),
+                licenses: Some("Apache-2.0".into()),
+                labels: Default::default(),
+                created: 0,
+            },
+        )
+    };
+    let mut image = Image::new(reference, config);
+    image
+        .add_binary(binary, SCORECARD_TEST_BINARY)
+        .with_context(|| format!("adding {} to the scorecard image", binary.display()))?;
+    Ok(image)
+}
 
 /// Builds operator-sdk unless it is cached, then runs it with `args`; fails when it does.
 /// While the local cluster runs, operator-sdk also trusts its CA, so it reads images from the
@@ -66,6 +128,18 @@ fn cert_dirs(current: Option<std::ffi::OsString>, trusted: &Path) -> std::ffi::O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bundles_scorecard_image_is_of_the_pinned_release() {
+        let version = MODULE.required_version(SDK_MODULE).unwrap();
+        assert_eq!(
+            codegen::bundle::SCORECARD_TEST_IMAGE
+                .rsplit_once(':')
+                .unwrap()
+                .1,
+            version
+        );
+    }
 
     #[test]
     fn the_cluster_ca_is_trusted_beside_what_was() {

@@ -1,11 +1,13 @@
 //! The OLM bundle under `bundle/`, in the `registry+v1` format Operator SDK's `make bundle`
 //! writes: `manifests/` holds the ClusterServiceVersion, the CRDs and the extra objects the
 //! manager needs (its metrics Service, the metrics reader ClusterRole); `metadata/` the
-//! bundle's annotations; `bundle.Dockerfile` builds the bundle image from this directory.
+//! bundle's annotations; `tests/scorecard/` the configuration of `operator-sdk scorecard`'s
+//! basic and OLM suites; `bundle.Dockerfile` builds the bundle image from this directory.
 //!
 //! Everything comes from what `deploy/` is rendered from: the CSV's install strategy is the
 //! generated manager Deployment and RBAC, its owned CRDs are described from the types' doc
-//! comments (the CRD schemas' descriptions), `alm-examples` are the samples, and the rest
+//! comments (the CRD schemas' descriptions) and the kinds their controllers own,
+//! `alm-examples` are the samples, and the rest
 //! is the project's metadata ([`Project`]).
 
 use std::collections::BTreeMap;
@@ -33,6 +35,22 @@ const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 /// The bundle format OLM reads.
 const MEDIA_TYPE: &str = "registry+v1";
+/// The directories of the bundle its image holds, at its root.
+pub const IMAGE_DIRS: [&str; 3] = ["manifests", "metadata", "tests"];
+/// Where `operator-sdk scorecard` reads its configuration, in the bundle.
+const SCORECARD_DIR: &str = "tests/scorecard/";
+/// The scorecard's test image, of the Operator SDK release the project's tools pin: the tests
+/// a bundle's configuration names are those that release's `scorecard-test` has.
+pub const SCORECARD_TEST_IMAGE: &str = "quay.io/operator-framework/scorecard-test:v1.42.2";
+/// The scorecard's built-in tests, by suite, as `operator-sdk init` configures them.
+const SCORECARD_TESTS: [(&str, &str); 6] = [
+    ("basic", "basic-check-spec"),
+    ("olm", "olm-bundle-validation"),
+    ("olm", "olm-crds-have-validation"),
+    ("olm", "olm-crds-have-resources"),
+    ("olm", "olm-spec-descriptors"),
+    ("olm", "olm-status-descriptors"),
+];
 
 /// The environment variable the manager reads its watched namespaces from (the `namespace`
 /// configuration key). OLM writes the OperatorGroup's target namespaces into the pod
@@ -64,6 +82,12 @@ pub fn render(project: &Project, root: &Path) -> Result<Vec<GeneratedFile>, Erro
 /// version.
 pub fn manager_image(project: &Project) -> String {
     format!("{MANAGER_IMAGE}:{}", project.version)
+}
+
+/// The bundle image's name in a registry, `<package>-bundle:v<version>`, as Operator SDK's
+/// Makefile names it (`BUNDLE_IMG`).
+pub fn image(project: &Project) -> String {
+    format!("{}-bundle:v{}", project.package, project.version)
 }
 
 /// The bundle of `project` installing `manager_image` instead, as Operator SDK's `make bundle
@@ -123,6 +147,10 @@ pub fn render_for(
         "metadata/annotations.yaml",
         &json!({ "annotations": labels(project) }),
     )?);
+    files.push(document(
+        &format!("{SCORECARD_DIR}config.yaml"),
+        &scorecard_config(),
+    )?);
     files.push(GeneratedFile {
         path: PathBuf::from("bundle.Dockerfile"),
         contents: dockerfile(project),
@@ -158,7 +186,39 @@ pub fn labels(project: &Project) -> BTreeMap<&'static str, String> {
             "operators.operatorframework.io.bundle.channel.default.v1",
             project.default_channel().to_owned(),
         ),
+        (
+            "operators.operatorframework.io.test.mediatype.v1",
+            "scorecard+v1".to_owned(),
+        ),
+        (
+            "operators.operatorframework.io.test.config.v1",
+            SCORECARD_DIR.to_owned(),
+        ),
     ])
+}
+
+/// `operator-sdk scorecard`'s configuration: the basic and OLM suites, run side by side, each
+/// test in a pod of [`SCORECARD_TEST_IMAGE`]. What Operator SDK's `config/scorecard` renders.
+fn scorecard_config() -> Value {
+    let no_storage = json!({ "spec": { "mountPath": {} } });
+    let tests: Vec<Value> = SCORECARD_TESTS
+        .iter()
+        .map(|(suite, test)| {
+            json!({
+                "entrypoint": ["scorecard-test", test],
+                "image": SCORECARD_TEST_IMAGE,
+                "labels": { "suite": suite, "test": format!("{test}-test") },
+                "storage": no_storage,
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "scorecard.operatorframework.io/v1alpha3",
+        "kind": "Configuration",
+        "metadata": { "name": "config" },
+        "stages": [{ "parallel": true, "tests": tests }],
+        "storage": no_storage,
+    })
 }
 
 /// Builds the bundle image from the `bundle/` directory: `docker build -f bundle.Dockerfile
@@ -170,7 +230,10 @@ fn dockerfile(project: &Project) -> String {
     for (key, value) in labels(project) {
         text.push_str(&format!("LABEL {key}={value}\n"));
     }
-    text.push_str("\nCOPY manifests /manifests/\nCOPY metadata /metadata/\n");
+    text.push('\n');
+    for dir in IMAGE_DIRS {
+        text.push_str(&format!("COPY {dir} /{dir}/\n"));
+    }
     text
 }
 
@@ -187,7 +250,7 @@ fn cluster_service_version(
         .map_err(|e| render_error("alm-examples", &e.to_string()))?;
     let icon_data = base64::engine::general_purpose::STANDARD.encode(icon);
     let media_type = project.icon_media_type().unwrap_or("image/svg+xml");
-    Ok(json!({
+    let mut csv = json!({
         "apiVersion": "operators.coreos.com/v1alpha1",
         "kind": "ClusterServiceVersion",
         "metadata": {
@@ -224,11 +287,19 @@ fn cluster_service_version(
                 "spec": install_spec(controllers, image)?,
             },
             "customresourcedefinitions": {
-                "owned": crds.iter().flat_map(owned_crd).collect::<Vec<_>>(),
+                "owned": crds
+                    .iter()
+                    .map(|crd| Ok(owned_crd(crd, owned_resources(crd, controllers)?)))
+                    .collect::<Result<Vec<_>, Error>>()?
+                    .concat(),
             },
             "webhookdefinitions": webhook_definitions()?,
         },
-    }))
+    });
+    if let Some(replaces) = project.replaces_csv() {
+        csv["spec"]["replaces"] = json!(replaces);
+    }
+    Ok(csv)
 }
 
 /// The declared admission webhooks, for OLM to install: it makes their configurations, Service
@@ -368,7 +439,34 @@ fn install_spec(
 
 /// The CSV's `owned` entries of one CRD, one per served version: its kind and description, and
 /// a descriptor per top-level field of the spec and the status, described as the schema does.
-fn owned_crd(crd: &CustomResourceDefinition) -> Vec<Value> {
+/// What the controller of `crd`'s kind (the one whose samples are of it) creates for each
+/// object of it: the owned CRD's `resources`, which catalogs show and `operator-sdk
+/// scorecard` requires.
+fn owned_resources(
+    crd: &CustomResourceDefinition,
+    controllers: &[Box<dyn kube_operator_runtime::ManagedController>],
+) -> Result<Vec<Value>, Error> {
+    let mut resources = Vec::new();
+    for controller in controllers {
+        let samples = controller
+            .samples()
+            .map_err(|e| render_error("alm-examples", &e.to_string()))?;
+        if samples
+            .iter()
+            .any(|s| s["kind"] == crd.spec.names.kind.as_str())
+        {
+            resources.extend(
+                controller
+                    .owned_kinds()
+                    .iter()
+                    .map(|owned| json!({"kind": owned.kind, "version": owned.version, "name": ""})),
+            );
+        }
+    }
+    Ok(resources)
+}
+
+fn owned_crd(crd: &CustomResourceDefinition, resources: Vec<Value>) -> Vec<Value> {
     let kind = &crd.spec.names.kind;
     crd.spec
         .versions
@@ -397,6 +495,7 @@ fn owned_crd(crd: &CustomResourceDefinition) -> Vec<Value> {
                 "description": description,
                 "specDescriptors": fields("spec"),
                 "statusDescriptors": fields("status"),
+                "resources": resources,
             })
         })
         .collect()
@@ -488,12 +587,17 @@ mod tests {
 
     fn csv() -> Value {
         let (project, root) = workspace();
-        let files = render(&project, &root).expect("renders");
+        csv_in(&render(&project, &root).expect("renders"))
+    }
+
+    /// The ClusterServiceVersion among a bundle's files.
+    fn csv_in(files: &[GeneratedFile]) -> Value {
         let csv = files
             .iter()
             .find(|f| {
                 f.path
-                    .ends_with(concat!(product::name!(), ".clusterserviceversion.yaml"))
+                    .to_string_lossy()
+                    .ends_with(".clusterserviceversion.yaml")
             })
             .expect("a CSV");
         yaml_serde::from_str(&csv.contents).expect("the CSV is YAML")
@@ -504,15 +608,7 @@ mod tests {
         let (project, root) = workspace();
         let image = "10.85.0.1:5000/operator-manager:0.1.0";
         let files = render_for(&project, &root, image).expect("renders");
-        let csv = files
-            .iter()
-            .find(|f| {
-                f.path
-                    .to_string_lossy()
-                    .ends_with(".clusterserviceversion.yaml")
-            })
-            .expect("a CSV");
-        let csv: Value = yaml_serde::from_str(&csv.contents).expect("the CSV is YAML");
+        let csv = csv_in(&files);
         assert_eq!(csv["metadata"]["annotations"]["containerImage"], image);
         let deployment = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"];
         assert_eq!(
@@ -622,6 +718,78 @@ mod tests {
             .map(|(_, v)| v)
             .collect();
         assert_eq!(examples, samples);
+    }
+
+    #[test]
+    fn the_scorecard_runs_the_basic_and_olm_suites_from_where_the_annotations_say() {
+        let (project, root) = workspace();
+        let files = render(&project, &root).expect("renders");
+        let annotations = labels(&project);
+        let dir = &annotations["operators.operatorframework.io.test.config.v1"];
+        let config = files
+            .iter()
+            .find(|f| f.path == Path::new(dir).join("config.yaml"))
+            .expect("a scorecard configuration where the annotation points");
+        let config: Value = yaml_serde::from_str(&config.contents).expect("YAML");
+        assert_eq!(config["kind"], "Configuration");
+        let tests = config["stages"][0]["tests"].as_array().expect("tests");
+        let suites: Vec<(&str, &str)> = tests
+            .iter()
+            .map(|t| {
+                assert_eq!(t["image"], SCORECARD_TEST_IMAGE);
+                assert_eq!(t["entrypoint"][0], "scorecard-test");
+                (
+                    t["labels"]["suite"].as_str().expect("a suite"),
+                    t["entrypoint"][1].as_str().expect("a test"),
+                )
+            })
+            .collect();
+        assert_eq!(suites, SCORECARD_TESTS);
+        assert!(dockerfile(&project).contains("COPY tests /tests/\n"));
+    }
+
+    #[test]
+    fn a_later_release_replaces_the_one_it_names() {
+        let (project, root) = workspace();
+        assert!(csv()["spec"].get("replaces").is_none());
+        let next = project
+            .at_release("0.2.0", Some("0.1.0"))
+            .expect("a release");
+        let files =
+            render_for(&next, &root, "10.85.0.1:5000/operator-manager:0.2.0").expect("renders");
+        let csv = csv_in(&files);
+        assert_eq!(
+            csv["metadata"]["name"],
+            format!("{}.v0.2.0", project.package)
+        );
+        assert_eq!(csv["spec"]["version"], "0.2.0");
+        assert_eq!(
+            csv["spec"]["replaces"],
+            format!("{}.v0.1.0", project.package)
+        );
+        assert_eq!(image(&next), format!("{}-bundle:v0.2.0", project.package));
+        assert!(project.at_release("0.2", None).is_err());
+        assert!(project.at_release("0.2.0", Some("0.2.0")).is_err());
+    }
+
+    #[test]
+    fn every_owned_crd_lists_what_its_controller_creates() {
+        let csv = csv();
+        let owned = csv["spec"]["customresourcedefinitions"]["owned"]
+            .as_array()
+            .expect("owned CRDs");
+        for crd in owned {
+            let kinds: Vec<&str> = crd["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .filter_map(|r| r["kind"].as_str())
+                .collect();
+            assert!(!kinds.is_empty(), "{} lists no resources", crd["name"]);
+            if crd["kind"] == "Memcached" {
+                assert_eq!(kinds, ["Deployment", "Service", "PodDisruptionBudget"]);
+            }
+        }
     }
 
     #[test]

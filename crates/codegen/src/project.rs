@@ -43,6 +43,9 @@ pub struct Project {
     pub channels: Vec<String>,
     /// The oldest Kubernetes the manager supports.
     pub min_kube_version: String,
+    /// The release this one upgrades from, in a channel whose entries follow the
+    /// ClusterServiceVersions' `replaces` (`None` for the first).
+    pub replaces: Option<String>,
 }
 
 /// Who publishes the operator.
@@ -115,6 +118,7 @@ struct OperatorTable {
     #[serde(default)]
     channels: Vec<String>,
     min_kube_version: Option<String>,
+    replaces: Option<String>,
     // The product's other names: the `product` crate's build reads and checks them.
     #[serde(rename = "namespace")]
     _namespace: Option<serde::de::IgnoredAny>,
@@ -184,6 +188,7 @@ impl Project {
             categories: table.categories,
             channels: table.channels,
             min_kube_version: required(table.min_kube_version, "min-kube-version")?,
+            replaces: table.replaces,
         };
         project.check()?;
         Ok(project)
@@ -248,6 +253,16 @@ impl Project {
                 "must be a version like `1.33.0` (major.minor.patch)",
             )
         })?;
+        if let Some(replaces) = &self.replaces {
+            check_semver(replaces)
+                .map_err(|_| invalid("replaces", "must be a version like `0.1.0`"))?;
+            if *replaces == self.version {
+                return Err(invalid(
+                    "replaces",
+                    "must be an earlier release than `version`",
+                ));
+            }
+        }
         if self.icon_media_type().is_none() {
             return Err(invalid("icon", "must name an .svg or .png file"));
         }
@@ -266,6 +281,47 @@ impl Project {
     /// The ClusterServiceVersion's name: `<package>.v<version>`.
     pub fn csv_name(&self) -> String {
         format!("{}.v{}", self.package, self.version)
+    }
+
+    /// The ClusterServiceVersion this release replaces, by name.
+    pub fn replaces_csv(&self) -> Option<String> {
+        let replaces = self.replaces.as_ref()?;
+        Some(format!("{}.v{replaces}", self.package))
+    }
+
+    /// The same project at another release, replacing `replaces`: what a bundle of that
+    /// release describes. Without `replaces`, the release replaces what the project's does if
+    /// it is the project's, and nothing otherwise.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] when either is no version, or they are the same.
+    pub fn at_release(&self, version: &str, replaces: Option<&str>) -> Result<Self, Error> {
+        let bad = |field: &str, problem: String| Error::Metadata {
+            field: field.to_owned(),
+            problem,
+        };
+        for (field, value) in [("version", Some(version)), ("replaces", replaces)] {
+            if let Some(value) = value {
+                check_semver(value)
+                    .map_err(|_| bad(field, format!("`{value}` is no version like `0.2.0`")))?;
+            }
+        }
+        if replaces == Some(version) {
+            return Err(bad(
+                "replaces",
+                format!("release {version} cannot replace itself"),
+            ));
+        }
+        let replaces = match replaces {
+            Some(replaces) => Some(replaces.to_owned()),
+            None if version == self.version => self.replaces.clone(),
+            None => None,
+        };
+        Ok(Self {
+            version: version.to_owned(),
+            replaces,
+            ..self.clone()
+        })
     }
 
     /// The channel OLM picks when a subscription names none.

@@ -523,6 +523,7 @@ mod tests {
             resources: &["deployments"],
             verbs: &["get", "list", "watch"],
             resource_names: &[],
+            owns: None,
         }];
         const EXTENDED: &[kube_operator_runtime::PolicyRule] = &[
             BASE[0],
@@ -531,6 +532,7 @@ mod tests {
                 resources: &["configmaps"],
                 verbs: &["get"],
                 resource_names: &[],
+                owns: None,
             },
         ];
         let before = union_of_rules(&[Box::new(Declares("a", BASE)) as Box<dyn ManagedController>])
@@ -549,12 +551,14 @@ mod tests {
             resources: &["deployments"],
             verbs: &["get", "watch", "list"],
             resource_names: &[],
+            owns: None,
         }];
         const B: &[kube_operator_runtime::PolicyRule] = &[kube_operator_runtime::PolicyRule {
             api_groups: &["apps"],
             resources: &["deployments", "statefulsets"],
             verbs: &["list", "get", "watch"],
             resource_names: &[],
+            owns: None,
         }];
         let rules = union_of_rules(&[
             Box::new(Declares("a", A)) as Box<dyn ManagedController>,
@@ -578,6 +582,7 @@ mod tests {
                 resources: &["clusterroles"],
                 verbs: &["bind"],
                 resource_names: &["view"],
+                owns: None,
             },
         ];
         let rules = union_of_rules(&[Box::new(Declares("a", NAMED)) as Box<dyn ManagedController>])
@@ -596,6 +601,7 @@ mod tests {
             resources: &["*"],
             verbs: &["get"],
             resource_names: &[],
+            owns: None,
         }];
         let err =
             union_of_rules(&[Box::new(Declares("greedy", WILD)) as Box<dyn ManagedController>])
@@ -614,6 +620,7 @@ mod tests {
             resources: &["deployments"],
             verbs: &[],
             resource_names: &[],
+            owns: None,
         }];
         let err =
             union_of_rules(&[Box::new(Declares("lazy", EMPTY)) as Box<dyn ManagedController>])

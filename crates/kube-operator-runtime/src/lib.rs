@@ -372,6 +372,35 @@ pub trait ManagedController: Send + Sync {
     fn samples(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
         Ok(Vec::new())
     }
+
+    /// The kinds of objects this controller creates for each object it reconciles, those its
+    /// [`rbac_rules`](Self::rbac_rules) declare with [`rbac::owns`]: what an OLM bundle's
+    /// ClusterServiceVersion lists as the owned CRD's `resources`.
+    fn owned_kinds(&self) -> Vec<OwnedKind> {
+        self.rbac_rules()
+            .iter()
+            .filter_map(|rule| rule.owns)
+            .collect()
+    }
+}
+
+/// A kind of object a controller creates and owns, by its API version and kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OwnedKind {
+    /// `Deployment`.
+    pub kind: &'static str,
+    /// The version, without the group: `v1`.
+    pub version: &'static str,
+}
+
+impl OwnedKind {
+    /// The kind of `K`.
+    pub const fn of<K: k8s_openapi::Resource>() -> Self {
+        Self {
+            kind: K::KIND,
+            version: K::VERSION,
+        }
+    }
 }
 
 /// Builds a controller's example objects: see [`ManagedController::samples`].

@@ -23,6 +23,9 @@ pub struct PolicyRule {
     pub verbs: &'static [&'static str],
     /// The names of the objects the rule covers; empty for every object.
     pub resource_names: &'static [&'static str],
+    /// The kind of child the rule is for, when the controller owns it ([`owns`]): what an OLM
+    /// bundle lists as the controller's CRD's `resources`.
+    pub owns: Option<crate::OwnedKind>,
 }
 
 /// The verbs a controller uses on a kind of child it owns: watched through a shared cache
@@ -58,6 +61,7 @@ pub const fn owns<K: k8s_openapi::Resource>() -> PolicyRule {
         resources: Kind::<K>::RESOURCES,
         verbs: MANAGE,
         resource_names: &[],
+        owns: Some(crate::OwnedKind::of::<K>()),
     }
 }
 
@@ -84,6 +88,7 @@ pub const fn uses<K: k8s_openapi::Resource>(verbs: &'static [&'static str]) -> P
         resources: Kind::<K>::RESOURCES,
         verbs,
         resource_names: &[],
+        owns: None,
     }
 }
 
@@ -94,6 +99,7 @@ pub const fn reads<K: k8s_openapi::Resource>() -> PolicyRule {
         resources: Kind::<K>::RESOURCES,
         verbs: READ,
         resource_names: &[],
+        owns: None,
     }
 }
 
@@ -107,6 +113,7 @@ pub const EVENTS: PolicyRule = PolicyRule {
     resources: &["events"],
     verbs: &["create", "patch"],
     resource_names: &[],
+    owns: None,
 };
 
 /// The rules of a controller of the custom resource `plural` in API `group` (a constant
@@ -131,18 +138,21 @@ macro_rules! controller_rules {
                 resources: &[$plural],
                 verbs: $verbs,
                 resource_names: &[],
+                owns: None,
             },
             $crate::rbac::PolicyRule {
                 api_groups: &[$group],
                 resources: &[concat!($plural, "/status")],
                 verbs: $crate::rbac::STATUS,
                 resource_names: &[],
+                owns: None,
             },
             $crate::rbac::PolicyRule {
                 api_groups: &[$group],
                 resources: &[concat!($plural, "/finalizers")],
                 verbs: &["update"],
                 resource_names: &[],
+                owns: None,
             },
             $crate::rbac::EVENTS,
             $($extra),*
@@ -165,6 +175,7 @@ pub const fn binds_cluster_roles(names: &'static [&'static str]) -> PolicyRule {
         resources: &["clusterroles"],
         verbs: &["bind"],
         resource_names: names,
+        owns: None,
     }
 }
 
