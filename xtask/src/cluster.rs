@@ -10,7 +10,8 @@ use localcluster::{LocalCluster, Up, toolchain::human};
 pub enum ClusterCommand {
     /// Build the control plane (once) and start it with kwok's fake nodes and a real node
     /// (kubelet, containerd, CNI, kube-proxy) whose volumes come from the default StorageClass
-    /// `local-path`; does nothing when it already runs.
+    /// `local-path` and whose pods resolve Services through CoreDNS; does nothing when it
+    /// already runs.
     Up {
         /// Only the control plane and the fake nodes: no root, containerd or bridge needed.
         #[arg(long)]
@@ -37,6 +38,21 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     runtime.block_on(run_async(cmd))
 }
 
+/// What a cluster with a real node runs for its pods, as kubeadm or kind would: the default
+/// StorageClass's provisioner and cluster DNS. Idempotent.
+///
+/// # Errors
+/// When either cannot be built or installed.
+pub async fn install_node_services(state: &localcluster::ClusterState) -> anyhow::Result<()> {
+    let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
+    crate::storage::install(&client, state)
+        .await
+        .context("installing the local-path provisioner")?;
+    crate::dns::install(&client, state)
+        .await
+        .context("installing cluster DNS")
+}
+
 async fn run_async(cmd: ClusterCommand) -> anyhow::Result<()> {
     let cluster = LocalCluster::from_env()?.with_progress(|line| println!("{line}"));
     match cmd {
@@ -61,10 +77,7 @@ async fn run_async(cmd: ClusterCommand) -> anyhow::Result<()> {
             }
             let state = up.state();
             if state.node.is_some() {
-                let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
-                crate::storage::install(&client, state)
-                    .await
-                    .context("installing the local-path provisioner")?;
+                install_node_services(state).await?;
             }
             println!();
             println!("Use it with:");

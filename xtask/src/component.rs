@@ -3,11 +3,14 @@
 //! ServiceAccount and its bindings, and a Deployment of one replica running an image loaded
 //! into the node.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
+use localcluster::node::NodeState;
+use ociimage::Image;
 use serde_json::{Value, json};
 
 const RBAC: &str = "rbac.authorization.k8s.io";
@@ -90,6 +93,22 @@ impl Component<'_> {
             },
         })
     }
+}
+
+/// Writes `image` next to the component's `binary`, imports it into the real node's containerd
+/// and returns its full name.
+pub fn load(image: Image, binary: &Path, node: &NodeState) -> anyhow::Result<String> {
+    let reference = image.reference();
+    let archive = binary.with_file_name(format!(
+        "{}-{}.oci.tar",
+        reference.short_name(),
+        reference.tag()
+    ));
+    let built = image
+        .write(&archive)
+        .with_context(|| format!("writing the image {reference}"))?;
+    ociimage::import_into_containerd(&built.archive, &built.reference, &node.containerd_socket)?;
+    Ok(built.reference.normalized())
 }
 
 /// A namespace whose pods run on the real node.

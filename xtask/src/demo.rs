@@ -689,10 +689,7 @@ fn cluster_up(real_node: bool) -> anyhow::Result<ClusterState> {
             match cluster.up().await {
                 Ok(up) => {
                     let state = up.state().clone();
-                    let client = localcluster::client_from_kubeconfig(&state.kubeconfig).await?;
-                    crate::storage::install(&client, &state)
-                        .await
-                        .context("installing the local-path provisioner")?;
+                    crate::cluster::install_node_services(&state).await?;
                     return Ok(state);
                 }
                 Err(error @ localcluster::Error::NodePrerequisite { .. }) => {

@@ -50,6 +50,29 @@ pub struct GoModule {
     pub sources: &'static [(&'static str, &'static str)],
 }
 
+/// The metadata of an image holding programs built from `module` (an import path) at
+/// `version`, whose project's site is `url`. Every module built here is Apache-2.0; the image
+/// is reproducible (dated at the epoch), so it changes only with its files.
+pub fn release_metadata(
+    title: &str,
+    description: &str,
+    module: &str,
+    version: &str,
+    url: &str,
+) -> ociimage::Metadata {
+    ociimage::Metadata {
+        title: title.into(),
+        description: description.into(),
+        version: version.into(),
+        revision: None,
+        source: Some(format!("https://{module}")),
+        url: Some(url.into()),
+        licenses: Some("Apache-2.0".into()),
+        labels: Default::default(),
+        created: 0,
+    }
+}
+
 /// How long downloading the modules may take before the build gives up on the module proxy.
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(300);
 

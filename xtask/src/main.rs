@@ -12,6 +12,7 @@ mod cluster;
 mod completions;
 mod component;
 mod demo;
+mod dns;
 mod docs;
 mod gomodule;
 mod helm;

@@ -9,10 +9,10 @@
 //! bundle-unpacking Jobs run), loaded into the real node; opm's image ([`crate::opm`]) is pushed
 //! to the local registry as `quay.io/operator-framework/opm:latest`, the name OLM and
 //! `operator-sdk` pull, which the node asks the local registry for, and so are the images
-//! `operator-sdk run bundle` and `operator-sdk scorecard` run. Then it applies what OLM's own manifests do: its
-//! CRDs (from the same module), the `olm` namespace, a ServiceAccount bound to OLM's
-//! ClusterRole, the olm-operator and catalog-operator Deployments, the `cluster` OLMConfig, and
-//! the `operators` namespace with its global OperatorGroup.
+//! `operator-sdk run bundle` and `operator-sdk scorecard` run. Then it applies what OLM's own
+//! manifests do: its CRDs (from the same module), the `olm` namespace, a ServiceAccount bound
+//! to OLM's ClusterRole, the olm-operator and catalog-operator Deployments, the `cluster`
+//! OLMConfig, and the `operators` namespace with its global OperatorGroup.
 //!
 //! `operator-sdk run bundle` (see [`crate::operator_sdk`]) then installs the bundle through a
 //! CatalogSource, a Subscription and an InstallPlan, as on any cluster.
@@ -25,11 +25,11 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::discovery::{self, ApiResource, Scope};
-use ociimage::{Image, ImageConfig, Metadata, Reference, User};
+use ociimage::{Image, ImageConfig, Reference, User};
 use serde_json::json;
 
 use crate::component::{self, Component};
-use crate::gomodule::GoModule;
+use crate::gomodule::{self, GoModule};
 use crate::opm::Opm;
 
 /// olm-operator, built from OLM's module at the version `go.mod` pins. The module also pins
@@ -276,20 +276,13 @@ fn olm_image(programs: &Programs, version: &str) -> anyhow::Result<Image> {
     let config = ImageConfig::new(
         User::new("nonroot", OLM_USER),
         vec![OLM_BINARY.into()],
-        Metadata {
-            title: "olm".into(),
-            description: "OLM's olm-operator, catalog operator and utilities, built from its Go \
-                          module"
-                .into(),
-            version: version.into(),
-            revision: None,
-            source: Some(format!("https://{OLM_MODULE}")),
-            url: Some("https://olm.operatorframework.io/".into()),
-            licenses: Some("Apache-2.0".into()),
-            labels: Default::default(),
-            // Reproducible: the image changes only with the binaries.
-            created: 0,
-        },
+        gomodule::release_metadata(
+            "olm",
+            "OLM's olm-operator, catalog operator and utilities, built from its Go module",
+            OLM_MODULE,
+            version,
+            "https://olm.operatorframework.io/",
+        ),
     );
     let reference = Reference::parse(&format!("{OLM_REPOSITORY}:{version}"))?;
     let mut image = Image::new(reference, config);

@@ -14,9 +14,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
-use ociimage::{Image, ImageConfig, Metadata, Reference, User};
+use ociimage::{Image, ImageConfig, Reference, User};
 
-use crate::gomodule::GoModule;
+use crate::gomodule::{self, GoModule};
 
 /// The `operator-sdk` command of Operator SDK's module, at the release `xtask/olm/go.mod` pins.
 /// It is built from the module OLM's programs are: Go resolves the dependencies they share
@@ -64,19 +64,13 @@ pub fn scorecard_test_image(binary: &Path) -> anyhow::Result<Image> {
         ..ImageConfig::new(
             User::new("scorecard-test", SCORECARD_TEST_USER),
             vec![SCORECARD_TEST_BINARY.into()],
-            Metadata {
-                title: "scorecard-test".into(),
-                description: "operator-sdk scorecard's basic and OLM tests, built from its Go \
-                              module"
-                    .into(),
-                version: version.into(),
-                revision: None,
-                source: Some(format!("https://{SDK_MODULE}")),
-                url: Some("https://sdk.operatorframework.io/".into()),
-                licenses: Some("Apache-2.0".into()),
-                labels: Default::default(),
-                created: 0,
-            },
+            gomodule::release_metadata(
+                "scorecard-test",
+                "operator-sdk scorecard's basic and OLM tests, built from its Go module",
+                SDK_MODULE,
+                version,
+                "https://sdk.operatorframework.io/",
+            ),
         )
     };
     let mut image = Image::new(reference, config);

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use ociimage::{Image, ImageConfig, ImageFile, Metadata, Reference, User};
 use serde_json::Value;
 
-use crate::gomodule::GoModule;
+use crate::gomodule::{self, GoModule};
 
 /// `opm` itself.
 pub const OPM: GoModule = GoModule {
@@ -133,16 +133,14 @@ impl Opm {
                 User::new("nonroot", USER),
                 vec![OPM_BINARY.into()],
                 Metadata {
-                    title: title.into(),
-                    description: description.into(),
-                    version: version.into(),
-                    revision: None,
-                    source: Some(format!("https://{REGISTRY_MODULE}")),
-                    url: Some("https://olm.operatorframework.io/".into()),
-                    licenses: Some("Apache-2.0".into()),
                     labels: [(CATALOG_LABEL.to_owned(), CATALOG_DIR.to_owned())].into(),
-                    // Reproducible: the image changes only with its content.
-                    created: 0,
+                    ..gomodule::release_metadata(
+                        title,
+                        description,
+                        REGISTRY_MODULE,
+                        version,
+                        "https://olm.operatorframework.io/",
+                    )
                 },
             )
         }

@@ -16,11 +16,11 @@ use anyhow::Context;
 use kube::api::DynamicObject;
 use localcluster::ClusterState;
 use localcluster::node::NodeState;
-use ociimage::{Image, ImageConfig, Metadata, Reference, User};
+use ociimage::{Image, ImageConfig, Reference, User};
 use serde_json::json;
 
 use crate::component::{self, Component};
-use crate::gomodule::GoModule;
+use crate::gomodule::{self, GoModule};
 
 /// local-path-provisioner, built from its module at the version `go.mod` pins.
 const MODULE: GoModule = GoModule {
@@ -81,8 +81,8 @@ pub async fn install(client: &kube::Client, state: &ClusterState) -> anyhow::Res
         .await
         .context("building the local-path provisioner")??;
     let version = MODULE.required_version(PROVISIONER_MODULE)?;
-    let provisioner = load(provisioner_image(&binary, version)?, &binary, node)?;
-    let helper = load(crate::busybox::shell_image()?, &binary, node)?;
+    let provisioner = component::load(provisioner_image(&binary, version)?, &binary, node)?;
+    let helper = component::load(crate::busybox::shell_image()?, &binary, node)?;
 
     std::fs::create_dir_all(volumes_dir(node))
         .with_context(|| format!("creating {}", volumes_dir(node).display()))?;
@@ -100,40 +100,19 @@ pub async fn install(client: &kube::Client, state: &ClusterState) -> anyhow::Res
     Ok(())
 }
 
-/// Writes `image` next to the provisioner's binary, imports it into the node's containerd and
-/// returns its full name.
-fn load(image: Image, binary: &Path, node: &NodeState) -> anyhow::Result<String> {
-    let reference = image.reference();
-    let archive = binary.with_file_name(format!(
-        "{}-{}.oci.tar",
-        reference.short_name(),
-        reference.tag()
-    ));
-    let built = image
-        .write(&archive)
-        .with_context(|| format!("writing the image {reference}"))?;
-    ociimage::import_into_containerd(&built.archive, &built.reference, &node.containerd_socket)?;
-    Ok(built.reference.normalized())
-}
-
 fn provisioner_image(binary: &Path, version: &str) -> anyhow::Result<Image> {
     let config = ImageConfig {
         exposed_ports: vec![ociimage::Port::Tcp(HEALTH_PORT)],
         ..ImageConfig::new(
             User::new("nonroot", PROVISIONER_USER),
             vec![PROVISIONER_BINARY.into()],
-            Metadata {
-                title: NAME.into(),
-                description: "rancher's local-path provisioner, built from its Go module".into(),
-                version: version.into(),
-                revision: None,
-                source: Some(format!("https://{PROVISIONER_MODULE}")),
-                url: Some(format!("https://{PROVISIONER_MODULE}")),
-                licenses: Some("Apache-2.0".into()),
-                labels: Default::default(),
-                // Reproducible: the image changes only with the binary.
-                created: 0,
-            },
+            gomodule::release_metadata(
+                NAME,
+                "rancher's local-path provisioner, built from its Go module",
+                PROVISIONER_MODULE,
+                version,
+                &format!("https://{PROVISIONER_MODULE}"),
+            ),
         )
     };
     let reference = Reference::parse(&format!("{PROVISIONER_REPOSITORY}:{version}"))?;

@@ -14,19 +14,20 @@
 //!
 //! Last, `cargo xtask olm uninstall` (`operator-sdk olm uninstall`).
 //!
-//! A second test, ignored until the local cluster runs cluster DNS, is the upgrade OLM is for:
-//! the next release's manager and bundle pushed, a catalog offering this release and one
-//! offering both (`cargo xtask catalog`, `make catalog-build catalog-push`), a Subscription on
-//! automatic approval to the first, and the CatalogSource moved to the second while Memcacheds
-//! are being scaled. OLM upgrades the manager; every Memcached converges.
+//! A second test is the upgrade OLM is for: the next release's manager and bundle pushed, a
+//! catalog offering this release and one offering both (`cargo xtask catalog`, `make
+//! catalog-build catalog-push`), a Subscription on automatic approval to the first, and the
+//! CatalogSource moved to the second while Memcacheds are being scaled. OLM upgrades the
+//! manager; every Memcached converges. OLM's catalog operator reaches a catalog through its
+//! Service's DNS name, which the local cluster's CoreDNS answers.
 //!
 //! OLM (olm-operator and the catalog operator) and `operator-sdk` are built from their Go
 //! modules at the pinned releases; `run bundle` installs through a CatalogSource served by a
 //! registry pod, a Subscription, an InstallPlan and a bundle-unpacking Job, with the images
 //! pulled from the local cluster's registry.
 //!
-//! The installation is cluster-wide (the CRDs, webhook configurations, ClusterRoles), so this
-//! binary runs one scenario from start to end, and leaves the cluster as it found it.
+//! The installation is cluster-wide (the CRDs, webhook configurations, ClusterRoles), so the
+//! tests take turns ([`ONE_AT_A_TIME`]), and each leaves the cluster as it found it.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -52,6 +53,8 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 const CSV: &str = concat!(concat!(product::name!(), ".v"), env!("CARGO_PKG_VERSION"));
 /// The name `operator-sdk cleanup` looks for a package's CatalogSource by.
 const CATALOG_SOURCE: &str = concat!(product::name!(), "-catalog");
+/// The OperatorGroup `operator-sdk run bundle` creates, and `cleanup` deletes.
+const RUN_BUNDLE_OPERATOR_GROUP: &str = "operator-sdk-og";
 /// The Memcacheds scaled while OLM upgrades the manager.
 const SCALED: [&str; 3] = ["scaled-0", "scaled-1", "scaled-2"];
 const BUNDLE: &str = concat!(
@@ -66,8 +69,12 @@ const TIMEOUT: Duration = Duration::from_secs(180);
 /// An installation or upgrade through a catalog: a catalog pod, a bundle unpacked, a rollout.
 const UPGRADE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Held for the whole of each test: both install OLM and the operator cluster-wide.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn the_tutorials_olm_flow_installs_converges_and_cleans_up() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let cluster = testkit::cluster().await?;
     let memcached_image = cluster.loaded_image(MEMCACHED_IMAGE, "memcached")?;
     // operator-sdk runs the catalog's registry pod as its image's user, without the restricted
@@ -82,12 +89,10 @@ async fn the_tutorials_olm_flow_installs_converges_and_cleans_up() -> Result<()>
 }
 
 /// The upgrade through a catalog, on its own: OLM installed, this release pushed, then
-/// [`upgrade_through_a_catalog`]. Ignored: OLM's catalog operator reaches a CatalogSource that
-/// names an image through its Service's DNS name, and the local cluster runs no cluster DNS
-/// yet. Run it by hand with `-- --ignored` where it does.
+/// [`upgrade_through_a_catalog`].
 #[tokio::test]
-#[ignore = "the local cluster has no cluster DNS, which OLM needs to reach an image's CatalogSource"]
 async fn olm_upgrades_the_manager_from_a_newer_catalog_while_memcacheds_scale() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let cluster = testkit::cluster().await?;
     let memcached_image = cluster.loaded_image(MEMCACHED_IMAGE, "memcached")?;
     let ns = TestNamespace::on_real_node(&cluster, "olm-upgrade", PodSecurity::Baseline).await?;
@@ -221,7 +226,7 @@ async fn scenario(cluster: &TestCluster, ns: &TestNamespace, memcached_image: &s
     converged?;
 
     cleanup_removes_it_all(cluster, namespace, CSV).await?;
-
+    operator_group_roles_are_gone(cluster, namespace, RUN_BUNDLE_OPERATOR_GROUP).await?;
     metrics_reader_is_left(cluster, CSV).await
 }
 
@@ -298,7 +303,40 @@ async fn upgrade_through_a_catalog(
     upgraded?;
 
     cleanup_removes_it_all(cluster, namespace, &next_csv).await?;
+    operator_group_is_removed(cluster, namespace).await?;
     metrics_reader_is_left(cluster, &next_csv).await
+}
+
+/// Deletes the OperatorGroup the upgrade created, as its user would after `operator-sdk
+/// cleanup` (which deletes only the one `run bundle` makes), and waits for OLM to remove the
+/// ClusterRoles it made for the group.
+async fn operator_group_is_removed(cluster: &TestCluster, namespace: &str) -> Result<()> {
+    olm_api(cluster, "OperatorGroup", namespace)
+        .delete(MANAGER, &Default::default())
+        .await?;
+    operator_group_roles_are_gone(cluster, namespace, MANAGER).await
+}
+
+/// Waits for OLM to remove the ClusterRoles it made for the deleted OperatorGroup `name`, which
+/// it does only while it runs.
+async fn operator_group_roles_are_gone(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    let roles: Api<ClusterRole> = Api::all(cluster.client.clone());
+    let group =
+        format!("olm.owner={name},olm.owner.kind=OperatorGroup,olm.owner.namespace={namespace}");
+    let what = format!("OLM to remove the ClusterRoles of the OperatorGroup {name}");
+    testkit::wait_for(&what, TIMEOUT, || async {
+        let left = roles
+            .list_metadata(&ListParams::default().labels(&group))
+            .await?;
+        ensure!(left.items.is_empty(), "{} left", left.items.len());
+        Ok(())
+    })
+    .await?;
+    Ok(())
 }
 
 /// Creates the [`SCALED`] Memcacheds, scales them while the CatalogSource moves to the catalog
@@ -361,15 +399,23 @@ async fn upgrade_while_scaling(
         "no Memcached was scaled while OLM upgraded the manager"
     );
 
-    // One last change, to the manager OLM installed, then everything converges.
+    // One last change, to the manager OLM installed, then everything converges. Right after an
+    // upgrade OLM may rotate the webhooks' certificate (its `NeedsCertRotation`), rolling the
+    // manager out once more; until the new pods serve it, the API server refuses the webhook
+    // calls, so each change is retried as a user would.
+    let last_change = Instant::now();
+    let patch = Patch::Merge(serde_json::json!({"spec": {"size": 2}}));
     for name in SCALED {
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"size": 2}})),
-        )
+        let what = format!("the webhooks to admit {name}'s last size");
+        testkit::wait_for(&what, TIMEOUT, || async {
+            api.patch(name, &PatchParams::default(), &patch).await
+        })
         .await?;
     }
+    println!(
+        "the last size changes were admitted within {:.0?} of the upgrade",
+        last_change.elapsed()
+    );
     for name in SCALED {
         converges(cluster, samples, name, 2).await?;
     }
@@ -791,7 +837,13 @@ async fn converges(cluster: &TestCluster, ns: &TestNamespace, name: &str, size: 
 
 /// OLM's `kind` (of `operators.coreos.com/v1alpha1`) in `namespace`.
 fn olm_api(cluster: &TestCluster, kind: &str, namespace: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("operators.coreos.com", "v1alpha1", kind);
+    // OperatorGroups are the one kind here that OLM serves as v1.
+    let version = if kind == "OperatorGroup" {
+        "v1"
+    } else {
+        "v1alpha1"
+    };
+    let gvk = GroupVersionKind::gvk("operators.coreos.com", version, kind);
     let plural = format!("{}s", kind.to_lowercase());
     let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
     Api::namespaced_with(cluster.client.clone(), namespace, &resource)
@@ -920,12 +972,27 @@ impl Drop for Cleanup {
                     eprintln!("cleaning up after the failed test: {error:#}");
                 }
             }
-            let deleted = Command::new(&self.kubectl)
-                .args(["--kubeconfig", &self.kubeconfig, "delete", "clusterrole"])
-                .args([METRICS_READER, "--ignore-not-found"])
-                .status();
-            if let Err(error) = deleted {
-                eprintln!("cleaning up after the failed test: kubectl: {error}");
+            // What OLM, gone now, would have removed with the namespace's OperatorGroup.
+            let group = format!(
+                "olm.owner.kind=OperatorGroup,olm.owner.namespace={}",
+                self.namespace
+            );
+            for args in [
+                vec![
+                    "delete",
+                    "clusterrole",
+                    METRICS_READER,
+                    "--ignore-not-found",
+                ],
+                vec!["delete", "clusterrole", "--selector", &group],
+            ] {
+                let deleted = Command::new(&self.kubectl)
+                    .args(["--kubeconfig", &self.kubeconfig])
+                    .args(args)
+                    .status();
+                if let Err(error) = deleted {
+                    eprintln!("cleaning up after the failed test: kubectl: {error}");
+                }
             }
         }
     }

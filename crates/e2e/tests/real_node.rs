@@ -1,7 +1,8 @@
 //! Real containers on the local cluster's real node: the Memcached controller's pods run a
 //! real memcached (the image `cargo xtask image memcached --load` builds from the
 //! distribution's package), which answers the memcached protocol on every pod and through the
-//! controller's ClusterIP Service, which kube-proxy programs.
+//! controller's ClusterIP Service, which kube-proxy programs, and whose name the cluster DNS
+//! resolves in a pod.
 
 mod workloads;
 
@@ -17,6 +18,8 @@ use workloads::{Env, Scope, TIMEOUT};
 
 /// The repository of the memcached image built from the distribution's package.
 const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
+/// The shell image `cargo xtask cluster up` loads (the distribution's static busybox).
+const BUSYBOX_IMAGE: &str = concat!(product::name!(), ".local/busybox");
 
 #[tokio::test]
 async fn memcached_pods_on_the_real_node_store_and_return_keys() -> Result<()> {
@@ -134,6 +137,46 @@ async fn memcached_round_trips(env: &Env) -> Result<()> {
         },
     )
     .await?;
+    resolves_in_a_pod(env, &service_name, cluster_ip).await
+}
+
+/// A pod on the real node looks the Service up by its DNS name, through the name server the
+/// kubelet gave it (the cluster's CoreDNS), and gets the ClusterIP.
+async fn resolves_in_a_pod(env: &Env, service: &str, cluster_ip: IpAddr) -> Result<()> {
+    let image = env.cluster.loaded_image(BUSYBOX_IMAGE, "busybox")?;
+    let fqdn = format!("{service}.{}.svc.cluster.local", env.namespace());
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "resolve"},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "nslookup", "image": image, "imagePullPolicy": "Never",
+                "args": ["-c", format!("nslookup {fqdn}")],
+                "securityContext": {"allowPrivilegeEscalation": false,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }))?;
+    env.api::<Pod>()
+        .create(&PostParams::default(), &pod)
+        .await?;
+    let phase = testkit::wait_for("the nslookup pod to finish", TIMEOUT, || async {
+        let pod = env.api::<Pod>().get("resolve").await?;
+        match pod.status.and_then(|s| s.phase).as_deref() {
+            Some(phase @ ("Succeeded" | "Failed")) => Ok(phase.to_owned()),
+            phase => Err(anyhow::anyhow!("phase {phase:?}")),
+        }
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", pod_report(env)))?;
+    let log = env.kubectl(&["logs", "resolve"])?;
+    ensure!(
+        phase == "Succeeded" && log.contains(&format!("Address: {cluster_ip}")),
+        "nslookup {fqdn} in a pod ended {phase}, wanting {cluster_ip}:\n{log}"
+    );
     Ok(())
 }
 

@@ -20,6 +20,10 @@ use crate::{Error, Paths, Result, audit, kwok_stages, lock, process, versions};
 /// The Service IP range; its first address is the `kubernetes` Service.
 const SERVICE_CIDR: &str = "10.96.0.0/16";
 const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+/// The cluster DNS Service's address, the tenth of the range as kubeadm and kind have it: the
+/// real node's kubelet gives it to pods as their name server, and `kube-system/kube-dns` claims
+/// it.
+pub const CLUSTER_DNS_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 /// The pod IP range of the fake nodes: a `/18` of it for each (see [`fake_node_pod_cidr`]).
 const FAKE_POD_CIDR: &str = "10.244.0.0/16";
 /// The address kwok gives its fake nodes, and the range it is in.

@@ -43,7 +43,8 @@ pub mod toolchain;
 pub mod versions;
 
 pub use cluster::{
-    FAKE_NODE_ANNOTATION, FAKE_NODES, LocalCluster, Progress, Up, client_from_kubeconfig,
+    CLUSTER_DNS_IP, FAKE_NODE_ANNOTATION, FAKE_NODES, LocalCluster, Progress, Up,
+    client_from_kubeconfig,
 };
 pub use error::{Error, Result};
 pub use kubeconfig::{Credentials, KubeconfigSpec};

@@ -31,8 +31,8 @@ impl Kubelet {
             std::fs::create_dir_all(&d).map_err(Error::io("creating", &d))?;
         }
         create_cgroup_root()?;
-        // Pods get no name servers: nothing they run needs DNS, and nothing they send should
-        // leave the machine.
+        // The host's name servers are not the pods': a pod names Services through the cluster
+        // DNS, and nothing it sends should leave the machine.
         let resolv = node.dir.join("resolv.conf");
         std::fs::write(&resolv, "").map_err(Error::io("writing", &resolv))?;
         let config = root.join("config.yaml");
@@ -60,6 +60,7 @@ impl Kubelet {
     /// - `failCgroupV1: false` and `cgroupDriver: cgroupfs`: many development machines and CI
     ///   runners still have cgroup v1 and no systemd; since Kubernetes 1.35 the kubelet refuses
     ///   cgroup v1 unless told otherwise.
+    /// - `imagePullCredentialsVerificationPolicy: NeverVerify`: see below.
     /// - no disk eviction threshold (the kubelet reads "0%" as none) and no image garbage
     ///   collection: on a nearly full developer disk the kubelet would otherwise reclaim space by
     ///   removing the loaded images, which this node cannot pull again, and evicting the pods.
@@ -92,6 +93,7 @@ impl Kubelet {
             "podLogsDir": node.pod_logs_dir(),
             "resolvConf": resolv,
             "clusterDomain": "cluster.local",
+            "clusterDNS": [crate::cluster::CLUSTER_DNS_IP.to_string()],
             "failSwapOn": false,
             "evictionHard": {
                 "memory.available": "100Mi",
@@ -104,6 +106,10 @@ impl Kubelet {
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": false,
+            // Any pod may run any image on the node, under any of its names: the images are
+            // loaded or pulled without credentials, and since 1.35 the kubelet otherwise refuses
+            // a loaded image to a pod once it has pulled the same image under another name.
+            "imagePullCredentialsVerificationPolicy": "NeverVerify",
             "nodeStatusReportFrequency": "10s",
             "shutdownGracePeriod": "0s",
         })
