@@ -327,6 +327,14 @@ async fn run_connected(
         }
         None => {}
     }
+    let leadership = kube_operator_runtime::Leadership::always();
+    if config.sharding {
+        // A sharded replica is ready once its caches have synced: a rolling update then stops
+        // the next old replica only when this one could reconcile its share at once.
+        let warmth = leadership.warmth();
+        warmth.expect(controllers.iter().map(|c| c.name()));
+        health.wait_for_caches(warmth);
+    }
     health.set_ready(!shutdown.is_cancelled());
     let options = RunOptions {
         max_concurrent_reconciles: config.max_concurrent_reconciles,
@@ -336,7 +344,7 @@ async fn run_connected(
         reconcile_timeout: Some(config.reconcile_timeout).filter(|t| !t.is_zero()),
         // A warm standby's run is handed its own (`Runner::run_elected`), as is a sharded
         // one its shards (`Runner::run_sharded`).
-        leadership: kube_operator_runtime::Leadership::always(),
+        leadership,
         shards: None,
     };
     let mut runner = Runner {

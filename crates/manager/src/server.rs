@@ -33,7 +33,8 @@ use crate::tls::{self, ServingCert};
 pub struct Health {
     ready: AtomicBool,
     leader: Option<Arc<LeaderStatus>>,
-    /// A warm standby's controllers, until whose caches have synced it is not ready.
+    /// A warm standby's or a sharded replica's controllers, until whose caches have synced it
+    /// is not ready.
     caches: std::sync::Mutex<Option<kube_operator_runtime::Warmth>>,
 }
 
@@ -48,7 +49,8 @@ impl Health {
     }
 
     /// Keeps `/readyz` failing until every controller of `warmth` has synced its caches: a
-    /// warm standby is ready once it could take over at once.
+    /// warm standby is ready once it could take over at once, a sharded replica once it could
+    /// reconcile its share.
     pub fn wait_for_caches(&self, warmth: kube_operator_runtime::Warmth) {
         *self.caches_lock() = Some(warmth);
     }
@@ -72,7 +74,7 @@ impl Health {
 
     /// Why `/readyz` does not answer 200: start-up not finished or shutdown begun, a leader
     /// Lease the API server refuses (a replica that can never lead should not look healthy
-    /// while it stands by), or a warm standby's caches still filling.
+    /// while it stands by), or the caches of a warm standby or a sharded replica still filling.
     pub fn not_ready(&self) -> Option<String> {
         if !self.ready.load(Ordering::SeqCst) {
             return Some("not ready".to_owned());
