@@ -3,9 +3,9 @@
 //! `kubectl kustomize deploy/` does, other values land where they should, and `helm install`
 //! on the local cluster brings up a manager that reconciles the Memcached sample.
 //!
-//! Only [`helm_install_brings_up_a_working_manager`] touches the cluster: it installs the
-//! cluster-wide objects every install of the manager shares, so it is the one test here that
-//! does; run it under the lock the other installing tests take.
+//! Two tests install the chart on the cluster, the default values and sharding on three
+//! replicas. Both install the cluster-wide objects every install of the manager shares, so they
+//! take turns ([`ONE_AT_A_TIME`]).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -30,6 +30,11 @@ const RELEASE: &str = product::name!();
 const NAMESPACE: &str = product::namespace!();
 /// The Lease the replicas elect a leader with.
 const LEASE: &str = concat!(product::name!(), "-leader");
+/// The Lease that records which sharded replica holds which slots, and its annotation.
+const HOLDERS_LEASE: &str = concat!(product::name!(), "-leader-shards");
+const HOLDERS_ANNOTATION: &str = concat!(product::name!(), "/shard-holders");
+/// The slots a sharded group splits the objects' uids into.
+const SLOTS: usize = 64;
 /// Pods of the manager.
 const MANAGER_PODS: &str = concat!("app.kubernetes.io/name=", product::name!());
 /// The images `cargo xtask image --load` puts on the real node.
@@ -37,6 +42,35 @@ const MANAGER_IMAGE: &str = product::name!();
 const MEMCACHED_IMAGE: &str = concat!(product::name!(), ".local/memcached");
 /// Generous: real containers start on a loaded two-core machine.
 const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Held for the whole of each test that installs the chart.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How a test installs the chart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The default values: two replicas, one elected leader.
+    Elected,
+    /// `sharding.enabled` on three replicas: each reconciles a share.
+    Sharded,
+}
+
+impl Mode {
+    /// The values given on the command line, to `helm template` and `helm install` alike.
+    fn values(self) -> &'static [&'static str] {
+        match self {
+            Mode::Elected => &[],
+            Mode::Sharded => &["--set", "sharding.enabled=true", "--set", "replicas=3"],
+        }
+    }
+
+    fn replicas(self) -> i32 {
+        match self {
+            Mode::Elected => 2,
+            Mode::Sharded => 3,
+        }
+    }
+}
 
 /// Objects by kind, namespace ("" for cluster-scoped) and name.
 type Objects = BTreeMap<(String, String, String), Value>;
@@ -466,22 +500,27 @@ impl Drop for Release {
 
 #[tokio::test]
 async fn helm_install_brings_up_a_working_manager() -> Result<()> {
+    install_and_reconcile(Mode::Elected).await
+}
+
+#[tokio::test]
+async fn helm_install_with_sharding_splits_the_slots_among_the_replicas() -> Result<()> {
+    install_and_reconcile(Mode::Sharded).await
+}
+
+/// Installs the chart as `mode` says, converges the Memcached sample through it, uninstalls it
+/// and checks nothing of it is left.
+async fn install_and_reconcile(mode: Mode) -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let cluster = testkit::cluster().await?;
     cluster.loaded_image(MANAGER_IMAGE, "manager")?;
     let memcached_image = cluster.loaded_image(MEMCACHED_IMAGE, "memcached")?;
     let helm = HelmHome::new();
     let manifest = helm.0.path().join("manifest.yaml");
-    let chart = chart_dir();
-    let rendered = helm.ok(
-        None,
-        &[
-            "template",
-            RELEASE,
-            &chart.to_string_lossy(),
-            "--namespace",
-            NAMESPACE,
-        ],
-    )?;
+    let chart = chart_dir().to_string_lossy().into_owned();
+    let mut template = vec!["template", RELEASE, &chart, "--namespace", NAMESPACE];
+    template.extend(mode.values());
+    let rendered = helm.ok(None, &template)?;
     std::fs::write(&manifest, &rendered)?;
     let new_crds = crds_missing(&cluster).await?;
     let mut release = Release {
@@ -493,7 +532,7 @@ async fn helm_install_brings_up_a_working_manager() -> Result<()> {
     };
     release.remove_leftovers()?;
 
-    let result = scenario(&release, &memcached_image).await;
+    let result = scenario(&release, mode, &memcached_image).await;
     let report = if result.is_err() {
         cluster.pods_report(NAMESPACE, MANAGER_PODS)
     } else {
@@ -513,7 +552,7 @@ async fn helm_install_brings_up_a_working_manager() -> Result<()> {
     Ok(())
 }
 
-async fn scenario(release: &Release, memcached_image: &str) -> Result<()> {
+async fn scenario(release: &Release, mode: Mode, memcached_image: &str) -> Result<()> {
     let cluster = &release.cluster;
     let started = Instant::now();
     // Helm would create the namespace (`--create-namespace` leaves one that exists alone);
@@ -541,21 +580,20 @@ async fn scenario(release: &Release, memcached_image: &str) -> Result<()> {
             " for the real node"
         ))?;
 
-    let chart = chart_dir();
-    release.helm.ok(
-        Some(&cluster.kubeconfig),
-        &[
-            "install",
-            RELEASE,
-            &chart.to_string_lossy(),
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "5m",
-        ],
-    )?;
+    let chart = chart_dir().to_string_lossy().into_owned();
+    let mut install = vec![
+        "install",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    install.extend(mode.values());
+    release.helm.ok(Some(&cluster.kubeconfig), &install)?;
     let status: Value = serde_json::from_str(&release.helm.ok(
         Some(&cluster.kubeconfig),
         &["status", RELEASE, "--namespace", NAMESPACE, "-o", "json"],
@@ -565,10 +603,18 @@ async fn scenario(release: &Release, memcached_image: &str) -> Result<()> {
         "helm status: {}",
         status["info"]
     );
-    let leader = manager_ready(cluster).await?;
+    let replicas = mode.replicas();
+    replicas_ready(cluster, replicas).await?;
+    let reconciling = match mode {
+        Mode::Elected => format!("{} leads", leader(cluster).await?),
+        Mode::Sharded => format!(
+            "each holds a share of the slots: {}",
+            shares(cluster).await?
+        ),
+    };
     println!(
-        "helm install --wait: the release is deployed, 2 replicas Ready on the real node, {leader} \
-         leads ({:.1}s)",
+        "helm install --wait: the release is deployed, {replicas} replicas Ready on the real \
+         node, {reconciling} ({:.1}s)",
         started.elapsed().as_secs_f64()
     );
 
@@ -619,13 +665,13 @@ async fn scenario(release: &Release, memcached_image: &str) -> Result<()> {
     Ok(())
 }
 
-/// Waits until both replicas are Ready on the real node and one of them holds the Lease.
-async fn manager_ready(cluster: &TestCluster) -> Result<String> {
+/// Checks that `replicas` replicas are Ready on the real node.
+async fn replicas_ready(cluster: &TestCluster, replicas: i32) -> Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let d = deployments.get(RELEASE).await?;
     let status = d.status.unwrap_or_default();
     ensure!(
-        status.ready_replicas == Some(2) && status.updated_replicas == Some(2),
+        status.ready_replicas == Some(replicas) && status.updated_replicas == Some(replicas),
         "helm returned before the manager was Ready: {status:?}"
     );
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
@@ -641,6 +687,12 @@ async fn manager_ready(cluster: &TestCluster) -> Result<String> {
             pod.metadata.name
         );
     }
+    Ok(())
+}
+
+/// Waits until a Ready manager pod holds the leader Lease, and names it.
+async fn leader(cluster: &TestCluster) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     Ok(
         testkit::wait_for("a manager pod to hold the Lease", TIMEOUT, || async {
@@ -664,6 +716,66 @@ async fn manager_ready(cluster: &TestCluster) -> Result<String> {
         })
         .await?,
     )
+}
+
+/// Waits until every slot is held, each of the Ready manager pods holding an equal share (one
+/// more for some, as 64 does not divide), and says who holds how many.
+async fn shares(cluster: &TestCluster) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let what = "the sharded replicas to split the slots among them";
+    Ok(testkit::wait_for(what, TIMEOUT, || async {
+        let ready: Vec<String> = pods
+            .list(&ListParams::default().labels(MANAGER_PODS))
+            .await?
+            .items
+            .iter()
+            .filter(|p| testkit::pod_ready(p))
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        let lease = leases.get(HOLDERS_LEASE).await?;
+        let annotation = lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(HOLDERS_ANNOTATION))
+            .context("no holders recorded yet")?;
+        let holders: BTreeMap<String, String> = serde_json::from_str(annotation)
+            .with_context(|| format!("{HOLDERS_ANNOTATION}: {annotation}"))?;
+        let mut counts = BTreeMap::new();
+        for (member, slots) in &holders {
+            let pod = testkit::identity_pod(member).to_owned();
+            *counts.entry(pod).or_insert(0) += slot_count(slots)?;
+        }
+        let pods: Vec<&String> = counts.keys().collect();
+        ensure!(
+            counts.len() == ready.len() && ready.iter().all(|p| counts.contains_key(p)),
+            "holders {pods:?}, Ready pods {ready:?}"
+        );
+        let (share, total) = (SLOTS / ready.len(), counts.values().sum::<usize>());
+        ensure!(
+            total == SLOTS && counts.values().all(|n| *n == share || *n == share + 1),
+            "slots held: {counts:?}"
+        );
+        Ok(counts
+            .iter()
+            .map(|(pod, n)| format!("{pod} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "))
+    })
+    .await?)
+}
+
+/// How many slots a holder's list such as `0-20,42` names.
+fn slot_count(slots: &str) -> Result<usize> {
+    let mut count = 0;
+    for range in slots.split(',').filter(|r| !r.is_empty()) {
+        let (first, last) = range.split_once('-').unwrap_or((range, range));
+        let (first, last): (usize, usize) = (first.parse()?, last.parse()?);
+        ensure!(first <= last, "slots {slots}");
+        count += last - first + 1;
+    }
+    Ok(count)
 }
 
 /// Waits until the Memcached `name` has `size` Ready pods, listed in its status, for its
