@@ -11,6 +11,7 @@ mod catalog;
 mod cluster;
 mod completions;
 mod component;
+mod dashboards;
 mod demo;
 mod dns;
 mod docs;
@@ -101,6 +102,9 @@ enum Command {
     /// Build container images (the manager, memcached) as reproducible OCI archives, without a
     /// container daemon or registry; optionally import them into a containerd.
     Image(image::ImageArgs),
+    /// Draw every panel of the generated Grafana dashboards as an SVG in the book, from a real
+    /// Prometheus scraping the manager on the local cluster while Memcacheds are resized.
+    Dashboards(dashboards::DashboardsArgs),
     /// Write the manager's shell completions (bash, zsh, fish, elvish, PowerShell) and its
     /// man page, from the same definitions as its `--help`.
     Completions {
@@ -158,6 +162,7 @@ fn main() -> ExitCode {
         Command::OperatorSdk { args } => operator_sdk::run(&args),
         Command::Olm { command } => olm::run(command),
         Command::Completions { out } => completions::run(out),
+        Command::Dashboards(args) => dashboards::run(&args),
         Command::Docs { out } => docs::run(out),
     };
     match result {

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 pub use files::{Mode, Outcome};
 pub use project::Project;
-pub use webhooks::{WebhookTarget, webhook_configurations};
+pub use webhooks::{WebhookTarget, limit_to_namespace, webhook_configurations};
 
 /// Namespace the manager is installed into.
 pub const NAMESPACE: &str = product::namespace!();

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
@@ -91,6 +92,36 @@ pub fn webhook_configurations(
         ),
     };
     Ok((mutating, validating))
+}
+
+/// Limits every webhook of the two configurations to the namespace `namespace` (by its
+/// `kubernetes.io/metadata.name` label), trusting `ca_bundle` (PEM) when given: for a manager
+/// run outside the cluster to serve one namespace's writes and no one else's.
+pub fn limit_to_namespace(
+    mutating: &mut MutatingWebhookConfiguration,
+    validating: &mut ValidatingWebhookConfiguration,
+    namespace: &str,
+    ca_bundle: Option<&str>,
+) {
+    let only_there = LabelSelector {
+        match_labels: Some(
+            [(
+                "kubernetes.io/metadata.name".to_owned(),
+                namespace.to_owned(),
+            )]
+            .into(),
+        ),
+        ..LabelSelector::default()
+    };
+    let ca = ca_bundle.map(|pem| ByteString(pem.as_bytes().to_vec()));
+    for hook in mutating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_there.clone());
+        hook.client_config.ca_bundle.clone_from(&ca);
+    }
+    for hook in validating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(only_there.clone());
+        hook.client_config.ca_bundle.clone_from(&ca);
+    }
 }
 
 /// A failing webhook refuses the write: validation that is skipped when the manager is down
@@ -312,6 +343,31 @@ mod tests {
                 "https://127.0.0.1:19443/mutate-{group}-v1beta1-memcached"
             ))
         );
+    }
+
+    #[test]
+    fn limited_to_a_namespace_every_webhook_selects_it_and_trusts_the_ca() {
+        let target = WebhookTarget::Url {
+            base: "https://127.0.0.1:19443".to_owned(),
+        };
+        let (mut mutating, mut validating) = webhook_configurations(&target).expect("rendered");
+        limit_to_namespace(&mut mutating, &mut validating, "team-a", Some("PEM"));
+        let selectors = (mutating.webhooks.iter().flatten())
+            .map(|h| (&h.namespace_selector, &h.client_config.ca_bundle))
+            .chain(
+                (validating.webhooks.iter().flatten())
+                    .map(|h| (&h.namespace_selector, &h.client_config.ca_bundle)),
+            )
+            .collect::<Vec<_>>();
+        assert!(selectors.len() >= 2);
+        for (selector, ca) in selectors {
+            let labels = selector.as_ref().and_then(|s| s.match_labels.as_ref());
+            assert_eq!(
+                labels.and_then(|l| l.get("kubernetes.io/metadata.name")),
+                Some(&"team-a".to_owned())
+            );
+            assert_eq!(ca.as_ref().map(|b| b.0.as_slice()), Some(&b"PEM"[..]));
+        }
     }
 
     #[test]

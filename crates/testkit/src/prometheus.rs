@@ -267,6 +267,48 @@ impl Prometheus {
             .collect())
     }
 
+    /// The series `promql` gives over `[start, end]` (Unix seconds), a sample every `step`:
+    /// each series' labels and its `(time, value)` samples, a value that is not a number
+    /// (`NaN`, a quantile of nothing) as NaN.
+    ///
+    /// # Errors
+    /// [`Error::Prometheus`] when the query fails.
+    pub async fn query_range(
+        &self,
+        promql: &str,
+        start: f64,
+        end: f64,
+        step: Duration,
+    ) -> Result<Vec<(serde_json::Value, Vec<(f64, f64)>)>> {
+        let body = self
+            .api(&format!(
+                "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={}",
+                percent_encode(promql),
+                step.as_secs_f64()
+            ))
+            .await?;
+        let results = body["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(results
+            .into_iter()
+            .map(|series| {
+                let samples = series["values"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|pair| {
+                        let time = pair[0].as_f64()?;
+                        let value = pair[1].as_str()?.parse().unwrap_or(f64::NAN);
+                        Some((time, value))
+                    })
+                    .collect();
+                (series["metric"].clone(), samples)
+            })
+            .collect())
+    }
+
     async fn api(&self, path: &str) -> Result<serde_json::Value> {
         let text = get(self.port, path)
             .await

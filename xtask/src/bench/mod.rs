@@ -38,7 +38,7 @@ mod cluster_ready;
 mod crds;
 mod failover;
 mod merge;
-mod plot;
+pub(crate) mod plot;
 mod probe;
 mod recovery;
 mod reference;
@@ -578,7 +578,7 @@ fn parse_also_manager(value: &str) -> Result<(String, PathBuf), String> {
 }
 
 /// Benchmarks measure the optimised manager, as it ships.
-fn build_release_manager() -> anyhow::Result<PathBuf> {
+pub(crate) fn build_release_manager() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     println!("building the manager (release)...");
     let status = std::process::Command::new(&cargo)

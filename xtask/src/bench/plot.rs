@@ -32,6 +32,8 @@ pub struct Chart {
     pub footer: Vec<String>,
     pub y_label: String,
     pub y_scale: Scale,
+    /// What the x axis holds.
+    pub x_scale: XScale,
     /// A horizontal line across the plot, and its label (1 on a ratio plot).
     pub rule: Option<(f64, String)>,
     pub series: Vec<Series>,
@@ -44,6 +46,15 @@ pub enum Scale {
     Linear,
     /// Powers of ten evenly apart; values at or below zero cannot be shown.
     Log,
+}
+
+/// What the x axis holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XScale {
+    /// Object counts, powers of ten evenly apart, a tick at each count measured.
+    Objects,
+    /// Seconds from the start of a run, from zero up.
+    Seconds,
 }
 
 /// The shape of a series' markers, so lines differ by more than their colour.
@@ -61,8 +72,9 @@ pub struct Series {
     pub name: String,
     pub color: &'static str,
     pub dashed: bool,
-    pub marker: Marker,
-    /// `(objects, value)` by ascending object count; `None` where nothing was measured.
+    /// A marker at each point, or none (a time series of many points).
+    pub marker: Option<Marker>,
+    /// `(x, value)` by ascending x; `None` where nothing was measured.
     pub points: Vec<(f64, Option<f64>)>,
 }
 
@@ -114,6 +126,7 @@ pub fn charts(results: &Results) -> Vec<Chart> {
         footer: footer.clone(),
         y_label: y_label.to_owned(),
         y_scale,
+        x_scale: XScale::Objects,
         rule: None,
         series: Vec::new(),
     };
@@ -129,7 +142,7 @@ pub fn charts(results: &Results) -> Vec<Chart> {
                         name: format!("{manager}, {what}"),
                         color,
                         dashed,
-                        marker,
+                        marker: Some(marker),
                         points: medians(&points, &counts, manager, value),
                     }
                 })
@@ -175,7 +188,7 @@ pub fn charts(results: &Results) -> Vec<Chart> {
                     name: (*manager).to_owned(),
                     color,
                     dashed: false,
-                    marker,
+                    marker: Some(marker),
                     points: medians(&points, &counts, manager, |r| r.memory.peak_mib),
                 }
             })
@@ -312,7 +325,7 @@ fn ratio_series(points: &[Point<'_>], counts: &[usize]) -> Vec<Series> {
                 name,
                 color: RATIO_COLORS[index % RATIO_COLORS.len()],
                 dashed: build_index > 0,
-                marker: MARKERS[index % MARKERS.len()],
+                marker: Some(MARKERS[index % MARKERS.len()]),
                 points: counts
                     .iter()
                     .map(|&count| {
@@ -446,9 +459,9 @@ pub fn render(chart: &Chart) -> String {
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|(x, _)| *x))
-        .filter(|x| x.is_finite() && *x > 0.0)
+        .filter(|x| chart.x_scale.shows(*x))
         .collect::<Vec<f64>>();
-    let x_axis = XAxis::new(&xs);
+    let x_axis = XAxis::new(chart.x_scale, &xs);
     let mut shown: Vec<f64> = chart
         .series
         .iter()
@@ -522,9 +535,13 @@ pub fn render(chart: &Chart) -> String {
             number(*tick)
         );
     }
+    let x_label = match chart.x_scale {
+        XScale::Objects => "objects (log scale)",
+        XScale::Seconds => "seconds into the run",
+    };
     let _ = writeln!(
         svg,
-        r#"<text x="{:.1}" y="{:.1}" font-size="13" fill="{INK}" text-anchor="middle">objects (log scale)</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" font-size="13" fill="{INK}" text-anchor="middle">{x_label}</text>"#,
         f64::midpoint(PLOT_LEFT, PLOT_RIGHT),
         PLOT_BOTTOM + 40.0
     );
@@ -562,7 +579,7 @@ pub fn render(chart: &Chart) -> String {
         let mut segments = Vec::new();
         for (x, y) in &series.points {
             match y {
-                Some(y) if visible(chart.y_scale, *y) && x.is_finite() && *x > 0.0 => {
+                Some(y) if visible(chart.y_scale, *y) && chart.x_scale.shows(*x) => {
                     segment.push((x_axis.position(*x), y_axis.position(*y)));
                 }
                 _ => segments.push(std::mem::take(&mut segment)),
@@ -586,17 +603,23 @@ pub fn render(chart: &Chart) -> String {
             let Some(y) = y.filter(|y| visible(chart.y_scale, *y)) else {
                 continue;
             };
-            if !(x.is_finite() && *x > 0.0) {
+            if !chart.x_scale.shows(*x) {
                 continue;
             }
             let (px, py) = (x_axis.position(*x), y_axis.position(y));
+            let at = match chart.x_scale {
+                XScale::Objects => format!("{} objects", number(*x)),
+                XScale::Seconds => format!("{} s", number(*x)),
+            };
+            let shape = series
+                .marker
+                .map(|shape| marker(shape, px, py, series.color))
+                .unwrap_or_default();
             let _ = writeln!(
                 svg,
-                r#"<g class="point" data-x="{x}" data-y="{y}"><title>{}: {} at {} objects</title>{}</g>"#,
+                r#"<g class="point" data-x="{x}" data-y="{y}"><title>{}: {} at {at}</title>{shape}</g>"#,
                 escape(&series.name),
                 number(y),
-                number(*x),
-                marker(series.marker, px, py, series.color)
             );
         }
         svg.push_str("</g>\n");
@@ -615,7 +638,9 @@ pub fn render(chart: &Chart) -> String {
             series.color,
             dash(series.dashed)
         );
-        svg.push_str(&marker(series.marker, legend_x + 15.0, y, series.color));
+        if let Some(shape) = series.marker {
+            svg.push_str(&marker(shape, legend_x + 15.0, y, series.color));
+        }
         let _ = writeln!(
             svg,
             r#"<text x="{:.1}" y="{:.1}" font-size="12.5" fill="{INK}">{}</text>"#,
@@ -687,16 +712,44 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The x axis: object counts on a log scale, a tick at each count measured.
+impl XScale {
+    /// Whether the axis can show `x`.
+    fn shows(self, x: f64) -> bool {
+        x.is_finite()
+            && match self {
+                XScale::Objects => x > 0.0,
+                XScale::Seconds => x >= 0.0,
+            }
+    }
+}
+
+/// The x axis: object counts on a log scale, a tick at each count measured; or seconds from
+/// zero, a tick at each round step.
 struct XAxis {
-    /// log10 of the values at the plot's left and right edges.
+    scale: XScale,
+    /// The values at the plot's left and right edges (for object counts, their log10).
     low: f64,
     high: f64,
     ticks: Vec<f64>,
 }
 
 impl XAxis {
-    fn new(xs: &[f64]) -> Self {
+    fn new(scale: XScale, xs: &[f64]) -> Self {
+        if scale == XScale::Seconds {
+            let end = xs.iter().copied().fold(0.0, f64::max);
+            let end = if end > 0.0 { end } else { 1.0 };
+            let step = nice_step(end / 6.0);
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let ticks = (0..=(end / step).floor() as usize)
+                .map(|i| step * count_as_f64(i))
+                .collect();
+            return Self {
+                scale,
+                low: 0.0,
+                high: end,
+                ticks,
+            };
+        }
         let mut ticks: Vec<f64> = xs.to_vec();
         ticks.sort_by(f64::total_cmp);
         ticks.dedup();
@@ -708,6 +761,7 @@ impl XAxis {
         // end points sit clear of the axes and the legend.
         let margin = ((high - low) / 8.0).max(0.2);
         Self {
+            scale,
             low: low - margin,
             high: high + margin,
             ticks,
@@ -715,7 +769,11 @@ impl XAxis {
     }
 
     fn position(&self, x: f64) -> f64 {
-        PLOT_LEFT + (x.log10() - self.low) / (self.high - self.low) * (PLOT_RIGHT - PLOT_LEFT)
+        let value = match self.scale {
+            XScale::Objects => x.log10(),
+            XScale::Seconds => x,
+        };
+        PLOT_LEFT + (value - self.low) / (self.high - self.low) * (PLOT_RIGHT - PLOT_LEFT)
     }
 }
 
@@ -1024,12 +1082,13 @@ mod tests {
             footer: vec!["f".to_owned()],
             y_label: "y".to_owned(),
             y_scale: Scale::Log,
+            x_scale: XScale::Objects,
             rule: None,
             series: vec![Series {
                 name: "a".to_owned(),
                 color: PALETTE[0],
                 dashed: true,
-                marker: Marker::Triangle,
+                marker: Some(Marker::Triangle),
                 points: vec![
                     (100.0, Some(0.0)),
                     (1000.0, Some(5.0)),

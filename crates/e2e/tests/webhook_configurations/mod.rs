@@ -12,7 +12,6 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use testkit::{TestCluster, TestNamespace};
 
@@ -27,22 +26,8 @@ pub async fn install_configurations(
         codegen::webhook_configurations(&codegen::WebhookTarget::Url {
             base: format!("https://127.0.0.1:{port}"),
         })?;
-    let only_here = LabelSelector {
-        match_labels: Some(
-            [(
-                "kubernetes.io/metadata.name".to_owned(),
-                ns.name().to_owned(),
-            )]
-            .into(),
-        ),
-        ..LabelSelector::default()
-    };
-    for hook in mutating.webhooks.iter_mut().flatten() {
-        hook.namespace_selector = Some(only_here.clone());
-    }
-    for hook in validating.webhooks.iter_mut().flatten() {
-        hook.namespace_selector = Some(only_here.clone());
-    }
+    // The manager injects its CA.
+    codegen::limit_to_namespace(&mut mutating, &mut validating, ns.name(), None);
     let apply = PatchParams::apply("e2e-webhooks").force();
     Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
         .patch(
