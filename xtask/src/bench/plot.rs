@@ -7,6 +7,9 @@
 //! show) leaves a gap in its line: it is never drawn as zero. Every plot has a white background
 //! of its own and dark text, so it reads the same on a light or a dark page.
 //!
+//! [`render`] also draws time series ([`XScale::Seconds`], lines without markers), as
+//! `cargo xtask dashboards` does for the dashboards' panels.
+//!
 //! The SVG is written by hand: a few lines, markers, axes and labels are all these need, and a
 //! plotting crate would bring a font stack or a rasteriser for nothing.
 
@@ -426,7 +429,16 @@ fn count_as_f64(count: usize) -> f64 {
 
 /// A value as a label shows it: thousands separated, at most two decimals, no trailing zeros.
 fn number(value: f64) -> String {
-    let text = format!("{:.2}", value.abs());
+    // Two decimals, or three significant digits below 1: the ticks of a small range (0.005,
+    // 0.01, 0.015) stay apart.
+    let magnitude = value.abs();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let decimals = if magnitude >= 1.0 || magnitude == 0.0 || !magnitude.is_finite() {
+        2
+    } else {
+        (2.0 - magnitude.log10().floor()).clamp(2.0, 9.0) as usize
+    };
+    let text = format!("{magnitude:.decimals$}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     let whole = whole
@@ -1103,6 +1115,41 @@ mod tests {
     }
 
     #[test]
+    fn a_time_series_starts_at_zero_seconds_without_markers() {
+        let chart = Chart {
+            file: "",
+            title: "Reconciles per second".to_owned(),
+            subtitle: Vec::new(),
+            footer: Vec::new(),
+            y_label: "per second".to_owned(),
+            y_scale: Scale::Linear,
+            x_scale: XScale::Seconds,
+            rule: None,
+            series: vec![Series {
+                name: "memcached success".to_owned(),
+                color: PALETTE[0],
+                dashed: false,
+                marker: None,
+                points: vec![(0.0, Some(1.0)), (5.0, Some(2.0)), (10.0, Some(1.5))],
+            }],
+        };
+        let svg = render(&chart);
+        assert!(svg.contains("seconds into the run"), "{svg}");
+        assert_eq!(drawn(&svg, "memcached success").len(), 3, "x = 0 is shown");
+        assert!(svg.contains("memcached success: 2 at 5 s"), "{svg}");
+        // Markers are white inside a coloured outline; nothing else is.
+        assert!(
+            !svg.contains(r##"fill="#ffffff" stroke="##),
+            "no markers: {svg}"
+        );
+        // The line starts at the plot's left edge: 0 s.
+        assert!(
+            svg.contains(&format!(r#"<polyline points="{PLOT_LEFT:.1},"#)),
+            "{svg}"
+        );
+    }
+
+    #[test]
     fn no_workload_runs_no_plots() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let error = write(&results_of(Vec::new()), dir.path()).expect_err("nothing to plot");
@@ -1150,6 +1197,10 @@ mod tests {
         assert_eq!(number(2.5), "2.5");
         assert_eq!(number(1005.891), "1,005.89");
         assert_eq!(number(0.0), "0");
+        assert_eq!(number(0.005), "0.005");
+        assert_eq!(number(0.015), "0.015");
+        assert_eq!(number(0.012_345), "0.0123");
+        assert_eq!(number(0.85), "0.85");
         assert_eq!(
             and_list(&["5".into(), "3".into(), "1".into()]),
             "5, 3 and 1"

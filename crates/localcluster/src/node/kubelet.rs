@@ -60,7 +60,12 @@ impl Kubelet {
     /// - `failCgroupV1: false` and `cgroupDriver: cgroupfs`: many development machines and CI
     ///   runners still have cgroup v1 and no systemd; since Kubernetes 1.35 the kubelet refuses
     ///   cgroup v1 unless told otherwise.
-    /// - `imagePullCredentialsVerificationPolicy: NeverVerify`: see below.
+    /// - `imagePullCredentialsVerificationPolicy: NeverVerify`: any pod may run any image on
+    ///   the node, under any of its names. Nothing here needs pull credentials, and since 1.35
+    ///   the kubelet otherwise refuses a loaded image to a pod once it has pulled the same
+    ///   image under another name (from the cluster's registry, say).
+    /// - `clusterDNS`: pods resolve Services through the cluster's CoreDNS, which `cargo xtask
+    ///   cluster up` runs at [`crate::CLUSTER_DNS_IP`].
     /// - no disk eviction threshold (the kubelet reads "0%" as none) and no image garbage
     ///   collection: on a nearly full developer disk the kubelet would otherwise reclaim space by
     ///   removing the loaded images, which this node cannot pull again, and evicting the pods.
@@ -106,9 +111,6 @@ impl Kubelet {
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": false,
-            // Any pod may run any image on the node, under any of its names: the images are
-            // loaded or pulled without credentials, and since 1.35 the kubelet otherwise refuses
-            // a loaded image to a pod once it has pulled the same image under another name.
             "imagePullCredentialsVerificationPolicy": "NeverVerify",
             "nodeStatusReportFrequency": "10s",
             "shutdownGracePeriod": "0s",
@@ -211,6 +213,11 @@ mod tests {
         assert_eq!(config["healthzBindAddress"], "127.0.0.1");
         assert_eq!(config["readOnlyPort"], 0);
         assert_eq!(config["authentication"]["anonymous"]["enabled"], false);
+        assert_eq!(config["clusterDNS"][0], "10.96.0.10");
+        assert_eq!(
+            config["imagePullCredentialsVerificationPolicy"],
+            "NeverVerify"
+        );
     }
 
     #[test]
