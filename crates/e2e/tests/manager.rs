@@ -1593,6 +1593,38 @@ async fn sharded_replicas(fixture: &Fixture, server_side: bool) -> Result<()> {
             "{pod} listed or watched Memcacheds by shard: {selected}, where the API server can: {server_side}"
         );
     }
+
+    // Each child carries its owner's slot, and each replica listed and watched the children of
+    // its own slots only, by that label, whether the API server lists by shard or not.
+    let deployments: Api<Deployment> =
+        Api::namespaced(fixture.cluster.client.clone(), fixture.ns.name());
+    for object in &objects {
+        let uid = api.get(object).await?.metadata.uid.unwrap_or_default();
+        let deployment = deployments.get(object).await?;
+        let slot = deployment
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .remove(kube_operator_runtime::labels::SHARD_SLOT);
+        let expected = kube_operator_runtime::slots::slot_of_uid(&uid).to_string();
+        ensure!(
+            slot.as_deref() == Some(expected.as_str()),
+            "the Deployment of {object} is labelled with slot {slot:?}, not {expected}"
+        );
+    }
+    let by_slot = testkit::read_audit_files_where(&files, |line| line.contains("shard-slot"))?;
+    for pod in &pods {
+        let selected = by_slot.iter().any(|e| {
+            e.resource == "deployments"
+                && matches!(e.verb.as_str(), "list" | "watch")
+                && e.user_agent.contains(&format!("({pod}_"))
+                && e.request_uri.contains("shard-slot")
+        });
+        ensure!(
+            selected,
+            "{pod} never listed or watched Deployments by slot"
+        );
+    }
     Ok(())
 }
 

@@ -74,6 +74,8 @@ pub struct Builder<K: Resource<DynamicType = ()> + Clone + 'static> {
     children: Children,
     /// What the controller wrote and has not yet seen.
     own_writes: OwnWrites,
+    /// In a sharded replica, the assignment each cache of children has listed for.
+    children_listed: Vec<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Builder<K> {
@@ -239,6 +241,7 @@ impl<K: Reconciled> Builder<K> {
             finalizer: None,
             children: Children::default(),
             own_writes: OwnWrites::default(),
+            children_listed: Vec::new(),
         };
         builder.require::<K>("", rbac::READ);
         builder.require::<K>("/status", &["patch"]);
@@ -359,6 +362,7 @@ impl<K: Reconciled> Builder<K> {
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         self.require::<C>("", rbac::MANAGE);
+        self.children_listed.extend(children.assignment_listed());
         self.watches_except(children, controller_of::<K, C>, own_write)
     }
 
@@ -386,12 +390,13 @@ impl<K: Reconciled> Builder<K> {
         K::Scope: ScopedApi,
         C: ChildObject + ChildView<C> + Send + Sync + 'static,
     {
-        let managed = WatchSpec::labelled(crate::labels::managed_selector());
+        let managed = WatchSpec::labelled(crate::labels::managed_selector()).of_children();
         self.owns_kind_as::<C, C>(managed)
     }
 
     /// Like [`Builder::owns_kind`], with the children cached as `V` and watched as `spec`
-    /// says (it must select the managed objects: `WatchSpec::labelled(labels::managed_selector())`):
+    /// says (it must select the managed objects: `WatchSpec::labelled(labels::managed_selector())`;
+    /// it is taken as [`WatchSpec::of_children`]):
     /// the whole object (`C` itself) when the owner reads more than metadata, such as a
     /// StatefulSet's status, or a compact view (see [`ChildView`]). Read them back with
     /// [`Tools::get`].
@@ -424,7 +429,8 @@ impl<K: Reconciled> Builder<K> {
     {
         self.require::<C>("", rbac::MANAGE);
         let field_manager = self.field_manager();
-        let managed = self.ctx.watches.watch(spec);
+        let managed = self.ctx.watches.watch(spec.of_children());
+        self.children_listed.extend(managed.assignment_listed());
         let others = self
             .ctx
             .watches
@@ -435,7 +441,8 @@ impl<K: Reconciled> Builder<K> {
             field_manager,
             &self.own_writes,
         )
-        .with_namesakes(others.store());
+        .with_namesakes(others.store())
+        .labelling_slots(self.ctx.options.shards.is_some());
         let own_writes = children.own_writes();
         let mut builder = self
             .watches_except(&managed, controller_or_namesake, own_writes)
@@ -458,13 +465,14 @@ impl<K: Reconciled> Builder<K> {
         C: ChildObject + Send + Sync + 'static,
         V: ChildView<C>,
     {
-        let cached = self.ctx.watches.watch(spec);
+        let cached = self.ctx.watches.watch(spec.of_children());
         let children = OwnedChildren::new(
             self.ctx.client.clone(),
             cached.store(),
             field_manager.into(),
             &self.own_writes,
-        );
+        )
+        .labelling_slots(self.ctx.options.shards.is_some());
         let own_writes = children.own_writes();
         (self.owns_except(&cached, own_writes), children)
     }
@@ -565,7 +573,8 @@ impl<K: Reconciled> Builder<K> {
         let client = self.ctx.client.clone();
         let driver = Driver::<K>::new(self.name, &self.ctx)
             .with_finalizer(self.finalizer)
-            .with_own_writes(self.own_writes.clone());
+            .with_own_writes(self.own_writes.clone())
+            .with_children_listed(self.children_listed);
         let resources = driver.watch_resources(
             &client,
             &self.ctx.options.namespaces,

@@ -399,6 +399,9 @@ where
     field_manager: String,
     /// Shared with the trigger of the children's watch, which skips our own writes.
     written: ChildWrites<V>,
+    /// Whether each child is labelled with its owner's slot ([`crate::labels::SHARD_SLOT`]):
+    /// in a sharded manager, where each replica watches the children of its slots only.
+    slot_labels: bool,
     kind: PhantomData<fn() -> C>,
 }
 
@@ -457,7 +460,16 @@ where
             cache,
             namesakes: None,
             field_manager,
+            slot_labels: false,
             kind: PhantomData,
+        }
+    }
+
+    /// The same, labelling each child with its owner's slot when `on` (a sharded manager).
+    pub(crate) fn labelling_slots(self, on: bool) -> Self {
+        Self {
+            slot_labels: on,
+            ..self
         }
     }
 
@@ -536,6 +548,13 @@ where
     /// # Errors
     /// As [`OwnedChildren::ensure`].
     pub(crate) async fn write(&self, desired: &C, owner_uid: &str) -> Result<Wrote<V>, Error> {
+        let labelled;
+        let desired = if self.slot_labels && !owner_uid.is_empty() {
+            labelled = with_slot_label(desired, owner_uid);
+            &labelled
+        } else {
+            desired
+        };
         let key = key_of(desired.meta().name.as_deref(), desired.namespace());
         let desired_hash = hash_of(desired)?;
         let cached = self.cache.get(&key);
@@ -698,6 +717,15 @@ where
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// `desired` labelled with the slot of its owner's uid ([`crate::labels::SHARD_SLOT`]).
+fn with_slot_label<C: Resource + Clone>(desired: &C, owner_uid: &str) -> C {
+    let mut labelled = desired.clone();
+    let slot = crate::slots::slot_of_uid(owner_uid).to_string();
+    (labelled.meta_mut().labels.get_or_insert_default())
+        .insert(crate::labels::SHARD_SLOT.to_owned(), slot);
+    labelled
 }
 
 /// The cache key of the child called `name` in `namespace`.
@@ -1375,6 +1403,49 @@ mod ensure_tests {
         assert!(children.get(None, "team-a").is_some());
         let again = children.ensure(&namespace, &regarding, &events).await;
         assert_eq!(again.expect("no write"), Child::Current);
+    }
+
+    #[tokio::test]
+    async fn a_sharded_manager_labels_each_child_with_its_owners_slot() {
+        let server = ApiServer::answering(|request| {
+            let mut metadata = request.body["metadata"].clone();
+            metadata["resourceVersion"] = "1".into();
+            (
+                201,
+                serde_json::json!({"kind": "PartialObjectMetadata", "metadata": metadata}),
+            )
+        });
+        let mut cache = Writer::<MetaView<PodDisruptionBudget>>::default();
+        cache.apply_watcher_event(&Event::InitDone);
+        let children = OwnedChildren::new(
+            server.client(),
+            cache.as_reader(),
+            "test".into(),
+            &OwnWrites::default(),
+        )
+        .labelling_slots(true);
+        let (events, _publisher) = Events::start(server.client(), "test", "test");
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            uid: Some("u1".into()),
+            ..Default::default()
+        };
+        let child = children
+            .ensure(&desired(), &regarding, &events)
+            .await
+            .expect("created");
+        assert_eq!(child, Child::Written);
+        let requests = server.requests();
+        let create = requests
+            .iter()
+            .find(|r| r.method == "POST" && !r.path.contains("/events"))
+            .expect("a create");
+        let slot = crate::slots::slot_of_uid("u1").to_string();
+        assert_eq!(
+            create.body["metadata"]["labels"][crate::labels::SHARD_SLOT],
+            serde_json::json!(slot)
+        );
+        // What the controller asked for is kept beside it.
+        assert_eq!(create.body["metadata"]["labels"]["app"], "m");
     }
 
     #[tokio::test]

@@ -49,6 +49,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use prometheus::IntGauge;
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -78,6 +79,10 @@ pub const CATCH_UP_POLL: Duration = Duration::from_millis(20);
 /// How long a reconcile is held back, at most, for the cache to show the controller's own
 /// write.
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
+
+/// How long the objects of slots a sharded replica gains wait for their children's caches to
+/// list those slots' children, at most: a watch that cannot list delays them no longer.
+pub const CHILDREN_LIST_WAIT: Duration = Duration::from_secs(10);
 
 /// What a successful reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +126,9 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     /// In a sharded manager, the slots whose objects this replica reconciles
     /// ([`crate::RunOptions::shards`]); every object otherwise.
     shards: Option<ShardFollower>,
+    /// In a sharded replica, the assignment each cache of the controller's children has
+    /// listed for ([`Driver::with_children_listed`]).
+    children_listed: Vec<watch::Receiver<u64>>,
     _resource: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -182,7 +190,20 @@ impl<K: Reconciled> Driver<K> {
             leadership: ctx.options.leadership.clone(),
             own_writes: OwnWrites::default(),
             shards: ctx.options.shards.as_ref().map(Shards::follow),
+            children_listed: Vec::new(),
             _resource: std::marker::PhantomData,
+        }
+    }
+
+    /// The same driver for a sharded controller whose caches of children follow the
+    /// assignments, each saying through `listed` which one it has listed for: the objects of
+    /// gained slots wait for their children to be cached (for up to [`CHILDREN_LIST_WAIT`]), so
+    /// that no reconcile takes a child not yet listed for missing.
+    #[must_use]
+    pub fn with_children_listed(self, listed: Vec<watch::Receiver<u64>>) -> Self {
+        Self {
+            children_listed: listed,
+            ..self
         }
     }
 
@@ -246,6 +267,8 @@ impl<K: Reconciled> Driver<K> {
                         .map_or_else(|| client.clone(), |s| shard_watch::selecting(&client, s));
                     scope::watch(&client, &namespaces, &config, &lists, cached.clone())
                 })
+                .map(|(_, event)| event)
+                .boxed()
             }
             None => scope::watch(client, namespaces, &config, lists, cached.clone()),
         };
@@ -365,6 +388,11 @@ impl<K: Reconciled> Driver<K> {
         let mut lead = std::pin::pin!(self.leadership.clone().leading());
         // The keys held back for a cache to show the controller's own write, since when.
         let mut held_back: HashMap<ObjectRef<K>, Instant> = HashMap::new();
+        let mut children_listed = self.children_listed;
+        // Gained slots whose children the caches have not listed yet: (slots, the assignment
+        // that gained them, until when to wait), and the live changes to their objects meanwhile.
+        let mut unlisted: Option<(Slots, u64, Instant)> = None;
+        let mut held_live: Vec<ObjectRef<K>> = Vec::new();
         let cache_waits =
             |outcome| (self.metrics.reconcile_cache_waits).with_label_values(&[name, outcome]);
         tracing::info!(
@@ -444,12 +472,18 @@ impl<K: Reconciled> Driver<K> {
                 trigger = triggers.next(), if triggers_open && !stopping => match trigger {
                     Some((key, priority)) => {
                         // What another replica owns is not queued here; an object no longer
-                        // cached (deleted) is, to be found gone.
-                        let theirs = shards.is_some()
-                            && cache
-                                .get(&key)
-                                .is_some_and(|obj| !owned.contains(slot_of(obj.meta())));
-                        if !theirs {
+                        // cached (deleted) is, to be found gone. One of a slot whose children
+                        // are being listed is queued with the slot, a live change first.
+                        let slot = cache.get(&key).map(|obj| slot_of(obj.meta()));
+                        let theirs = shards.is_some() && slot.is_some_and(|s| !owned.contains(s));
+                        let waits = unlisted.is_some_and(|(slots, ..)| {
+                            slot.is_some_and(|s| slots.contains(s))
+                        });
+                        if waits {
+                            if priority == Priority::Live {
+                                held_live.push(key);
+                            }
+                        } else if !theirs {
                             queue.trigger_with(key, Instant::now(), priority);
                         }
                     }
@@ -504,18 +538,22 @@ impl<K: Reconciled> Driver<K> {
                     };
                     let dropped = queue.forget(in_lost);
                     held_back.retain(|key, _| !in_lost(key));
-                    // The cache holds what its list has brought so far; what it brings later
-                    // is triggered by the list, and queued now that its slot is ours.
-                    let now = Instant::now();
-                    let mut queued = 0;
-                    for obj in cache.state() {
-                        if gained.contains(slot_of(obj.meta())) {
-                            let key = ObjectRef::from_obj(obj.as_ref());
-                            queue.trigger_with(key, now, Priority::CatchUp);
-                            queued += 1;
-                        }
-                    }
                     releasing = Some(assignment.generation);
+                    // Reconciled once their children are cached, if the caches are to list
+                    // them first; meanwhile, nothing of those slots is queued.
+                    let waiting = unlisted.map_or(Slots::NONE, |(slots, ..)| slots);
+                    let waiting = waiting.union(gained).intersection(owned);
+                    let listing = !children_listed.is_empty() && !waiting.is_empty();
+                    unlisted = listing.then(|| {
+                        let until = Instant::now() + CHILDREN_LIST_WAIT;
+                        (waiting, assignment.generation, until)
+                    });
+                    let queued = if listing {
+                        0
+                    } else {
+                        queue_slots(&mut queue, &cache, gained, Priority::CatchUp)
+                    };
+                    held_live.retain(|key| !in_lost(key));
                     shard_objects.set(owned_objects(&cache, owned));
                     if !(gained.is_empty() && lost.is_empty()) {
                         tracing::info!(
@@ -527,6 +565,23 @@ impl<K: Reconciled> Driver<K> {
                             dropped,
                             "shards assigned"
                         );
+                    }
+                }
+                listed = children_caught_up(
+                    &mut children_listed,
+                    unlisted.map_or(0, |(_, generation, _)| generation),
+                    unlisted.map_or_else(Instant::now, |(.., until)| until),
+                ), if unlisted.is_some() => {
+                    let slots = unlisted.take().map_or(Slots::NONE, |(slots, ..)| slots);
+                    let queued = queue_slots(&mut queue, &cache, slots, Priority::CatchUp);
+                    let now = Instant::now();
+                    for key in held_live.drain(..) {
+                        queue.trigger_with(key, now, Priority::Live);
+                    }
+                    if listed {
+                        tracing::debug!(controller = name, %slots, queued, "children of gained slots cached");
+                    } else {
+                        tracing::warn!(controller = name, %slots, queued, "the children of gained slots are not all cached yet; reconciling anyway");
                     }
                 }
                 _ = tick.tick() => {
@@ -548,6 +603,43 @@ impl<K: Reconciled> Driver<K> {
         queue.refresh(Instant::now());
         tracing::info!(controller = name, "controller stopped");
         Ok(())
+    }
+}
+
+/// Queues with `priority` every cached object of `slots`; returns how many.
+fn queue_slots<K: Resource<DynamicType = ()> + Clone>(
+    queue: &mut WorkQueue<ObjectRef<K>>,
+    cache: &Store<K>,
+    slots: Slots,
+    priority: Priority,
+) -> usize {
+    let now = Instant::now();
+    let mut queued = 0;
+    for obj in cache.state() {
+        if slots.contains(slot_of(obj.meta())) {
+            queue.trigger_with(ObjectRef::from_obj(obj.as_ref()), now, priority);
+            queued += 1;
+        }
+    }
+    queued
+}
+
+/// Completes once every cache of children in `listed` holds the list of the assignment of
+/// `generation` (or a later one), with `true`; with `false` at `until`. A cache whose watch
+/// has stopped counts as listed.
+async fn children_caught_up(
+    listed: &mut [watch::Receiver<u64>],
+    generation: u64,
+    until: Instant,
+) -> bool {
+    let all = async {
+        for listed in listed.iter_mut() {
+            let _ = listed.wait_for(|listed| *listed >= generation).await;
+        }
+    };
+    tokio::select! {
+        () = all => true,
+        () = tokio::time::sleep_until(until) => false,
     }
 }
 
@@ -1057,6 +1149,18 @@ mod tests {
             then: Then,
             configure: impl FnOnce(&mut crate::RunOptions),
         ) -> Self {
+            Self::start_listing(objects, concurrency, then, configure, Vec::new())
+        }
+
+        /// Like [`Recording::start_configured`], for a controller whose caches of children say
+        /// in `children_listed` which assignment they have listed for.
+        fn start_listing(
+            objects: &[&str],
+            concurrency: u16,
+            then: Then,
+            configure: impl FnOnce(&mut crate::RunOptions),
+            children_listed: Vec<watch::Receiver<u64>>,
+        ) -> Self {
             let shutdown = CancellationToken::new();
             let mut ctx = run_context(concurrency, shutdown.clone());
             let sharded = {
@@ -1117,7 +1221,8 @@ mod tests {
                     }
                 }
             };
-            let driver = Driver::<Memcached>::new("test", &ctx);
+            let driver =
+                Driver::<Memcached>::new("test", &ctx).with_children_listed(children_listed);
             let running =
                 tokio::spawn(driver.run(vec![rx.boxed()], cache, recording, Arc::new(())));
             Self {
@@ -1395,6 +1500,39 @@ mod tests {
             [a, b],
             "c's slot was never this replica's"
         );
+    }
+
+    #[tokio::test]
+    async fn the_objects_of_gained_slots_wait_for_their_children_to_be_cached() {
+        let names: Vec<String> = (0..64).map(|i| format!("{i}-object")).collect();
+        let Some(b) = names
+            .iter()
+            .find(|n| slot_of_uid(n) != slot_of_uid(&names[0]))
+        else {
+            panic!("64 names in one slot");
+        };
+        let [a, b] = [names[0].as_str(), b.as_str()];
+        let (control, shards) = crate::Shards::new();
+        let (listed, children_listed) = watch::channel(0);
+        let r = Recording::start_listing(
+            &[a, b],
+            1,
+            Then::WaitForRelease,
+            |options| options.shards = Some(shards),
+            vec![children_listed],
+        );
+        let slots = Slots::one(slot_of_uid(a)).with(slot_of_uid(b));
+        let generation = control.assign(slots, Default::default());
+        // A live change meanwhile waits with its slot, and goes first.
+        r.trigger(b);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            r.seen().is_empty(),
+            "nothing runs before the children are cached"
+        );
+        listed.send_replace(generation);
+        r.settle(3, 1).await;
+        assert_eq!(r.finish(2).await, [b, a]);
     }
 
     #[tokio::test]

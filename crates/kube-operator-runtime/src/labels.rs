@@ -12,6 +12,10 @@ pub const NAME: &str = "app.kubernetes.io/name";
 pub const INSTANCE: &str = "app.kubernetes.io/instance";
 /// `app.kubernetes.io/part-of`: the platform.
 pub const PART_OF: &str = "app.kubernetes.io/part-of";
+/// `kube-operator-runtime/shard-slot`: on the children of a sharded manager, the slot of
+/// their owner's uid ([`crate::slots::slot_of_uid`]), so that each replica watches and caches
+/// only the children of the objects it owns ([`crate::slots::Slots::label_selector`]).
+pub const SHARD_SLOT: &str = "kube-operator-runtime/shard-slot";
 /// The manager's name and the platform's until [`set_product`] names them.
 pub const DEFAULT_PRODUCT: &str = "kube-operator-runtime";
 

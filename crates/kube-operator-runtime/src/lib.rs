@@ -276,11 +276,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let stop = shutdown.child_token();
-    let watches = SharedWatches::new(
-        client.clone(),
-        options.namespaces.clone(),
-        stop.child_token(),
-    );
+    let (namespaces, watches_stop) = (options.namespaces.clone(), stop.child_token());
+    let watches = match &options.shards {
+        Some(shards) => SharedWatches::sharded(client.clone(), namespaces, shards, watches_stop),
+        None => SharedWatches::new(client.clone(), namespaces, watches_stop),
+    };
     let ctx = RunContext {
         client,
         options,

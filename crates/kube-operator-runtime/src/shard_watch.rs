@@ -93,13 +93,14 @@ pub fn query_escape(text: &str) -> String {
 
 /// The events of `start(slots)`, from the first assignment on (a replica may need only a share
 /// of the objects), started again with the slots of each new assignment while `by_shard()` says
-/// the API server selects by shard; `start(None)` takes every object. With no slot it watches
-/// nothing: its cache is emptied (an empty list) and waits. Ends when the coordinator is gone.
+/// the watch can select by shard; `start(None)` takes every object. With no slot it watches
+/// nothing: its cache is emptied (an empty list) and waits. Each event comes with the
+/// generation of the assignment its watch started for. Ends when the coordinator is gone.
 pub fn restarting<K, S>(
     assignments: watch::Receiver<Assignment>,
     by_shard: impl Fn() -> bool + Send + Sync + Clone + 'static,
     start: impl Fn(Option<Slots>) -> S + Send + Sync + 'static,
-) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+) -> BoxStream<'static, (u64, watcher::Result<watcher::Event<K>>)>
 where
     K: Send + 'static,
     S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -113,7 +114,10 @@ where
             if !assigned || assignments.has_changed().is_err() {
                 return None;
             }
-            let slots = assignments.borrow_and_update().slots;
+            let (slots, generation) = {
+                let assignment = assignments.borrow_and_update();
+                (assignment.slots, assignment.generation)
+            };
             let slots = by_shard().then_some(slots);
             let mut next = assignments.clone();
             // Ends this watch at the next assignment, once the API server can select by shard.
@@ -130,7 +134,10 @@ where
                 }
                 _ => start(slots).boxed(),
             };
-            Some((events.take_until(changed), assignments))
+            let events = events
+                .take_until(changed)
+                .map(move |event| (generation, event));
+            Some((events, assignments))
         }
     })
     .flatten()
@@ -184,22 +191,22 @@ mod tests {
         assign(Slots::one(3));
         assert!(matches!(
             events.next().await,
-            Some(Ok(watcher::Event::Init))
+            Some((1, Ok(watcher::Event::Init)))
         ));
         assign(Slots::one(4));
         assert!(matches!(
             events.next().await,
-            Some(Ok(watcher::Event::Init))
+            Some((2, Ok(watcher::Event::Init)))
         ));
         // No slot: an empty list, and no watch.
         assign(Slots::NONE);
         assert!(matches!(
             events.next().await,
-            Some(Ok(watcher::Event::Init))
+            Some((3, Ok(watcher::Event::Init)))
         ));
         assert!(matches!(
             events.next().await,
-            Some(Ok(watcher::Event::InitDone))
+            Some((3, Ok(watcher::Event::InitDone)))
         ));
         assert_eq!(
             *started.lock().expect("not poisoned"),
@@ -230,7 +237,7 @@ mod tests {
         }
         assert!(matches!(
             events.next().await,
-            Some(Ok(watcher::Event::Init))
+            Some((_, Ok(watcher::Event::Init)))
         ));
         let waited = tokio::time::timeout(std::time::Duration::from_millis(50), events.next());
         assert!(waited.await.is_err(), "never started again");

@@ -73,6 +73,13 @@ impl Shards {
         (control, shards)
     }
 
+    /// The assignments from now on, for a watch of children to follow
+    /// ([`crate::SharedWatches::with_shards`]); unlike [`Shards::follow`], nothing waits for
+    /// it to let go of a slot.
+    pub fn assignments(&self) -> watch::Receiver<Assignment> {
+        self.assigned.clone()
+    }
+
     /// A controller starts following the assignment; it reports through the follower what it
     /// has let go of, for as long as it keeps it.
     pub fn follow(&self) -> ShardFollower {

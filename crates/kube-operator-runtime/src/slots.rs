@@ -134,6 +134,21 @@ impl Slots {
         let ranges: Vec<String> = self.ranges().iter().map(HashRange::uid_selector).collect();
         Some(ranges.join(" || "))
     }
+
+    /// The label selector of the children whose owners belong to this set: their
+    /// [`crate::labels::SHARD_SLOT`] is one of its slots. `None` for every slot (no selector
+    /// needed) and for none (nothing to ask for).
+    pub fn label_selector(self) -> Option<String> {
+        if self == Slots::ALL || self.is_empty() {
+            return None;
+        }
+        let slots: Vec<String> = self.iter().map(|slot| slot.to_string()).collect();
+        Some(format!(
+            "{} in ({})",
+            crate::labels::SHARD_SLOT,
+            slots.join(",")
+        ))
+    }
 }
 
 impl fmt::Debug for Slots {
@@ -361,6 +376,12 @@ mod tests {
         );
         assert_eq!(Slots::ALL.uid_selector(), None);
         assert_eq!(Slots::NONE.uid_selector(), None);
+        assert_eq!(
+            slots.label_selector().expect("a selector"),
+            "kube-operator-runtime/shard-slot in (0,1,3,63)"
+        );
+        assert_eq!(Slots::ALL.label_selector(), None);
+        assert_eq!(Slots::NONE.label_selector(), None);
         assert_eq!(Slots::ALL.to_string(), "0-63");
         assert_eq!("-".parse::<Slots>(), Ok(Slots::NONE));
         assert_eq!(Slots::NONE.to_string(), "-");

@@ -34,6 +34,13 @@
 //! the caches are most of the manager's heap. Each cache can carry secondary indexes
 //! ([`Index`]).
 //!
+//! In a sharded manager ([`SharedWatches::sharded`]), a watch of children
+//! ([`WatchSpec::of_children`]: the managed ones of [`managed`] and [`managed_metadata`])
+//! selects only the children of the objects the replica owns, by the slot label their owner's
+//! uid gives them ([`crate::labels::SHARD_SLOT`]), and starts again with each new assignment:
+//! a replica caches its share of the children, whether or not the API server can select the
+//! owners by shard.
+//!
 //! A watch the API server refuses before its first list (a malformed selector, a type it does
 //! not serve, RBAC that does not allow listing it) stops, and [`Shared::ready`] says why, instead
 //! of retrying forever behind a cache that never fills.
@@ -52,7 +59,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +68,9 @@ use crate::index::{Index, KeyFn};
 use crate::initial_lists::InitialLists;
 use crate::meta_view::{Labels, MetaView};
 use crate::scope::{self, Namespaces, ScopedApi};
+use crate::shard_watch;
+use crate::shards::{Assignment, Shards};
+use crate::slots::Slots;
 use crate::status::Rollout;
 use crate::{Error, labels};
 
@@ -85,6 +95,8 @@ pub struct WatchSpec<K> {
     selector: String,
     broadcasts: Broadcasts<K>,
     strip: fn(&mut K),
+    /// Whether the objects are children that carry their owner's slot.
+    children: bool,
 }
 
 /// Which changes of a shared watch its subscribers hear about.
@@ -115,6 +127,7 @@ impl<K: Resource> WatchSpec<K> {
                 deleted: |_| true,
             },
             strip: |_| {},
+            children: false,
         }
     }
 
@@ -155,6 +168,17 @@ impl<K: Resource> WatchSpec<K> {
         Self { broadcasts, ..self }
     }
 
+    /// The objects are children written through the runtime ([`crate::Tools::ensure`]), which
+    /// labels them with their owner's slot in a sharded manager: each replica then watches only
+    /// the children of the objects it owns.
+    #[must_use]
+    pub fn of_children(self) -> Self {
+        Self {
+            children: true,
+            ..self
+        }
+    }
+
     /// The label selector (empty for every object).
     pub fn selector(&self) -> &str {
         &self.selector
@@ -187,6 +211,7 @@ fn changed_beyond_version<K: Resource + Clone + PartialEq>(old: Option<&K>, new:
 /// controller reads of their metadata: the watch of a kind of child a controller owns.
 pub fn managed<K: Resource + Clone + PartialEq>() -> WatchSpec<K> {
     WatchSpec::labelled(labels::managed_selector())
+        .of_children()
         .keeping(|obj: &mut K| strip_metadata(obj.meta_mut()))
         .broadcasting(changed_beyond_version)
 }
@@ -197,7 +222,7 @@ pub fn managed<K: Resource + Clone + PartialEq>() -> WatchSpec<K> {
 /// is broadcast: for a kind without a generation (a Service), an edit of its spec shows as
 /// nothing else.
 pub fn managed_metadata<K: Resource<DynamicType = ()>>() -> WatchSpec<MetaView<K>> {
-    WatchSpec::labelled(labels::managed_selector())
+    WatchSpec::labelled(labels::managed_selector()).of_children()
 }
 
 /// Like [`managed_metadata`], for a kind whose `metadata.generation` counts its spec changes (as
@@ -300,12 +325,15 @@ pub struct SharedWatches {
     inner: Arc<Inner>,
 }
 
-/// A watch's identity: the type it caches and its label selector.
-type WatchKey = (TypeId, String);
+/// A watch's identity: the type it caches, its label selector, and whether it follows the
+/// replica's slots ([`WatchSpec::of_children`]).
+type WatchKey = (TypeId, String, bool);
 
 struct Inner {
     client: kube::Client,
     namespaces: Namespaces,
+    /// A sharded replica's assignments, which its watches of children follow.
+    assignments: Option<watch::Receiver<Assignment>>,
     /// Whether the watches stream their initial lists, found by the first.
     initial_lists: InitialLists,
     stop: CancellationToken,
@@ -332,10 +360,31 @@ impl SharedWatches {
     /// Watches `namespaces` through `client`, until `stop` is cancelled or
     /// [`SharedWatches::stop`] is called.
     pub fn new(client: kube::Client, namespaces: Namespaces, stop: CancellationToken) -> Self {
+        Self::following(client, namespaces, None, stop)
+    }
+
+    /// Like [`SharedWatches::new`], for a replica of a sharded manager: its watches of
+    /// children ([`WatchSpec::of_children`]) take only the children of the objects it owns.
+    pub fn sharded(
+        client: kube::Client,
+        namespaces: Namespaces,
+        shards: &Shards,
+        stop: CancellationToken,
+    ) -> Self {
+        Self::following(client, namespaces, Some(shards.assignments()), stop)
+    }
+
+    fn following(
+        client: kube::Client,
+        namespaces: Namespaces,
+        assignments: Option<watch::Receiver<Assignment>>,
+        stop: CancellationToken,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
                 namespaces,
+                assignments,
                 initial_lists: InitialLists::detect(),
                 stop,
                 watches: Mutex::default(),
@@ -357,7 +406,7 @@ impl SharedWatches {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::Scope: ScopedApi,
     {
-        let key = (TypeId::of::<K>(), spec.selector.clone());
+        let key = (TypeId::of::<K>(), spec.selector.clone(), spec.children);
         let mut watches = lock(&self.inner.watches);
         if let Some(shared) = watches
             .get(&key)
@@ -396,18 +445,37 @@ impl SharedWatches {
         let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
         let indexes: Arc<Mutex<Vec<Index<K>>>> = Arc::default();
         let refusal = Arc::new(Refusal::default());
-        let mut config = watcher::Config::default();
-        if !spec.selector.is_empty() {
-            config = config.labels(&spec.selector);
-        }
-        let events = scope::watch(
-            &self.inner.client,
-            &self.inner.namespaces,
-            &config,
-            &self.inner.initial_lists,
-            store.clone(),
-        )
-        .modify(spec.strip);
+        let (client, namespaces) = (self.inner.client.clone(), self.inner.namespaces.clone());
+        let (lists, cached) = (self.inner.initial_lists.clone(), store.clone());
+        let (selector, strip) = (spec.selector.clone(), spec.strip);
+        let start = move |slots: Option<Slots>| {
+            let by_slot = slots.and_then(Slots::label_selector);
+            let selector = match (selector.as_str(), by_slot) {
+                (selector, Some(by_slot)) if !selector.is_empty() => {
+                    format!("{selector},{by_slot}")
+                }
+                (_, Some(by_slot)) => by_slot,
+                (selector, None) => selector.to_owned(),
+            };
+            let mut config = watcher::Config::default();
+            if !selector.is_empty() {
+                config = config.labels(&selector);
+            }
+            scope::watch(&client, &namespaces, &config, &lists, cached.clone()).modify(strip)
+        };
+        let following = self.inner.assignments.clone().filter(|_| spec.children);
+        let (listed, assignment_listed) = match following {
+            Some(_) => {
+                let (listed, receiver) = watch::channel(0);
+                (Some(listed), Some(receiver))
+            }
+            None => (None, None),
+        };
+        // Label selectors work on every API server: a watch of children always selects by slot.
+        let events = match following {
+            Some(assignments) => shard_watch::restarting(assignments, || true, start),
+            None => start(None).map(|event| (0, event)).boxed(),
+        };
         let shared = Shared {
             resource,
             selector: spec.selector.into(),
@@ -415,12 +483,14 @@ impl SharedWatches {
             tx,
             indexes: indexes.clone(),
             refusal,
+            assignment_listed,
         };
         let task = tokio::spawn(fan_out(
             shared.clone(),
             events,
             Cache { writer, indexes },
             spec.broadcasts,
+            listed,
             self.inner.stop.clone(),
         ));
         lock(&self.inner.tasks).push(task);
@@ -495,8 +565,9 @@ pub struct Change<K> {
 /// What a shared watch sends its subscribers.
 #[derive(Clone, Debug)]
 enum Broadcast<K> {
-    /// An object changed live (a deleted one as last seen).
-    Changed(Arc<K>),
+    /// An object changed (a deleted one as last seen): live, or as a list of a new assignment
+    /// found it (`listed`).
+    Changed { object: Arc<K>, listed: bool },
     /// The first list is in the cache: each subscriber takes the whole cache, as listed. One
     /// message however long the list, so a first list never outruns the channel.
     Listed,
@@ -510,6 +581,9 @@ pub struct Shared<K: Resource<DynamicType = ()> + 'static> {
     tx: broadcast::Sender<Broadcast<K>>,
     indexes: Arc<Mutex<Vec<Index<K>>>>,
     refusal: Arc<Refusal>,
+    /// For a watch that follows a sharded replica's assignments, the generation of the one
+    /// whose list the cache holds.
+    assignment_listed: Option<watch::Receiver<u64>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
@@ -521,6 +595,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
             tx: self.tx.clone(),
             indexes: self.indexes.clone(),
             refusal: self.refusal.clone(),
+            assignment_listed: self.assignment_listed.clone(),
         }
     }
 }
@@ -541,6 +616,13 @@ where
     /// The cache (read-only).
     pub fn store(&self) -> Store<K> {
         self.store.clone()
+    }
+
+    /// For a watch of children in a sharded replica, the generation of the assignment whose
+    /// list the cache holds: the children of the slots it gained are cached once it reaches that
+    /// assignment's. `None` for a watch that does not follow the assignments.
+    pub(crate) fn assignment_listed(&self) -> Option<watch::Receiver<u64>> {
+        self.assignment_listed.clone()
     }
 
     /// Waits until the cache holds a complete list, or `cancel` fires (then returns `Ok(false)`).
@@ -606,12 +688,8 @@ where
                     return Some((change, s));
                 }
                 match s.rx.recv().await {
-                    Ok(Broadcast::Changed(object)) => {
-                        let change = Change {
-                            object,
-                            listed: false,
-                        };
-                        return Some((change, s));
+                    Ok(Broadcast::Changed { object, listed }) => {
+                        return Some((Change { object, listed }, s));
                     }
                     Ok(Broadcast::Listed) => s.backlog = s.store.state(),
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
@@ -643,12 +721,15 @@ struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
 }
 
 /// Applies watch events to the cache and broadcasts what changed, until `stop`, or until the
-/// API server refuses the watch before its first list.
+/// API server refuses the watch before its first list. Each event comes with the assignment
+/// its watch started for; a watch that follows the assignments says in `assignment_listed`
+/// which one's list the cache holds.
 async fn fan_out<K>(
     shared: Shared<K>,
-    events: impl Stream<Item = watcher::Result<Event<K>>> + Send,
+    events: impl Stream<Item = (u64, watcher::Result<Event<K>>)> + Send,
     mut cache: Cache<K>,
     broadcasts: Broadcasts<K>,
+    assignment_listed: Option<watch::Sender<u64>>,
     stop: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
@@ -656,15 +737,20 @@ async fn fan_out<K>(
     let (resource, selector) = (&*shared.resource, &*shared.selector);
     let mut events = std::pin::pin!(events);
     let mut listed = false;
+    // The assignment of the last list: the list of a newer one catches up with gained slots.
+    let mut listed_generation = 0;
     tracing::debug!(resource, selector, "shared watch started");
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => break,
             event = events.next() => event,
         };
-        let event = match event {
+        let (generation, event) = match event {
             None => break,
-            Some(Err(e)) => {
+            Some((generation, event)) => (generation, event),
+        };
+        let event = match event {
+            Err(e) => {
                 if !listed && let Some(reason) = refusal_reason(&e) {
                     tracing::error!(resource, selector, %reason, "shared watch refused; stopping it");
                     shared.refusal.refuse(reason);
@@ -673,20 +759,32 @@ async fn fan_out<K>(
                 tracing::warn!(resource, selector, error = %e, "shared watch failed; retrying with backoff");
                 continue;
             }
-            Some(Ok(event)) => event,
+            Ok(event) => event,
         };
-        // The first list's objects catch up; what a later list (after the watch broke) finds
+        // The first list's objects catch up, as do those the list of a new assignment brings
+        // (the children of gained slots); what a later list (after the watch broke) finds
         // changed are changes missed live, and count as live.
-        let first_list = matches!(event, Event::InitDone) && !listed;
-        listed |= matches!(event, Event::InitDone);
+        let done = matches!(event, Event::InitDone);
+        let first_list = done && !listed;
+        let assignment_list = done && listed && generation != listed_generation;
+        if done {
+            listed = true;
+            listed_generation = generation;
+        }
         let changed = cache.apply(&event, broadcasts);
         // An error only means nobody subscribes right now.
         if first_list {
             let _ = shared.tx.send(Broadcast::Listed);
         } else {
             for object in changed {
-                let _ = shared.tx.send(Broadcast::Changed(object));
+                let _ = shared.tx.send(Broadcast::Changed {
+                    object,
+                    listed: assignment_list,
+                });
             }
+        }
+        if let Some(assignment_listed) = assignment_listed.as_ref().filter(|_| done) {
+            assignment_listed.send_replace(generation);
         }
     }
     tracing::debug!(resource, selector, "shared watch stopped");
@@ -799,6 +897,7 @@ mod tests {
             tx,
             indexes,
             refusal: Arc::default(),
+            assignment_listed: None,
         }
     }
 
@@ -1104,10 +1203,11 @@ mod tests {
         let shared = shared(store, tx.clone(), Arc::default());
         let mut sub = std::pin::pin!(shared.subscribe());
         for i in 0..5 {
-            let _ = tx.send(Broadcast::Changed(Arc::new(deployment(
-                &format!("x{i}"),
-                "1",
-            ))));
+            let object = Arc::new(deployment(&format!("x{i}"), "1"));
+            let _ = tx.send(Broadcast::Changed {
+                object,
+                listed: false,
+            });
         }
         let first = sub.next().await.and_then(|d| d.metadata.name.clone());
         assert_eq!(
@@ -1137,9 +1237,10 @@ mod tests {
         let stop = CancellationToken::new();
         fan_out(
             shared.clone(),
-            futures::stream::iter(events),
+            futures::stream::iter(events.map(|event| (0, event))),
             cache,
             broadcasts,
+            None,
             stop,
         )
         .await;
@@ -1162,6 +1263,53 @@ mod tests {
         expected.push("live".into());
         assert_eq!(listed, expected, "the whole cache, as listed");
         assert_eq!(live, [("live".to_string(), false)], "then the live change");
+    }
+
+    #[tokio::test]
+    async fn the_list_of_a_new_assignment_catches_up_and_says_which_it_was() {
+        let writer = Writer::<Deployment>::default();
+        let store = writer.as_reader();
+        let (tx, _) = broadcast::channel(16);
+        let indexes: Arc<Mutex<Vec<Index<Deployment>>>> = Arc::default();
+        let shared = shared(store.clone(), tx, indexes.clone());
+        let mut sub = std::pin::pin!(shared.subscribe_changes());
+        let list = |generation: u64, name: &str| {
+            [
+                Ok(Event::Init),
+                Ok(Event::InitApply(deployment(name, "1"))),
+                Ok(Event::InitDone),
+            ]
+            .map(|event| (generation, event))
+        };
+        let events = list(1, "kept-then-lost")
+            .into_iter()
+            .chain(list(2, "gained"))
+            .chain([(2, Ok(Event::Apply(deployment("live", "2"))))]);
+        let (listed, assignment_listed) = watch::channel(0);
+        fan_out(
+            shared.clone(),
+            futures::stream::iter(events),
+            Cache { writer, indexes },
+            managed::<Deployment>().broadcasts,
+            Some(listed),
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(*assignment_listed.borrow(), 2);
+        let mut changes = Vec::new();
+        for _ in 0..5 {
+            let change = sub.next().await.expect("a change");
+            let name = change.object.metadata.name.clone().unwrap_or_default();
+            changes.push((name, change.listed));
+        }
+        let (mut listed, live): (Vec<_>, Vec<_>) = changes.into_iter().partition(|(_, l)| *l);
+        listed.sort();
+        let listed: Vec<String> = listed.into_iter().map(|(name, _)| name).collect();
+        // The first list, read from the cache as the subscriber found it (gained, live); then
+        // what the list of the new assignment changed (gained added, kept-then-lost gone).
+        assert_eq!(listed, ["gained", "gained", "kept-then-lost", "live"]);
+        assert_eq!(live, [("live".to_string(), false)], "the live change");
+        assert_eq!(names(&store.state()), ["gained", "live"]);
     }
 
     /// Shared watches through an API server that fails every request with `code`.
