@@ -111,6 +111,13 @@ pub struct BenchArgs {
     /// so two builds compare within one run instead of across two noisy ones.
     #[arg(long, value_name = "NAME=PATH", value_parser = parse_also_manager)]
     pub also_manager: Vec<(String, PathBuf)>,
+    /// Replica counts of ours to measure in the workload phase, comma-separated: 1 is the
+    /// usual manager, leading alone; each count above it adds `ours-sharded-<n>`, that many
+    /// replicas with `--sharding`, each reconciling a share of the objects (e.g. `--replicas
+    /// 1,3`). Its memory is the most any replica held, and its CPU and requests those of all
+    /// replicas together. Recovery and failover measure single managers only.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub replicas: Vec<usize>,
     /// Measure only our manager, without the controller-runtime reference.
     #[arg(long)]
     pub no_reference: bool,
@@ -137,7 +144,7 @@ pub struct BenchArgs {
             "objects", "phases", "objects_per_namespace", "concurrency", "size",
             "max_concurrent_reconciles", "failover_rounds", "outage_seconds",
             "min_measured_seconds", "timeout_seconds", "manager_binary", "manager_flag",
-            "also_manager", "no_reference", "real_node", "output",
+            "also_manager", "replicas", "no_reference", "real_node", "output",
         ]
     )]
     pub report: Vec<PathBuf>,
@@ -204,13 +211,22 @@ impl BenchArgs {
                 "--size must be within 0..=99 so the scale event (size + 1) stays within the CRD's 0..=100"
             );
         }
+        let sharded: Vec<String> = self.replicas.iter().map(|r| sharded_name(*r)).collect();
         let mut names: Vec<&str> = self.also_manager.iter().map(|(n, _)| n.as_str()).collect();
+        if let Some(name) = names.iter().find(|name| sharded.iter().any(|s| s == *name)) {
+            anyhow::bail!("--also-manager: `{name}` names the replicas of --replicas");
+        }
         names.sort_unstable();
         if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
             anyhow::bail!("--also-manager: the name `{}` is given twice", twice[0]);
         }
         if self.max_concurrent_reconciles == 0 {
             anyhow::bail!("--max-concurrent-reconciles must be at least 1");
+        }
+        if let Some(replicas) = self.replicas.iter().find(|r| !(1..=64).contains(*r)) {
+            anyhow::bail!(
+                "--replicas {replicas}: each count must be within 1..=64 (a sharded manager splits 64 slots)"
+            );
         }
         Ok(())
     }
@@ -223,6 +239,8 @@ pub struct Contender {
     pub binary: PathBuf,
     /// Flags for this binary only, beside the ones both get.
     pub extra_args: Vec<String>,
+    /// How many replicas run in the workload phase: above 1, a sharded manager's.
+    pub replicas: usize,
 }
 
 /// The controllers our managers run in the bench: Memcached, whose job the reference does, and
@@ -230,6 +248,11 @@ pub struct Contender {
 const BENCHED_CONTROLLERS: &str = "--controllers=memcached,myapp";
 /// Our manager's name in the tables.
 pub const OURS: &str = "ours";
+
+/// The name in the tables of ours as `replicas` sharded replicas.
+fn sharded_name(replicas: usize) -> String {
+    format!("{OURS}-sharded-{replicas}")
+}
 /// The controller-runtime reference's name in the tables.
 pub const REFERENCE: &str = "controller-runtime";
 
@@ -277,14 +300,29 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     let mut contenders = vec![Contender {
         name: OURS.to_owned(),
-        binary: manager,
+        binary: manager.clone(),
         extra_args: ours_args(),
+        replicas: 1,
     }];
+    let mut sharded: Vec<usize> = args.replicas.iter().copied().filter(|r| *r > 1).collect();
+    sharded.sort_unstable();
+    sharded.dedup();
+    for replicas in sharded {
+        let mut extra_args = ours_args();
+        extra_args.push("--sharding".to_owned());
+        contenders.push(Contender {
+            name: sharded_name(replicas),
+            binary: manager.clone(),
+            extra_args,
+            replicas,
+        });
+    }
     for (name, binary) in &args.also_manager {
         contenders.push(Contender {
             name: name.clone(),
             binary: binary.clone(),
             extra_args: ours_args(),
+            replicas: 1,
         });
     }
     if !args.no_reference {
@@ -293,6 +331,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             binary: reference::build(|line| println!("{line}"))?,
             // Ours runs with RUST_LOG=warn; zap has no warn-only flag value, error is closest.
             extra_args: vec!["--zap-log-level=error".to_owned()],
+            replicas: 1,
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -453,8 +492,10 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
         }
     }
 
+    // A sharded manager's recovery and failover are its replicas' own: not measured here.
+    let single = || contenders.iter().filter(|c| c.replicas == 1);
     if args.measures_recovery() {
-        for contender in &contenders {
+        for contender in single() {
             println!(
                 "\n== recovery of {}: a {} s outage of the API server, then of the control plane, then a foreign Deployment",
                 contender.name, args.outage_seconds
@@ -470,7 +511,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
 
     if args.measures_failover() {
         let load = args.objects.iter().copied().max().unwrap_or_default();
-        for contender in &contenders {
+        for contender in single() {
             println!(
                 "\n== failover of {}, {} rounds each, {load} Memcacheds being scaled",
                 contender.name, args.failover_rounds
@@ -699,6 +740,22 @@ mod tests {
         let all = parse(&[]);
         assert!(all.measures_workload() && all.measures_recovery() && all.measures_failover());
         assert!(all.validate().is_ok());
+
+        let sharded = parse(&["--replicas", "1,3"]);
+        assert_eq!(sharded.replicas, [1, 3]);
+        assert!(sharded.validate().is_ok());
+        let error = parse(&["--replicas", "0,3"])
+            .validate()
+            .expect_err("no replica");
+        assert!(error.to_string().contains("--replicas 0"), "{error}");
+        let clash = parse(&[
+            "--replicas",
+            "3",
+            "--also-manager",
+            "ours-sharded-3=/bin/sh",
+        ]);
+        let error = clash.validate().expect_err("a clash");
+        assert!(error.to_string().contains("`ours-sharded-3`"), "{error}");
 
         let failover = parse(&["--phases", "failover", "--objects", "10000"]);
         assert!(!failover.measures_workload() && !failover.measures_recovery());

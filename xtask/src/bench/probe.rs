@@ -83,6 +83,16 @@ impl Counts {
         )
     }
 
+    /// These counts and `other`'s, added key by key.
+    #[must_use]
+    pub fn plus(&self, other: &Self) -> Self {
+        let mut sum = self.clone();
+        for (key, count) in &other.0 {
+            *sum.0.entry(key.clone()).or_default() += count;
+        }
+        sum
+    }
+
     /// Every count divided by `objects`.
     #[must_use]
     pub fn per(&self, objects: f64) -> Self {
@@ -597,8 +607,35 @@ pub struct ManagerCounts {
     pub cache_waits: Counts,
 }
 
+impl ManagerCounts {
+    /// What this manager and `other` counted together: the replicas of a sharded one.
+    #[must_use]
+    pub fn plus(&self, other: &Self) -> Self {
+        Self {
+            reconciles: self.reconciles + other.reconciles,
+            reconcile_time: (
+                self.reconcile_time.0 + other.reconcile_time.0,
+                self.reconcile_time.1 + other.reconcile_time.1,
+            ),
+            triggers: self.triggers.plus(&other.triggers),
+            cache_waits: self.cache_waits.plus(&other.cache_waits),
+        }
+    }
+}
+
 /// What the manager serving plain-HTTP metrics on `127.0.0.1:port` has counted so far.
 pub async fn manager_counts(port: u16) -> anyhow::Result<ManagerCounts> {
+    Ok(counts_of(&metrics_text(port).await?))
+}
+
+/// The sum of every sample of `name` that the manager serving plain-HTTP metrics on
+/// `127.0.0.1:port` exports now.
+pub async fn manager_metric(port: u16, name: &str) -> anyhow::Result<f64> {
+    Ok(sum_of(&metrics_text(port).await?, name))
+}
+
+/// The metrics text of the manager serving plain-HTTP metrics on `127.0.0.1:port`.
+async fn metrics_text(port: u16) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let read = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
@@ -619,7 +656,7 @@ pub async fn manager_counts(port: u16) -> anyhow::Result<ManagerCounts> {
         "the manager's /metrics on port {port} answered {:?}",
         head.lines().next().unwrap_or_default()
     );
-    Ok(counts_of(body))
+    Ok(body.to_owned())
 }
 
 /// The reconciles and triggers in a manager's metrics text.
@@ -706,6 +743,24 @@ controller_runtime_reconcile_time_seconds_count{controller=\"myapp\"} 1
             reference.triggers.0.is_empty() && reference.cache_waits.0.is_empty(),
             "the reference counts none"
         );
+
+        // Replicas' counts add up, key by key.
+        let both = counts.plus(&counts_of(
+            "operator_manager_reconcile_triggers_total{controller=\"memcached\",source=\"Service\"} 3\n\
+             controller_runtime_reconcile_total{controller=\"memcached\",result=\"success\"} 1\n",
+        ));
+        assert!((both.reconciles - 10.0).abs() < f64::EPSILON);
+        assert_eq!(both.reconcile_time, (2.0, 10.0));
+        assert_eq!(
+            both.triggers.0,
+            BTreeMap::from([
+                ("Deployment".to_owned(), 35.0),
+                ("MyApp".to_owned(), 0.0),
+                ("Pod".to_owned(), 12.0),
+                ("Service".to_owned(), 3.0),
+            ])
+        );
+        assert_eq!(both.cache_waits, counts.cache_waits);
     }
 
     #[test]

@@ -222,6 +222,16 @@ pub fn print_run(run: &Run) {
         run.memory.converged_anon_mib,
         run.memory.converged_file_mib
     );
+    if !run.memory.replica_peaks_mib.is_empty() {
+        let peaks: Vec<String> = (run.memory.replica_peaks_mib.iter())
+            .map(|peak| format!("{peak:.1}"))
+            .collect();
+        println!(
+            "  {} replicas, each its share: peak RSS {} MiB (the memory above is the most of any)",
+            peaks.len(),
+            peaks.join(" / ")
+        );
+    }
     println!(
         "  the cluster's own CPU per object: {}",
         phases(run)
@@ -419,38 +429,40 @@ pub fn markdown(results: &Results) -> String {
             }
         }
         out.push_str(
-            "\nA size changed at the moment of each stop, until its Deployment had it (the user's wait), and the replicas' resident memory just before each stop:\n\n| manager | failover | change written: min (s) | median (s) | max (s) | standby RSS median (MiB) | leader RSS median (MiB) |\n|---|---|---:|---:|---:|---:|---:|\n",
+            "\nA size changed at the moment of each stop, until its Deployment had it (the user's wait), and the replicas' resident memory just before each stop (a change not written after twice the time a takeover may take is counted as missed, and is no sample):\n\n| manager | failover | change written: min (s) | median (s) | max (s) | missed | standby RSS median (MiB) | leader RSS median (MiB) |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
         );
         for f in &results.failover {
-            for (name, spread) in [
-                ("graceful (SIGTERM)", &f.graceful_change),
-                ("crash (SIGKILL)", &f.crash_change),
+            for (name, spread, missed) in [
+                ("graceful (SIGTERM)", &f.graceful_change, f.graceful_missed),
+                ("crash (SIGKILL)", &f.crash_change, f.crash_missed),
             ] {
                 let _ = writeln!(
                     out,
-                    "| {} | {name} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} |",
+                    "| {} | {name} | {:.3} | {:.3} | {:.3} | {} | {:.1} | {:.1} |",
                     f.manager,
                     spread.min,
                     spread.median,
                     spread.max,
+                    missed.change,
                     f.standby_rss_mib.median,
                     f.leader_rss_mib.median
                 );
             }
         }
         out.push_str(
-            "\nSizes changed one every 50 ms as soon as the new leader led (while a cold standby catches up), until their Deployments had them:\n\n| manager | failover | changes | median (s) | p99 (s) | max (s) |\n|---|---|---:|---:|---:|---:|\n",
+            "\nSizes changed one every 50 ms as soon as the new leader led (while a cold standby catches up), until their Deployments had them:\n\n| manager | failover | changes | missed | median (s) | p99 (s) | max (s) |\n|---|---|---:|---:|---:|---:|---:|\n",
         );
         for f in &results.failover {
-            for (name, spread) in [
-                ("graceful (SIGTERM)", &f.graceful_live),
-                ("crash (SIGKILL)", &f.crash_live),
+            for (name, spread, missed) in [
+                ("graceful (SIGTERM)", &f.graceful_live, f.graceful_missed),
+                ("crash (SIGKILL)", &f.crash_live, f.crash_missed),
             ] {
                 let _ = writeln!(
                     out,
-                    "| {} | {name} | {} | {:.3} | {:.3} | {:.3} |",
+                    "| {} | {name} | {} | {} | {:.3} | {:.3} | {:.3} |",
                     f.manager,
                     spread.samples.len(),
+                    missed.live,
                     spread.median,
                     spread.p99,
                     spread.max
@@ -893,6 +905,7 @@ pub(crate) mod tests {
             memory: Memory {
                 idle_mib: 10.0,
                 peak_mib: 20.0,
+                replica_peaks_mib: Vec::new(),
                 converged_mib: 15.0,
                 converged_anon_mib: 5.0,
                 converged_file_mib: 10.0,
@@ -972,6 +985,7 @@ pub(crate) mod tests {
             objects: 100,
             graceful: empty.clone(),
             crash: empty,
+            crash_missed: crate::bench::failover::Missed { change: 1, live: 3 },
             ..Failover::default()
         });
         let dir = tempfile::tempdir().expect("a temporary directory");
@@ -982,7 +996,13 @@ pub(crate) mod tests {
 
         assert!(read.runs[0].scale.split.reported.max.is_nan());
         assert!(read.failover[0].crash.median.is_nan());
+        assert_eq!(read.failover[0].crash_missed.live, 3);
         assert_eq!(markdown(&read), markdown(&results));
+        assert!(
+            markdown(&read).contains("| ours | crash (SIGKILL) | 0 | 3 |"),
+            "the missed live changes are in the table:\n{}",
+            markdown(&read)
+        );
     }
 
     #[test]

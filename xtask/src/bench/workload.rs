@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 use super::baseline::Limit;
 use super::probe::{
-    self, ControlPlaneClock, Counts, CpuClock, MachineClock, RequestCounter, sample,
+    self, ControlPlaneClock, Counts, CpuClock, MachineClock, ProcessSample, RequestCounter, sample,
 };
 use super::tenants::{Target, Tenants};
 use super::timeline::{self, Timeline, Window};
@@ -133,11 +133,15 @@ pub struct Split {
     pub reported: Spread,
 }
 
-/// The manager's resident memory at the moments that matter, in MiB.
+/// The manager's resident memory at the moments that matter, in MiB: of a sharded manager,
+/// the most any of its replicas held at each.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Memory {
     pub idle_mib: f64,
     pub peak_mib: f64,
+    /// Each replica's peak, of a sharded manager; empty for one process.
+    #[serde(default)]
+    pub replica_peaks_mib: Vec<f64>,
     pub converged_mib: f64,
     /// Of `converged_mib`, the anonymous pages (heap, stacks, runtime) and the pages of files
     /// (the binary's code, its libraries): at small counts the code is most of the peak.
@@ -203,20 +207,26 @@ pub async fn measure(
         );
     }
     let lease_id = testkit::unique_name("bench-lease");
-    let (manager, metrics_port) =
-        start_manager(cluster, contender, kubeconfig, &lease_id, args, &[]).await?;
-    let pid = manager
-        .id()
-        .context("the manager exited right after starting")?;
+    let managers = start_contender(cluster, contender, kubeconfig, &lease_id, args).await?;
+    let processes = managers
+        .iter()
+        .map(|(manager, port)| {
+            let pid = manager
+                .id()
+                .context("a manager exited right after starting")?;
+            anyhow::Ok((pid, *port))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let pids: Vec<u32> = processes.iter().map(|(pid, _)| *pid).collect();
     // Let the watches list and settle before calling the manager idle.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = sample(pid)?;
+    let idle = samples(&pids)?;
 
     let size = args.size;
     let convergence = timed_phase(
         cluster,
         counter,
-        (pid, metrics_port),
+        &processes,
         (&tenants, tenants.targets()),
         size,
         args,
@@ -228,14 +238,14 @@ pub async fn measure(
     )
     .await
     .context("convergence phase")?;
-    let converged = sample(pid)?;
+    let converged = samples(&pids)?;
     println!("converged: {:.2} s", convergence.seconds);
 
     let scaled = size + 1;
     let scale = timed_phase(
         cluster,
         counter,
-        (pid, metrics_port),
+        &processes,
         (&tenants, tenants.targets()),
         scaled,
         args,
@@ -249,7 +259,7 @@ pub async fn measure(
     let burst = timed_phase(
         cluster,
         counter,
-        (pid, metrics_port),
+        &processes,
         (&tenants, &sampled),
         size,
         args,
@@ -257,10 +267,18 @@ pub async fn measure(
     )
     .await
     .context("burst phase")?;
-    let after = sample(pid)?;
+    let after = samples(&pids)?;
     println!("burst of {}: {:.2} s", sampled.len(), burst.seconds);
 
-    stop_manager(manager).await?;
+    for (manager, _) in managers {
+        stop_manager(manager).await?;
+    }
+    let peaks: Vec<f64> = (after.iter().zip(&converged))
+        .map(|(after, converged)| mib(after.peak_rss_bytes.max(converged.peak_rss_bytes)))
+        .collect();
+    let most = |of: &[ProcessSample], bytes: fn(&ProcessSample) -> u64| {
+        mib(of.iter().map(bytes).max().unwrap_or_default())
+    };
 
     let run = Run {
         manager: contender.name.clone(),
@@ -272,11 +290,12 @@ pub async fn measure(
         burst,
         burst_objects: sampled.len(),
         memory: Memory {
-            idle_mib: mib(idle.rss_bytes),
-            peak_mib: mib(after.peak_rss_bytes.max(converged.peak_rss_bytes)),
-            converged_mib: mib(converged.rss_bytes),
-            converged_anon_mib: mib(converged.anon_rss_bytes),
-            converged_file_mib: mib(converged.file_rss_bytes),
+            idle_mib: most(&idle, |s| s.rss_bytes),
+            peak_mib: peaks.iter().copied().fold(0.0, f64::max),
+            replica_peaks_mib: if peaks.len() > 1 { peaks } else { Vec::new() },
+            converged_mib: most(&converged, |s| s.rss_bytes),
+            converged_anon_mib: most(&converged, |s| s.anon_rss_bytes),
+            converged_file_mib: most(&converged, |s| s.file_rss_bytes),
         },
     };
     Ok((run, tenants))
@@ -288,6 +307,11 @@ async fn resize(api: Api<Memcached>, name: String, size: i32) -> Result<(), kube
     api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(|_| ())
+}
+
+/// A sample of each process of `pids`.
+fn samples(pids: &[u32]) -> anyhow::Result<Vec<ProcessSample>> {
+    pids.iter().map(|pid| sample(*pid)).collect()
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -302,7 +326,7 @@ fn mib(bytes: u64) -> f64 {
 async fn timed_phase<F, Fut>(
     cluster: &TestCluster,
     counter: &RequestCounter,
-    (pid, metrics_port): (u32, u16),
+    processes: &[(u32, u16)],
     (tenants, targets): (&Tenants, &[Target]),
     size: i32,
     args: &BenchArgs,
@@ -354,9 +378,9 @@ where
         );
     }
     let api_server_before = counter.read(&cluster.client).await?;
-    let (cpu_before, machine_before) = (CpuClock::read(pid)?, MachineClock::read()?);
+    let (cpu_before, machine_before) = (cpu_clocks(processes)?, MachineClock::read()?);
     let control_plane_before = ControlPlaneClock::read()?;
-    let counted_before = manager_counts_or_warn(metrics_port).await;
+    let counted_before = manager_counts_or_warn(processes).await;
 
     let (started, started_wall) = (Instant::now(), SystemTime::now());
     let changed_at: HashMap<String, Instant> = stream::iter(targets.iter())
@@ -402,9 +426,14 @@ where
         .read(&cluster.client)
         .await?
         .since(&api_server_before);
-    let (cpu_after, machine_after) = (CpuClock::read(pid)?, MachineClock::read()?);
+    let (cpu_after, machine_after) = (cpu_clocks(processes)?, MachineClock::read()?);
     let control_plane = ControlPlaneClock::read()?.seconds_since(&control_plane_before);
-    let counted = counted_before.zip(manager_counts_or_warn(metrics_port).await);
+    let counted = counted_before.zip(manager_counts_or_warn(processes).await);
+    let cpu_since = |seconds: fn(&CpuClock, &CpuClock) -> f64| {
+        (cpu_after.iter().zip(&cpu_before))
+            .map(|(after, before)| seconds(after, before))
+            .fold(0.0, |total, seconds| total + seconds)
+    };
     // Read once the counters are: parsing the log is the bench's work, not the phase's.
     let timeline = audit_timeline(cluster, targets, (started, started_wall), &converged_at).await;
     let requests = api_server.requests;
@@ -428,8 +457,8 @@ where
         watch_initial_events_per_object: api_server.initial_events.total() / count,
         closed_watches: api_server.closed_watches,
         changes_by_resource: api_server.changes.per(count),
-        cpu_seconds: cpu_after.seconds_since(&cpu_before),
-        cpu_wait_seconds: cpu_after.wait_seconds_since(&cpu_before),
+        cpu_seconds: cpu_since(CpuClock::seconds_since),
+        cpu_wait_seconds: cpu_since(CpuClock::wait_seconds_since),
         machine_busy: machine_after.busy_share_since(&machine_before),
         control_plane_cpu_seconds: control_plane,
         reconciles_per_object: counted
@@ -480,12 +509,26 @@ async fn audit_timeline(
         .ok()
 }
 
-/// What the manager counted so far, or `None` (said on stderr) when its metrics are unreadable.
-async fn manager_counts_or_warn(port: u16) -> Option<probe::ManagerCounts> {
-    probe::manager_counts(port)
-        .await
-        .inspect_err(|error| eprintln!("warning: no reconcile count: {error:#}"))
-        .ok()
+/// The CPU clock of each of `processes` (pid and metrics port).
+fn cpu_clocks(processes: &[(u32, u16)]) -> anyhow::Result<Vec<CpuClock>> {
+    processes
+        .iter()
+        .map(|(pid, _)| CpuClock::read(*pid))
+        .collect()
+}
+
+/// What the manager of `processes` (each pid and metrics port: a sharded one's replicas)
+/// counted so far, all together, or `None` (said on stderr) when some metrics are unreadable.
+async fn manager_counts_or_warn(processes: &[(u32, u16)]) -> Option<probe::ManagerCounts> {
+    let mut total = probe::ManagerCounts::default();
+    for (_, port) in processes {
+        let counts = probe::manager_counts(*port)
+            .await
+            .inspect_err(|error| eprintln!("warning: no reconcile count: {error:#}"))
+            .ok()?;
+        total = total.plus(&counts);
+    }
+    Some(total)
 }
 
 /// The first moment each object (`namespace/name`) was seen in some state.
@@ -608,6 +651,86 @@ pub async fn start_manager(
     args: &BenchArgs,
     extra: &[&str],
 ) -> anyhow::Result<(ManagerProcess, u16)> {
+    let (manager, metrics_port) =
+        spawn_manager(contender, kubeconfig, lease_id, args, extra).await?;
+    wait_for_holder(
+        cluster,
+        &kubeconfig.namespace,
+        lease_id,
+        |holder| !holder.is_empty(),
+        Duration::from_secs(60),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "the manager did not take the Lease; its log: {}",
+            manager.log().display()
+        )
+    })?;
+    Ok((manager, metrics_port))
+}
+
+/// Starts `contender` for the workload: its manager, once it leads, or each replica of a
+/// sharded one, once they share every slot. Each with the loopback port of its metrics.
+async fn start_contender(
+    cluster: &TestCluster,
+    contender: &Contender,
+    kubeconfig: &ServiceAccountKubeconfig,
+    lease_id: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<Vec<(ManagerProcess, u16)>> {
+    if contender.replicas <= 1 {
+        let manager = start_manager(cluster, contender, kubeconfig, lease_id, args, &[]).await?;
+        return Ok(vec![manager]);
+    }
+    let mut replicas = Vec::with_capacity(contender.replicas);
+    for _ in 0..contender.replicas {
+        replicas.push(spawn_manager(contender, kubeconfig, lease_id, args, &[]).await?);
+    }
+    let started = Instant::now();
+    let timeout = Duration::from_secs(60);
+    loop {
+        let mut shares = Vec::with_capacity(replicas.len());
+        for (_, port) in &replicas {
+            // A replica not serving its metrics yet owns nothing yet.
+            let slots = probe::manager_metric(*port, SHARD_SLOTS_METRIC).await;
+            shares.push(slots.unwrap_or(0.0));
+        }
+        let owned: f64 = shares.iter().sum();
+        if shares.iter().all(|slots| *slots > 0.0) && owned >= 64.0 {
+            println!(
+                "{} replicas share the 64 slots as {shares:?}, {:.1} s after the first started",
+                replicas.len(),
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(replicas);
+        }
+        if started.elapsed() > timeout {
+            let logs: Vec<String> = (replicas.iter())
+                .map(|(manager, _)| manager.log().display().to_string())
+                .collect();
+            anyhow::bail!(
+                "the {} replicas did not share the slots within {timeout:?} (they own {shares:?}); their logs: {}",
+                replicas.len(),
+                logs.join(", ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How many of the 64 slots a sharded replica reconciles.
+const SHARD_SLOTS_METRIC: &str = "operator_manager_shard_slots";
+
+/// Spawns `contender` with the bench's flags plus `extra`; the process and the loopback port
+/// of its plain-HTTP metrics.
+async fn spawn_manager(
+    contender: &Contender,
+    kubeconfig: &ServiceAccountKubeconfig,
+    lease_id: &str,
+    args: &BenchArgs,
+    extra: &[&str],
+) -> anyhow::Result<(ManagerProcess, u16)> {
     let metrics_port = testkit::free_port()?;
     let metrics = format!("--metrics-bind-address=127.0.0.1:{metrics_port}");
     let probes = format!(
@@ -638,20 +761,6 @@ pub async fn start_manager(
         &[("RUST_LOG", "warn")],
     )
     .await?;
-    wait_for_holder(
-        cluster,
-        &kubeconfig.namespace,
-        lease_id,
-        |holder| !holder.is_empty(),
-        Duration::from_secs(60),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "the manager did not take the Lease; its log: {}",
-            manager.log().display()
-        )
-    })?;
     Ok((manager, metrics_port))
 }
 
