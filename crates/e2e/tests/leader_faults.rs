@@ -35,10 +35,7 @@ use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use testkit::{ManagerProcess, PrivateCluster, TcpProxy, TestNamespace};
@@ -368,7 +365,7 @@ impl Harness {
             }
             Fault::HeldWrite => {
                 let name = format!("held-{}", self.held.len());
-                create_memcached(&self.memcacheds, &name, 1).await?;
+                testkit::create_memcached(&self.memcacheds, &name, 1).await?;
                 let held = self.admission.next(Duration::from_secs(30)).await?;
                 ensure!(
                     held.name == name && held.pod == old,
@@ -480,118 +477,6 @@ impl Harness {
     }
 }
 
-fn memcached_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(product::group!(cache), "v1beta1", "Memcached"),
-        "memcacheds",
-    )
-}
-
-/// A small deterministic generator, enough to vary the workload.
-struct XorShift(u64);
-
-impl XorShift {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        usize::try_from(self.0 % (n as u64)).unwrap_or_default()
-    }
-}
-
-async fn create_memcached(api: &Api<DynamicObject>, name: &str, size: usize) -> kube::Result<()> {
-    let object =
-        DynamicObject::new(name, &memcached_resource()).data(json!({ "spec": { "size": size } }));
-    api.create(&PostParams::default(), &object).await?;
-    Ok(())
-}
-
-/// Scales and replaces Memcacheds until `stop` turns true; errors (the API server restarts
-/// meanwhile) are counted, not fatal. Returns (changes made, errors).
-async fn churn(api: Api<DynamicObject>, stop: tokio::sync::watch::Receiver<bool>) -> (u64, u64) {
-    let mut random = XorShift(0x9e37_79b9_7f4a_7c15);
-    let mut names: Vec<String> = (0..MEMCACHEDS).map(|i| format!("mc-{i}")).collect();
-    let mut next = MEMCACHEDS;
-    let (mut changes, mut errors) = (0, 0);
-    while !*stop.borrow() {
-        let index = random.below(names.len());
-        let result = if random.below(4) == 0 {
-            // Replace: delete one, create a new one.
-            let gone = names[index].clone();
-            let fresh = format!("mc-{next}");
-            match api.delete(&gone, &DeleteParams::default()).await {
-                Ok(_) => {
-                    next += 1;
-                    names[index] = fresh.clone();
-                    create_memcached(&api, &fresh, 1 + random.below(3)).await
-                }
-                Err(error) => Err(error),
-            }
-        } else {
-            let size = 1 + random.below(4);
-            api.patch(
-                &names[index],
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "spec": { "size": size } })),
-            )
-            .await
-            .map(|_| ())
-        };
-        match result {
-            Ok(()) => changes += 1,
-            Err(_) => errors += 1,
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (changes, errors)
-}
-
-/// Waits until every Memcached's Deployment asks for its size and its status has observed its
-/// latest generation.
-async fn wait_all_converged(
-    api: &Api<DynamicObject>,
-    deployments: &Api<Deployment>,
-    timeout: Duration,
-) -> Result<()> {
-    testkit::wait_for("every Memcached to converge", timeout, || async {
-        let objects = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let deployed = deployments
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut behind = Vec::new();
-        for object in &objects.items {
-            let name = object.metadata.name.clone().unwrap_or_default();
-            let size = object.data["spec"]["size"].as_i64();
-            let replicas = deployed
-                .items
-                .iter()
-                .find(|d| d.metadata.name.as_deref() == Some(name.as_str()))
-                .and_then(|d| d.spec.replicas)
-                .map(i64::from);
-            let observed = object.data["status"]["observedGeneration"].as_i64();
-            if replicas != size || observed != object.metadata.generation {
-                behind.push(name);
-            }
-        }
-        if behind.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} of {} behind, e.g. {:?}",
-                behind.len(),
-                objects.items.len(),
-                &behind[..behind.len().min(5)]
-            ))
-        }
-    })
-    .await?;
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_write_outside_the_lease_under_faults() -> Result<()> {
     let rounds: usize = std::env::var("LEADER_FAULT_ROUNDS")
@@ -630,7 +515,7 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
         namespace.name(),
-        &memcached_resource(),
+        &testkit::memcached_resource(),
     );
     let held_names: Vec<String> = (0..HELD_ROUNDS).map(|i| format!("held-{i}")).collect();
     let admission =
@@ -649,10 +534,10 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
 
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace.name());
     for index in 0..MEMCACHEDS {
-        create_memcached(&api, &format!("mc-{index}"), 1 + index % 3).await?;
+        testkit::create_memcached(&api, &format!("mc-{index}"), 1 + index % 3).await?;
     }
     let (stop_churn, stopped) = tokio::sync::watch::channel(false);
-    let churning = tokio::spawn(churn(api.clone(), stopped));
+    let churning = tokio::spawn(testkit::churn(api.clone(), MEMCACHEDS, stopped));
 
     let mut plan = Vec::new();
     for round in 0..rounds {
@@ -710,7 +595,7 @@ async fn no_write_outside_the_lease_under_faults() -> Result<()> {
         outcomes.len(),
         began.elapsed().as_secs_f64()
     );
-    wait_all_converged(&api, &deployments, Duration::from_secs(180)).await?;
+    testkit::wait_all_converged(&api, &deployments, Duration::from_secs(180)).await?;
     let count = api.list(&ListParams::default()).await?.items.len();
     println!("all {count} Memcacheds converged");
 

@@ -30,6 +30,7 @@ mod error;
 pub mod https;
 mod manager;
 mod manifests;
+mod memcached_load;
 mod namespace;
 mod private;
 mod prometheus;
@@ -53,6 +54,7 @@ pub use manifests::{
     FIELD_MANAGER, apply_dir, apply_objects, apply_yaml_file, deploy_dir, parse_yaml,
     read_yaml_file, workspace_root, yaml_files,
 };
+pub use memcached_load::{churn, create_memcached, memcached_resource, wait_all_converged};
 pub use namespace::{PodSecurity, TestNamespace, pod_security_labels, unique_name};
 pub use private::PrivateCluster;
 pub use prometheus::{Prometheus, Target, TargetTls};
