@@ -66,8 +66,10 @@ impl LocalCluster {
     /// the scheduler and kwok; keeps the API server away for `downtime` from its SIGTERM (or
     /// until it and the others have exited, if that takes longer); starts it again with
     /// the same command line and waits until it answers `/readyz`; then starts the others again
-    /// with theirs, without waiting for them. Clients see connection refused meanwhile; etcd
-    /// keeps running. The other processes of the test machine that use the cluster in the
+    /// with theirs, without waiting for them; the API server with the feature gates this
+    /// cluster asks for ([`LocalCluster::feature_gates`]), so a restart of
+    /// `LocalCluster::from_env()?.without_sharded_lists()` turns the gate off. Clients see
+    /// connection refused meanwhile; etcd keeps running. The other processes of the test machine that use the cluster in the
     /// meantime see the outage too, so a test that calls this should not share the cluster with
     /// concurrent tests.
     ///
@@ -97,7 +99,13 @@ impl LocalCluster {
         for &i in &clients {
             command_lines.push(command_line(&state.components[i])?);
         }
-        let apiserver_args = command_line(&state.components[apiserver])?;
+        // Started again with the feature gates this cluster asks for: a bench turns the
+        // sharded lists off and on between its managers.
+        let apiserver_args = with_feature_gates(
+            command_line(&state.components[apiserver])?,
+            &self.feature_gates(),
+        );
+        state.feature_gates = self.feature_gates();
 
         let component = state.components[apiserver].clone();
         let stopping = Instant::now();
@@ -140,6 +148,18 @@ impl LocalCluster {
         }
         Ok(())
     }
+}
+
+/// `args` with `--feature-gates` set to `gates` (left out when there are none).
+fn with_feature_gates(args: Vec<String>, gates: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = args
+        .into_iter()
+        .filter(|arg| !arg.starts_with("--feature-gates="))
+        .collect();
+    if !gates.is_empty() {
+        args.push(format!("--feature-gates={}", gates.join(",")));
+    }
+    args
 }
 
 /// The arguments `component` was started with, read from its running process.
@@ -219,6 +239,35 @@ fn port_is_free(port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_sets_the_feature_gates_asked_for() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        let gated = args(&[
+            "--secure-port=1",
+            "--feature-gates=ShardedListAndWatch=true",
+            "--v=1",
+        ]);
+        assert_eq!(
+            with_feature_gates(gated.clone(), &[]),
+            args(&["--secure-port=1", "--v=1"])
+        );
+        assert_eq!(
+            with_feature_gates(
+                args(&["--v=1"]),
+                &["A=true".to_owned(), "B=false".to_owned()]
+            ),
+            args(&["--v=1", "--feature-gates=A=true,B=false"])
+        );
+        assert_eq!(
+            with_feature_gates(gated, &["ShardedListAndWatch=true".to_owned()]),
+            args(&[
+                "--secure-port=1",
+                "--v=1",
+                "--feature-gates=ShardedListAndWatch=true"
+            ])
+        );
+    }
 
     #[test]
     fn the_secure_port_comes_from_the_command_line() {

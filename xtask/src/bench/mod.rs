@@ -118,6 +118,11 @@ pub struct BenchArgs {
     /// replicas together. Recovery and failover measure single managers only.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub replicas: Vec<usize>,
+    /// Whether the sharded managers of `--replicas` run on an API server that lists and
+    /// watches by shard (the `ShardedListAndWatch` gate, which the local cluster has): `on`,
+    /// `off` (restarted without the gate for them, as `ours-sharded-<n>-gate-off`), or `both`.
+    #[arg(long, value_enum, default_value = "on")]
+    pub sharded_lists: ShardedLists,
     /// Measure only our manager, without the controller-runtime reference.
     #[arg(long)]
     pub no_reference: bool,
@@ -144,7 +149,7 @@ pub struct BenchArgs {
             "objects", "phases", "objects_per_namespace", "concurrency", "size",
             "max_concurrent_reconciles", "failover_rounds", "outage_seconds",
             "min_measured_seconds", "timeout_seconds", "manager_binary", "manager_flag",
-            "also_manager", "replicas", "no_reference", "real_node", "output",
+            "also_manager", "replicas", "sharded_lists", "no_reference", "real_node", "output",
         ]
     )]
     pub report: Vec<PathBuf>,
@@ -154,6 +159,25 @@ pub struct BenchArgs {
     /// reference (see `bench/plot.rs`), e.g. `--report <files> --plot docs/bench-results/plots`.
     #[arg(long, value_name = "DIR", requires = "report")]
     pub plot: Option<PathBuf>,
+}
+
+/// Which API servers the sharded managers are measured on ([`BenchArgs::sharded_lists`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShardedLists {
+    On,
+    Off,
+    Both,
+}
+
+impl ShardedLists {
+    /// Each gate setting to measure, on first.
+    fn settings(self) -> &'static [bool] {
+        match self {
+            Self::On => &[true],
+            Self::Off => &[false],
+            Self::Both => &[true, false],
+        }
+    }
 }
 
 /// A part of the bench that `--phases` can select.
@@ -211,7 +235,9 @@ impl BenchArgs {
                 "--size must be within 0..=99 so the scale event (size + 1) stays within the CRD's 0..=100"
             );
         }
-        let sharded: Vec<String> = self.replicas.iter().map(|r| sharded_name(*r)).collect();
+        let sharded: Vec<String> = (self.replicas.iter())
+            .flat_map(|r| [sharded_name(*r, true), sharded_name(*r, false)])
+            .collect();
         let mut names: Vec<&str> = self.also_manager.iter().map(|(n, _)| n.as_str()).collect();
         if let Some(name) = names.iter().find(|name| sharded.iter().any(|s| s == *name)) {
             anyhow::bail!("--also-manager: `{name}` names the replicas of --replicas");
@@ -241,6 +267,8 @@ pub struct Contender {
     pub extra_args: Vec<String>,
     /// How many replicas run in the workload phase: above 1, a sharded manager's.
     pub replicas: usize,
+    /// Whether the API server it runs on lists and watches by shard.
+    pub sharded_lists: bool,
 }
 
 /// The controllers our managers run in the bench: Memcached, whose job the reference does, and
@@ -249,9 +277,14 @@ const BENCHED_CONTROLLERS: &str = "--controllers=memcached,myapp";
 /// Our manager's name in the tables.
 pub const OURS: &str = "ours";
 
-/// The name in the tables of ours as `replicas` sharded replicas.
-fn sharded_name(replicas: usize) -> String {
-    format!("{OURS}-sharded-{replicas}")
+/// The name in the tables of ours as `replicas` sharded replicas, on an API server that lists
+/// by shard or not.
+fn sharded_name(replicas: usize, sharded_lists: bool) -> String {
+    if sharded_lists {
+        format!("{OURS}-sharded-{replicas}")
+    } else {
+        format!("{OURS}-sharded-{replicas}-gate-off")
+    }
 }
 /// The controller-runtime reference's name in the tables.
 pub const REFERENCE: &str = "controller-runtime";
@@ -303,19 +336,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         binary: manager.clone(),
         extra_args: ours_args(),
         replicas: 1,
+        sharded_lists: true,
     }];
     let mut sharded: Vec<usize> = args.replicas.iter().copied().filter(|r| *r > 1).collect();
     sharded.sort_unstable();
     sharded.dedup();
     for replicas in sharded {
-        let mut extra_args = ours_args();
-        extra_args.push("--sharding".to_owned());
-        contenders.push(Contender {
-            name: sharded_name(replicas),
-            binary: manager.clone(),
-            extra_args,
-            replicas,
-        });
+        for &sharded_lists in args.sharded_lists.settings() {
+            let mut extra_args = ours_args();
+            extra_args.push("--sharding".to_owned());
+            contenders.push(Contender {
+                name: sharded_name(replicas, sharded_lists),
+                binary: manager.clone(),
+                extra_args,
+                replicas,
+                sharded_lists,
+            });
+        }
     }
     for (name, binary) in &args.also_manager {
         contenders.push(Contender {
@@ -323,6 +360,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             binary: binary.clone(),
             extra_args: ours_args(),
             replicas: 1,
+            sharded_lists: true,
         });
     }
     if !args.no_reference {
@@ -332,6 +370,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             // Ours runs with RUST_LOG=warn; zap has no warn-only flag value, error is closest.
             extra_args: vec!["--zap-log-level=error".to_owned()],
             replicas: 1,
+            sharded_lists: true,
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -458,7 +497,7 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
                 } else {
                     println!("-- {}", contender.name);
                 }
-                fresh_control_plane(&cluster, args.timeout()).await?;
+                fresh_control_plane(&cluster, args.timeout(), contender.sharded_lists).await?;
                 let (run, tenants) = workload::measure(
                     &cluster,
                     contender,
@@ -490,6 +529,11 @@ async fn run_async(args: BenchArgs, contenders: Vec<Contender>) -> anyhow::Resul
             }
             round += 1;
         }
+    }
+
+    // The cluster goes on with the gate it is started with, which the rest measure with.
+    if !workload_counts.is_empty() && contenders.iter().any(|c| !c.sharded_lists) {
+        fresh_control_plane(&cluster, args.timeout(), true).await?;
     }
 
     // A sharded manager's recovery and failover are its replicas' own: not measured here.
@@ -569,7 +613,8 @@ async fn local_cluster(real_node: bool) -> anyhow::Result<testkit::TestCluster> 
 }
 
 /// Restarts the control plane (the API server, and the controller manager, the scheduler and
-/// kwok with it) before a manager is measured, so each starts from the same server and the
+/// kwok with it; the API server with the `ShardedListAndWatch` gate unless `sharded_lists` is
+/// false) before a manager is measured, so each starts from the same server and the
 /// same controllers: the API server's watch caches and heap grow with every object a run
 /// creates and deletes (past 20 GiB after 10,000 Memcacheds), which would slow, or at that
 /// size starve, whoever runs next, and the controllers' own caches and queues would carry the
@@ -579,8 +624,14 @@ async fn local_cluster(real_node: bool) -> anyhow::Result<testkit::TestCluster> 
 async fn fresh_control_plane(
     cluster: &testkit::TestCluster,
     timeout: Duration,
+    sharded_lists: bool,
 ) -> anyhow::Result<()> {
     let local = localcluster::LocalCluster::from_env().context("finding the local cluster")?;
+    let local = if sharded_lists {
+        local
+    } else {
+        local.without_sharded_lists()
+    };
     let restarted = Instant::now();
     local
         .restart(localcluster::Outage::ControlPlane, Duration::ZERO)
@@ -661,7 +712,9 @@ mod tests {
 
     use clap::Parser;
 
-    use super::{BenchArgs, MAX_RUNS, StopSignals, parse_also_manager, percentile, runs_needed};
+    use super::{
+        BenchArgs, MAX_RUNS, StopSignals, parse_also_manager, percentile, runs_needed, sharded_name,
+    };
 
     #[derive(Debug, Parser)]
     struct Bench {
@@ -744,6 +797,9 @@ mod tests {
         let sharded = parse(&["--replicas", "1,3"]);
         assert_eq!(sharded.replicas, [1, 3]);
         assert!(sharded.validate().is_ok());
+        let both = parse(&["--replicas", "3", "--sharded-lists", "both"]);
+        assert_eq!(both.sharded_lists.settings(), [true, false]);
+        assert_eq!(sharded_name(3, false), "ours-sharded-3-gate-off");
         let error = parse(&["--replicas", "0,3"])
             .validate()
             .expect_err("no replica");
