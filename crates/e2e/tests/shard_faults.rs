@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher;
@@ -185,6 +186,33 @@ async fn wait_members(replicas: &[Replica], indexes: &[usize]) -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits until the member Leases of the group are those of `count` replicas: the Lease a
+/// replica that died left behind is deleted two lease durations after it stood still, and a
+/// replica that joins before then counts it alive for a lease duration.
+async fn wait_left_behind_gone(leases: &Api<Lease>, count: usize) -> Result<()> {
+    let prefix = format!("{GROUP}-member-");
+    testkit::wait_for(
+        "the member Leases of replicas that died to be deleted",
+        LEASE_DURATION * 4,
+        || async {
+            let names: Vec<String> = (leases.list(&Default::default()).await)
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|lease| lease.metadata.name)
+                .filter(|name| name.starts_with(&prefix))
+                .collect();
+            if names.len() == count {
+                Ok(())
+            } else {
+                Err(format!("{names:?}"))
+            }
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// Records the uid of every Memcached that ever exists in `api`'s namespace, by name (the
@@ -367,7 +395,9 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
     }
     wait_shared(&replicas, &[0, 1, 2]).await?;
 
-    // Scale 3 → 2 → 4, once the frozen replica's old member Lease has run out.
+    // Scale 3 → 2 → 4, once the Leases of the replicas that died are gone.
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &identity.namespace);
+    wait_left_behind_gone(&leases, 3).await?;
     wait_members(&replicas, &[0, 1, 2]).await?;
     replicas[2].signal(Signal::SIGTERM)?;
     let moved = wait_shared(&replicas, &[0, 1]).await?;
@@ -389,10 +419,8 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
         ready.as_secs_f64(),
         shared.as_secs_f64()
     );
-    // Two replicas joining at once settle within a few seconds today (one alone, within a
-    // second); the bound keeps a stall from passing unnoticed.
     ensure!(
-        shared < LEASE_DURATION,
+        shared < Duration::from_secs(1),
         "the scale-up took {shared:?} once ready"
     );
 

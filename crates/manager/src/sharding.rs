@@ -237,9 +237,11 @@ impl Members {
     }
 }
 
-/// How many lease durations a dead member's Lease stands still before it is deleted: long
-/// past the moment its slots were taken, so no member still judges it by then.
-const LEFT_BEHIND_AFTER: u32 = 10;
+/// How many lease durations a dead member's Lease stands still before it is deleted: past the
+/// moment its slots were taken (one lease duration), and soon enough that a replica which joins
+/// later does not count it alive: a joiner has never seen it renew, so it would wait a whole
+/// lease duration before taking its full share.
+const LEFT_BEHIND_AFTER: u32 = 2;
 
 /// Whether the API server lists and watches by shard (KEP-5866's `shardSelector`, alpha in
 /// 1.36 behind the `ShardedListAndWatch` gate): asked with a list of the Leases of `namespace`
@@ -830,7 +832,7 @@ mod tests {
             ["g-member-c"],
             "a released Lease at once; b's not yet"
         );
-        let long_after = start + Duration::from_secs(15 * 10);
+        let long_after = start + Duration::from_secs(15 * 2);
         let mut behind: Vec<String> = members
             .left_behind("a", long_after)
             .into_iter()
@@ -840,7 +842,7 @@ mod tests {
         assert_eq!(
             behind,
             ["g-member-b", "g-member-c"],
-            "b's after ten lease durations"
+            "b's after two lease durations"
         );
         assert!(
             members
