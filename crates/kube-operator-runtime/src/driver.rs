@@ -1265,6 +1265,19 @@ mod tests {
                 .unwrap_or_else(|_| panic!("settled: {} taken, {:?}", taken.get(), self.seen()));
         }
 
+        /// Waits until a sharded driver has taken an assignment that owns `objects` objects.
+        async fn owns(&self, objects: i64) {
+            let owned = self.metrics.shard_objects.with_label_values(&["test"]);
+            let taken = async {
+                while owned.get() != objects {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), taken)
+                .await
+                .unwrap_or_else(|_| panic!("owns {objects} objects: {}", owned.get()));
+        }
+
         /// Lets the reconciles go one at a time, each once the one before has let the next start,
         /// until `started` have started; then stops the driver and returns what was seen.
         async fn finish(self, started: usize) -> Vec<String> {
@@ -1523,7 +1536,9 @@ mod tests {
         );
         let slots = Slots::one(slot_of_uid(a)).with(slot_of_uid(b));
         let generation = control.assign(slots, Default::default());
-        // A live change meanwhile waits with its slot, and goes first.
+        // A live change meanwhile waits with its slot, and goes first. (One that came before
+        // the assignment would not be this replica's, and would be dropped.)
+        r.owns(2).await;
         r.trigger(b);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(
