@@ -1601,29 +1601,36 @@ async fn sharded_replicas(fixture: &Fixture, server_side: bool) -> Result<()> {
     for object in &objects {
         let uid = api.get(object).await?.metadata.uid.unwrap_or_default();
         let deployment = deployments.get(object).await?;
-        let slot = deployment
-            .metadata
-            .labels
-            .unwrap_or_default()
-            .remove(kube_operator_runtime::labels::SHARD_SLOT);
         let expected = kube_operator_runtime::slots::slot_of_uid(&uid).to_string();
-        ensure!(
-            slot.as_deref() == Some(expected.as_str()),
-            "the Deployment of {object} is labelled with slot {slot:?}, not {expected}"
-        );
+        let slot_of = |labels: Option<std::collections::BTreeMap<String, String>>| {
+            labels
+                .unwrap_or_default()
+                .remove(kube_operator_runtime::labels::SHARD_SLOT)
+        };
+        // Its pods' template too: each replica watches the pods of its own slots.
+        let template_labels =
+            (deployment.spec.template.metadata.clone()).and_then(|metadata| metadata.labels);
+        for (what, slot) in [
+            ("Deployment", slot_of(deployment.metadata.labels)),
+            ("pod template", slot_of(template_labels)),
+        ] {
+            ensure!(
+                slot.as_deref() == Some(expected.as_str()),
+                "the {what} of {object} is labelled with slot {slot:?}, not {expected}"
+            );
+        }
     }
     let by_slot = testkit::read_audit_files_where(&files, |line| line.contains("shard-slot"))?;
     for pod in &pods {
-        let selected = by_slot.iter().any(|e| {
-            e.resource == "deployments"
-                && matches!(e.verb.as_str(), "list" | "watch")
-                && e.user_agent.contains(&format!("({pod}_"))
-                && e.request_uri.contains("shard-slot")
-        });
-        ensure!(
-            selected,
-            "{pod} never listed or watched Deployments by slot"
-        );
+        for resource in ["deployments", "pods"] {
+            let selected = by_slot.iter().any(|e| {
+                e.resource == resource
+                    && matches!(e.verb.as_str(), "list" | "watch")
+                    && e.user_agent.contains(&format!("({pod}_"))
+                    && e.request_uri.contains("shard-slot")
+            });
+            ensure!(selected, "{pod} never listed or watched {resource} by slot");
+        }
     }
     Ok(())
 }

@@ -312,6 +312,9 @@ impl<K: Reconciled> Builder<K> {
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         self.require::<C>("", rbac::READ);
+        // A cache that follows a sharded replica's slots holds the objects of gained slots
+        // back until it has listed them.
+        self.children_listed.extend(cache.assignment_listed());
         let (ready, shutdown) = (cache.clone(), self.ctx.shutdown.clone());
         self.caches
             .push(async move { ready.ready(&shutdown).await }.boxed());
@@ -362,7 +365,6 @@ impl<K: Reconciled> Builder<K> {
         C: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         self.require::<C>("", rbac::MANAGE);
-        self.children_listed.extend(children.assignment_listed());
         self.watches_except(children, controller_of::<K, C>, own_write)
     }
 
@@ -390,8 +392,7 @@ impl<K: Reconciled> Builder<K> {
         K::Scope: ScopedApi,
         C: ChildObject + ChildView<C> + Send + Sync + 'static,
     {
-        let managed = WatchSpec::labelled(crate::labels::managed_selector()).of_children();
-        self.owns_kind_as::<C, C>(managed)
+        self.owns_kind_as::<C, C>(WatchSpec::labelled(crate::labels::managed_selector()))
     }
 
     /// Like [`Builder::owns_kind`], with the children cached as `V` and watched as `spec`
@@ -430,7 +431,6 @@ impl<K: Reconciled> Builder<K> {
         self.require::<C>("", rbac::MANAGE);
         let field_manager = self.field_manager();
         let managed = self.ctx.watches.watch(spec.of_children());
-        self.children_listed.extend(managed.assignment_listed());
         let others = self
             .ctx
             .watches

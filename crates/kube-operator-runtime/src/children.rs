@@ -550,7 +550,7 @@ where
     pub(crate) async fn write(&self, desired: &C, owner_uid: &str) -> Result<Wrote<V>, Error> {
         let labelled;
         let desired = if self.slot_labels && !owner_uid.is_empty() {
-            labelled = with_slot_label(desired, owner_uid);
+            labelled = with_slot_label(desired, owner_uid)?;
             &labelled
         } else {
             desired
@@ -719,13 +719,43 @@ where
     }
 }
 
-/// `desired` labelled with the slot of its owner's uid ([`crate::labels::SHARD_SLOT`]).
-fn with_slot_label<C: Resource + Clone>(desired: &C, owner_uid: &str) -> C {
+/// `desired` labelled with the slot of its owner's uid ([`crate::labels::SHARD_SLOT`]), and so
+/// is the pod template of an `apps` workload (a Deployment, StatefulSet, DaemonSet or
+/// ReplicaSet), so that its pods can be watched by slot too ([`crate::watches::managed_pods`]).
+/// A Job's template is left alone: it cannot change once the Job exists.
+fn with_slot_label<C: ChildObject>(desired: &C, owner_uid: &str) -> Result<C, Error> {
     let mut labelled = desired.clone();
     let slot = crate::slots::slot_of_uid(owner_uid).to_string();
     (labelled.meta_mut().labels.get_or_insert_default())
-        .insert(crate::labels::SHARD_SLOT.to_owned(), slot);
-    labelled
+        .insert(crate::labels::SHARD_SLOT.to_owned(), slot.clone());
+    if C::group(&()) != "apps" {
+        return Ok(labelled);
+    }
+    let serialize = |source| Error::Serialize {
+        kind: "child object",
+        source,
+    };
+    let mut object = serde_json::to_value(&labelled).map_err(serialize)?;
+    let Some(template) = object
+        .pointer_mut("/spec/template")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return Ok(labelled);
+    };
+    let metadata = template
+        .entry("metadata")
+        .or_insert_with(|| serde_json::json!({}));
+    let Some(metadata) = metadata.as_object_mut() else {
+        return Ok(labelled);
+    };
+    let labels = metadata
+        .entry("labels")
+        .or_insert_with(|| serde_json::json!({}));
+    let Some(labels) = labels.as_object_mut() else {
+        return Ok(labelled);
+    };
+    labels.insert(crate::labels::SHARD_SLOT.to_owned(), slot.into());
+    serde_json::from_value(object).map_err(serialize)
 }
 
 /// The cache key of the child called `name` in `namespace`.
@@ -1446,6 +1476,48 @@ mod ensure_tests {
         );
         // What the controller asked for is kept beside it.
         assert_eq!(create.body["metadata"]["labels"]["app"], "m");
+    }
+
+    #[test]
+    fn a_workloads_pods_carry_their_owners_slot_and_a_jobs_template_is_left_alone() {
+        let slot = serde_json::json!(crate::slots::slot_of_uid("u1").to_string());
+        let mut deployment = desired_deployment(2);
+        (deployment
+            .spec
+            .template
+            .metadata
+            .get_or_insert_default()
+            .labels)
+            .get_or_insert_default()
+            .insert("app".into(), "web".into());
+        let labelled = with_slot_label(&deployment, "u1").expect("labelled");
+        let labelled = serde_json::to_value(&labelled).expect("serializes");
+        assert_eq!(
+            labelled["metadata"]["labels"][crate::labels::SHARD_SLOT],
+            slot
+        );
+        let pod_labels = &labelled["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(pod_labels[crate::labels::SHARD_SLOT], slot);
+        assert_eq!(
+            pod_labels["app"], "web",
+            "the template's own labels are kept"
+        );
+
+        let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "once", "namespace": "ns"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+        }))
+        .expect("a Job");
+        let labelled = with_slot_label(&job, "u1").expect("labelled");
+        let labelled = serde_json::to_value(&labelled).expect("serializes");
+        assert_eq!(
+            labelled["metadata"]["labels"][crate::labels::SHARD_SLOT],
+            slot
+        );
+        assert!(
+            labelled["spec"]["template"].get("metadata").is_none(),
+            "a Job's template cannot change once it exists"
+        );
     }
 
     #[tokio::test]

@@ -35,11 +35,12 @@
 //! ([`Index`]).
 //!
 //! In a sharded manager ([`SharedWatches::sharded`]), a watch of children
-//! ([`WatchSpec::of_children`]: the managed ones of [`managed`] and [`managed_metadata`])
-//! selects only the children of the objects the replica owns, by the slot label their owner's
-//! uid gives them ([`crate::labels::SHARD_SLOT`]), and starts again with each new assignment:
-//! a replica caches its share of the children, whether or not the API server can select the
-//! owners by shard.
+//! ([`WatchSpec::of_children`]: the managed ones of [`managed`], [`managed_metadata`] and
+//! [`managed_pods`]) selects only the children of the objects the replica owns, by the slot
+//! label their owner's uid gives them ([`crate::labels::SHARD_SLOT`]; the pod templates of
+//! owned Deployments, StatefulSets and DaemonSets carry it too), and starts again with each new
+//! assignment: a replica caches its share of the children and of their pods, whether or not the
+//! API server can select the owners by shard.
 //!
 //! A watch the API server refuses before its first list (a malformed selector, a type it does
 //! not serve, RBAC that does not allow listing it) stops, and [`Shared::ready`] says why, instead
@@ -301,8 +302,14 @@ pub fn unmanaged_deployments() -> WatchSpec<DeploymentMeta> {
 /// deleted already counts as gone to the controllers. When its containers take longer to stop
 /// than the queue's debounce, a shorter grace period (which moves its deletion timestamp) and
 /// its removal would each reconcile its owner once more for nothing.
+///
+/// In a sharded manager a replica takes only the pods of its own objects' workloads, whose
+/// templates the runtime labels with their owner's slot: turning sharding on or off rolls the
+/// pods of every owned Deployment, StatefulSet and DaemonSet once. Pods of a workload written
+/// otherwise, without the label, are not seen by a sharded replica.
 pub fn managed_pods() -> WatchSpec<PodMeta> {
     WatchSpec::labelled(labels::managed_selector())
+        .of_children()
         .keeping(|pod: &mut PodMeta| {
             // Of a pod, the controllers read its name, labels and deletion only. Its uid and
             // version would be kept twice (the cache's key copies both).
