@@ -43,6 +43,7 @@ mod probe;
 mod recovery;
 mod reference;
 mod report;
+mod shard_crash;
 mod tenants;
 mod timeline;
 mod workload;
@@ -115,7 +116,9 @@ pub struct BenchArgs {
     /// usual manager, leading alone; each count above it adds `ours-sharded-<n>`, that many
     /// replicas with `--sharding`, each reconciling a share of the objects (e.g. `--replicas
     /// 1,3`). Its memory is the most any replica held, and its CPU and requests those of all
-    /// replicas together. Recovery and failover measure single managers only.
+    /// replicas together. After its phases one replica is killed while the burst's objects are
+    /// scaled again, timing the dead replica's objects and the survivors' apart. Recovery and
+    /// failover measure single managers only.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub replicas: Vec<usize>,
     /// Whether the sharded managers of `--replicas` run on an API server that lists and

@@ -634,6 +634,42 @@ pub async fn manager_metric(port: u16, name: &str) -> anyhow::Result<f64> {
     Ok(sum_of(&metrics_text(port).await?, name))
 }
 
+/// The ranges of the uid hash space a sharded replica serving plain-HTTP metrics on
+/// `127.0.0.1:port` reconciles now (its `operator_manager_shard_ranges{start,end}`), `end`
+/// exclusive.
+pub async fn manager_shard_ranges(port: u16) -> anyhow::Result<Vec<(u128, u128)>> {
+    shard_ranges_of(&metrics_text(port).await?)
+}
+
+/// The ranges of `operator_manager_shard_ranges` samples set to 1 in Prometheus text.
+fn shard_ranges_of(text: &str) -> anyhow::Result<Vec<(u128, u128)>> {
+    let hex = |value: &str| {
+        let digits = value.trim_start_matches("0x");
+        u128::from_str_radix(digits, 16)
+            .with_context(|| format!("a shard range's bound {value:?} is no hex number"))
+    };
+    let mut ranges = Vec::new();
+    for line in text.lines() {
+        let Some(labels) = line
+            .strip_prefix(SHARD_RANGES_METRIC)
+            .and_then(|rest| rest.strip_prefix('{'))
+        else {
+            continue;
+        };
+        if sample_value(line) != Some(1.0) {
+            continue;
+        }
+        let (Some(start), Some(end)) = (label(labels, "start"), label(labels, "end")) else {
+            anyhow::bail!("a shard range without its bounds: {line:?}");
+        };
+        ranges.push((hex(start)?, hex(end)?));
+    }
+    Ok(ranges)
+}
+
+/// The ranges of the uid hash space a sharded replica reconciles, one sample each.
+const SHARD_RANGES_METRIC: &str = "operator_manager_shard_ranges";
+
 /// The metrics text of the manager serving plain-HTTP metrics on `127.0.0.1:port`.
 async fn metrics_text(port: u16) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -690,6 +726,26 @@ fn sum_of(text: &str, name: &str) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_replicas_shard_ranges_from_its_metrics() {
+        let text = "\
+# TYPE operator_manager_shard_ranges gauge
+operator_manager_shard_ranges{end=\"0x0400000000000000\",start=\"0x0000000000000000\"} 1
+operator_manager_shard_ranges{end=\"0x10000000000000000\",start=\"0xfc00000000000000\"} 1
+operator_manager_shard_slots 2
+";
+        let ranges = shard_ranges_of(text).expect("parsed");
+        assert_eq!(
+            ranges,
+            [(0, 0x0400_0000_0000_0000), (0xfc00_0000_0000_0000, 1 << 64)]
+        );
+        let broken = "operator_manager_shard_ranges{start=\"0xzz\",end=\"0x1\"} 1";
+        assert!(
+            shard_ranges_of(broken).is_err(),
+            "a bound that is no number"
+        );
+    }
 
     #[test]
     fn sums_every_series_of_a_counter_and_nothing_else() {

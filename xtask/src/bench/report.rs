@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::failover::Failover;
 use super::probe::Counts;
 use super::recovery::{OutageRecovery, Recovery};
+use super::shard_crash::ShardCrash;
 use super::timeline::Timeline;
 use super::workload::{Phase, Run};
 use super::{BenchArgs, REFERENCE};
@@ -378,6 +379,7 @@ pub fn markdown(results: &Results) -> String {
     out.push('\n');
     if !results.runs.is_empty() {
         push_workload_tables(&mut out, results);
+        push_shard_tables(&mut out, results);
     }
     if !results.recovery.is_empty() {
         out.push_str(
@@ -633,6 +635,87 @@ fn push_workload_tables(out: &mut String, results: &Results) {
                 point.median(cpu_wait_ms_per_object),
                 point.median(machine_busy) * 100.0,
                 point.median(limit_ms_per_write),
+            );
+        }
+    }
+}
+
+/// The sharded managers against the single one at the same count (each value's median over
+/// the runs), and the crash of one of their replicas: nothing when no sharded manager ran.
+fn push_shard_tables(out: &mut String, results: &Results) {
+    let points = points(&results.runs);
+    let single =
+        |objects| (points.iter()).find(|p| p.manager == super::OURS && p.objects == objects);
+    let sharded: Vec<(&Point<'_>, &Point<'_>)> = (points.iter())
+        .filter(|p| {
+            p.runs
+                .iter()
+                .any(|r| !r.memory.replica_peaks_mib.is_empty())
+        })
+        .filter_map(|p| Some((p, single(p.objects)?)))
+        .collect();
+    if !sharded.is_empty() {
+        let _ = writeln!(
+            out,
+            "
+Sharded replicas over the single `{}` at the same count (below 1 is better for the replicas; of a count measured more than once, each value's median): each replica's peak RSS (the most any held), the time to converge and to scale, and the requests per object of all replicas together:
+",
+            super::OURS
+        );
+        out.push_str("| manager | objects | runs | peak RSS per replica | converge | scale | req/obj | scale req/obj | CPU (all replicas) |
+");
+        out.push_str(
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|
+",
+        );
+        for (replicas, single) in sharded {
+            let ratio = |value: fn(&Run) -> f64| replicas.median(value) / single.median(value);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                replicas.manager,
+                replicas.objects,
+                replicas.runs.len(),
+                single.runs.len(),
+                ratio(|r| r.memory.peak_mib),
+                ratio(|r| r.convergence.seconds),
+                ratio(|r| r.scale.seconds),
+                ratio(|r| r.convergence.requests_per_object),
+                ratio(|r| r.scale.requests_per_object),
+                ratio(cpu_seconds),
+            );
+        }
+    }
+    let crashes: Vec<(&Run, &ShardCrash)> = (results.runs.iter())
+        .filter_map(|r| Some((r, r.shard_crash.as_ref()?)))
+        .collect();
+    if !crashes.is_empty() {
+        out.push_str(
+            "
+One replica killed (SIGKILL) while the burst's objects are scaled again: from the crash until each object's Deployment had its new size (p50 / p99 / max, seconds), the dead replica's objects (taken over once its member Lease expired) and the survivors' own:
+
+",
+        );
+        out.push_str(
+            "| manager | objects | lease (s) | the dead replica's | the survivors' | missed |
+",
+        );
+        out.push_str(
+            "|---|---:|---:|---|---|---:|
+",
+        );
+        for (run, crash) in crashes {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {} ({}) | {} ({}) | {} |",
+                run.manager,
+                run.objects,
+                crash.lease_seconds,
+                crash.dead,
+                crash.dead_objects,
+                crash.surviving,
+                crash.surviving_objects,
+                crash.missed,
             );
         }
     }
@@ -910,6 +993,7 @@ pub(crate) mod tests {
                 converged_anon_mib: 5.0,
                 converged_file_mib: 10.0,
             },
+            shard_crash: None,
         }
     }
 
@@ -1077,6 +1161,34 @@ pub(crate) mod tests {
             text.contains("| ours | 100 | scale | 99 | 1.00 / 2.00 / 3.00 | 1.50 / 3.00 / 4.50 | 0.25 / 0.50 / 0.75 | 0.12 / 0.25 / 0.38 | 0.50 / 1.00 / 1.50 | 0.75 / 1.50 / 2.25 |"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn sharded_replicas_are_compared_with_the_single_manager_and_their_crash_shown() {
+        let single = run(OURS, 1000, 60.0, 5.0, 5.0);
+        let mut sharded = run("ours-sharded-3", 1000, 45.0, 5.5, 9.0);
+        sharded.memory.peak_mib = 8.0;
+        sharded.memory.replica_peaks_mib = vec![8.0, 7.5, 7.0];
+        let spread = |p50: f64| Spread::of(&[p50, p50 + 1.0]);
+        sharded.shard_crash = Some(ShardCrash {
+            lease_seconds: 15.0,
+            dead_objects: 33,
+            dead: spread(15.0),
+            surviving_objects: 67,
+            surviving: spread(0.5),
+            missed: 0,
+        });
+        let text = markdown(&results_of(vec![single.clone(), sharded]));
+        assert!(
+            text.contains("| ours-sharded-3 | 1000 | 1 / 1 | 0.40 | 0.75 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ours-sharded-3 | 1000 | 15 | 15.00 / 16.00 / 16.00 (33) | 0.50 / 1.50 / 1.50 (67) | 0 |"),
+            "{text}"
+        );
+        let alone = markdown(&results_of(vec![single]));
+        assert!(!alone.contains("Sharded replicas"), "{alone}");
     }
 
     #[test]

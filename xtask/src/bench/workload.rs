@@ -20,6 +20,7 @@ use super::baseline::Limit;
 use super::probe::{
     self, ControlPlaneClock, Counts, CpuClock, MachineClock, ProcessSample, RequestCounter, sample,
 };
+use super::shard_crash::{self, ShardCrash};
 use super::tenants::{Target, Tenants};
 use super::timeline::{self, Timeline, Window};
 use super::{BenchArgs, Contender, percentile};
@@ -169,6 +170,9 @@ pub struct Run {
     /// How many Memcacheds the burst scaled.
     pub burst_objects: usize,
     pub memory: Memory,
+    /// Of a sharded manager: one replica killed while the burst's Memcacheds are scaled again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_crash: Option<ShardCrash>,
 }
 
 impl Run {
@@ -207,7 +211,7 @@ pub async fn measure(
         );
     }
     let lease_id = testkit::unique_name("bench-lease");
-    let managers = start_contender(cluster, contender, kubeconfig, &lease_id, args).await?;
+    let mut managers = start_contender(cluster, contender, kubeconfig, &lease_id, args).await?;
     let processes = managers
         .iter()
         .map(|(manager, port)| {
@@ -270,6 +274,25 @@ pub async fn measure(
     let after = samples(&pids)?;
     println!("burst of {}: {:.2} s", sampled.len(), burst.seconds);
 
+    let shard_crash = if managers.len() > 1 {
+        let crash =
+            shard_crash::measure(cluster, &tenants, &mut managers, &sampled, size + 1, args)
+                .await
+                .context("the crash of a replica")?;
+        println!(
+            "a replica killed, {} objects scaled at once, until their Deployments had it (p50 / p99 / max): its {} objects {} s, the survivors' {} {} s (lease {:.0} s); {} missed",
+            sampled.len(),
+            crash.dead_objects,
+            crash.dead,
+            crash.surviving_objects,
+            crash.surviving,
+            crash.lease_seconds,
+            crash.missed
+        );
+        Some(crash)
+    } else {
+        None
+    };
     for (manager, _) in managers {
         stop_manager(manager).await?;
     }
@@ -297,12 +320,17 @@ pub async fn measure(
             converged_anon_mib: most(&converged, |s| s.anon_rss_bytes),
             converged_file_mib: most(&converged, |s| s.file_rss_bytes),
         },
+        shard_crash,
     };
     Ok((run, tenants))
 }
 
 /// Sets the size of Memcached `name` to `size`.
-async fn resize(api: Api<Memcached>, name: String, size: i32) -> Result<(), kube::Error> {
+pub(super) async fn resize(
+    api: Api<Memcached>,
+    name: String,
+    size: i32,
+) -> Result<(), kube::Error> {
     let patch = json!({"spec": {"size": size}});
     api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await
@@ -532,7 +560,7 @@ async fn manager_counts_or_warn(processes: &[(u32, u16)]) -> Option<probe::Manag
 }
 
 /// The first moment each object (`namespace/name`) was seen in some state.
-type FirstSeen = Arc<Mutex<HashMap<String, Instant>>>;
+pub(super) type FirstSeen = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Per key in both, seconds from `from` to `to` (zero when `to` came first), sorted.
 fn sorted_gaps(from: &HashMap<String, Instant>, to: &HashMap<String, Instant>) -> Vec<f64> {
@@ -545,12 +573,12 @@ fn sorted_gaps(from: &HashMap<String, Instant>, to: &HashMap<String, Instant>) -
 }
 
 /// A state of an object, and where the first moment each object is seen in it goes.
-type Milestone<K> = (Box<dyn Fn(&K) -> bool + Send>, FirstSeen);
+pub(super) type Milestone<K> = (Box<dyn Fn(&K) -> bool + Send>, FirstSeen);
 
 /// Notes the first moment each of the `expected` objects (`namespace/name`) reaches each
 /// milestone, watching each namespace's objects of `K`; says on `listed` when every
 /// namespace's first list is in.
-async fn record_first<K>(
+pub(super) async fn record_first<K>(
     apis: Vec<Api<K>>,
     expected: Arc<HashSet<String>>,
     listed: oneshot::Sender<()>,
