@@ -123,6 +123,9 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     leadership: crate::Leadership,
     /// What the controller wrote and its caches have not yet shown.
     own_writes: OwnWrites,
+    /// Whether a reconcile waits for the cache to show the controller's own last write
+    /// ([`crate::RunOptions::wait_for_own_writes`]).
+    wait_for_own_writes: bool,
     /// In a sharded manager, the slots whose objects this replica reconciles
     /// ([`crate::RunOptions::shards`]); every object otherwise.
     shards: Option<ShardFollower>,
@@ -189,6 +192,7 @@ impl<K: Reconciled> Driver<K> {
             timeout: ctx.options.reconcile_timeout,
             leadership: ctx.options.leadership.clone(),
             own_writes: OwnWrites::default(),
+            wait_for_own_writes: ctx.options.wait_for_own_writes,
             shards: ctx.options.shards.as_ref().map(Shards::follow),
             children_listed: Vec::new(),
             _resource: std::marker::PhantomData,
@@ -435,9 +439,10 @@ impl<K: Reconciled> Driver<K> {
                         held_back.remove(&key);
                         continue;
                     }
-                    let behind = meta.uid.as_deref().is_some_and(|uid| {
-                        (self.own_writes).behind(uid, meta.resource_version.as_deref())
-                    });
+                    let behind = self.wait_for_own_writes
+                        && meta.uid.as_deref().is_some_and(|uid| {
+                            (self.own_writes).behind(uid, meta.resource_version.as_deref())
+                        });
                     if behind {
                         let since = *held_back.entry(key.clone()).or_insert(now);
                         if now.saturating_duration_since(since) < CATCH_UP_WAIT {
@@ -1472,6 +1477,40 @@ mod tests {
             1,
             "the lost write is given up on"
         );
+        shutdown.cancel();
+        running.await.expect("joined").expect("stopped cleanly");
+    }
+
+    #[tokio::test]
+    async fn without_the_wait_a_reconcile_starts_from_the_cache_as_it_is() {
+        let shutdown = CancellationToken::new();
+        let mut ctx = run_context(1, shutdown.clone());
+        ctx.options.wait_for_own_writes = false;
+        let (cache, mut writer) = kube::runtime::reflector::store::<Memcached>();
+        let mut written = (*memcached("written")).clone();
+        written.metadata.uid = Some("uid-written".into());
+        written.metadata.resource_version = Some("1".into());
+        writer.apply_watcher_event(&watcher::Event::InitApply(written));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let own_writes = OwnWrites::default();
+        own_writes.wrote_object("uid-written", Some("1".into()), Some("2".into()));
+        let (ran, mut reconciled) = tokio::sync::mpsc::unbounded_channel();
+        let recording = move |obj: Arc<Memcached>, _: Arc<()>| {
+            let _ = ran.send(obj.meta().resource_version.clone());
+            std::future::ready(Ok(Outcome::Done))
+        };
+        let (triggers, rx) = futures::channel::mpsc::unbounded();
+        let driver = Driver::<Memcached>::new("test", &ctx).with_own_writes(own_writes);
+        let running = tokio::spawn(driver.run(vec![rx.boxed()], cache, recording, Arc::new(())));
+        triggers
+            .unbounded_send((key("written"), Priority::Live))
+            .expect("running");
+        let version = tokio::time::timeout(CATCH_UP_WAIT / 2, reconciled.recv())
+            .await
+            .expect("reconciled without waiting for the write");
+        assert_eq!(version.flatten().as_deref(), Some("1"));
+        let waits = (ctx.metrics.reconcile_cache_waits).with_label_values(&["test", "behind"]);
+        assert_eq!(waits.get(), 0, "no wait counted");
         shutdown.cancel();
         running.await.expect("joined").expect("stopped cleanly");
     }

@@ -185,6 +185,10 @@ pub struct RunOptions {
     /// coordinator assigns them ([`Shards::new`]); `None`, the default, reconciles every
     /// object.
     pub shards: Option<Shards>,
+    /// Whether a reconcile waits (up to 2 s) for the cache to show the controller's own last
+    /// write to its object or children, so that it never starts from what it has already
+    /// changed (the default); `false` reconciles from the cache as it is.
+    pub wait_for_own_writes: bool,
 }
 
 impl RunOptions {
@@ -204,6 +208,7 @@ impl Default for RunOptions {
             reconcile_timeout: None,
             leadership: Leadership::always(),
             shards: None,
+            wait_for_own_writes: true,
         }
     }
 }

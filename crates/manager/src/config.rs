@@ -68,6 +68,11 @@
 //!   `controller_runtime_reconcile_timeouts_total` and retries it with backoff, as
 //!   controller-runtime's `ReconciliationTimeout` does; `0s` (the default, as there) lets a
 //!   reconcile run as long as it takes. A controller may declare its own.
+//! - `wait_for_own_writes` holds a reconcile until the cache shows the controller's last write
+//!   to that object or its children (usually milliseconds, at most 2 s), so that it never acts
+//!   on what it has already changed: no write repeated, no conflict on a stale version. On by
+//!   default; `false` is controller-runtime's behaviour, where a reconcile reads whatever the
+//!   cache holds.
 //! - `controllers` is a comma-separated list (or, in a file, a list): a name enables that
 //!   controller, `-name` disables it, `*` means every controller. `*,-myapp` runs all but MyApp.
 //! - `namespace` restricts every watch and cache to the namespaces named: a comma-separated
@@ -237,6 +242,9 @@ settings! {
     reconcile_debounce: Duration = "250ms";
     /// Cancel and retry a reconcile that runs longer than this; `0s` for no limit.
     reconcile_timeout: Duration = "0s";
+    /// Hold a reconcile (up to 2 s) until the cache shows the controller's own last write to
+    /// its object or children; `false` reconciles from the cache as it is.
+    wait_for_own_writes: bool = "true";
     /// Watch only these namespaces (comma-separated, or the flag repeated); empty for every
     /// namespace.
     namespace: NamespaceList = "";
@@ -1612,6 +1620,16 @@ mod tests {
             message.contains("--reconcile-debounce") && message.contains("invalid duration"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_wait_for_own_writes_is_on_unless_turned_off() {
+        let config = load(&Flags::default(), env(&[]), KNOWN).unwrap();
+        assert!(config.wait_for_own_writes);
+        let config = load(&flags(&["--wait-for-own-writes=false"]), env(&[]), KNOWN).unwrap();
+        assert!(!config.wait_for_own_writes);
+        let message = refused(&["--wait-for-own-writes=sometimes"]);
+        assert!(message.contains("--wait-for-own-writes"), "{message}");
     }
 
     #[test]

@@ -346,6 +346,7 @@ async fn run_connected(
         // one its shards (`Runner::run_sharded`).
         leadership,
         shards: None,
+        wait_for_own_writes: config.wait_for_own_writes,
     };
     let mut runner = Runner {
         client: client.clone(),
@@ -996,6 +997,7 @@ fn log_configuration(config: &Config, controllers: &[Box<dyn ManagedController>]
         shutdown_timeout = %show(config.shutdown_timeout),
         reconcile_debounce = %show(config.reconcile_debounce),
         reconcile_timeout = %show(config.reconcile_timeout),
+        wait_for_own_writes = config.wait_for_own_writes,
         namespace = %kube_operator_runtime::Namespaces::only(config.namespace.0.iter().cloned()),
         version = env!("CARGO_PKG_VERSION"),
         revision = env!("MANAGER_GIT_REVISION"),

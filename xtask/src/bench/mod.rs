@@ -112,6 +112,12 @@ pub struct BenchArgs {
     /// so two builds compare within one run instead of across two noisy ones.
     #[arg(long, value_name = "NAME=PATH", value_parser = parse_also_manager)]
     pub also_manager: Vec<(String, PathBuf)>,
+    /// Also measure our build with other flags in the same run, as `NAME=FLAGS` (repeatable;
+    /// flags separated by spaces), e.g. `--variant no-wait=--wait-for-own-writes=false`: it
+    /// gets our flags, then these, and its own rows and ratios, so two settings compare within
+    /// one run.
+    #[arg(long, value_name = "NAME=FLAGS", value_parser = parse_variant)]
+    pub variant: Vec<(String, Vec<String>)>,
     /// Replica counts of ours to measure in the workload phase, comma-separated: 1 is the
     /// usual manager, leading alone; each count above it adds `ours-sharded-<n>`, that many
     /// replicas with `--sharding`, each reconciling a share of the objects (e.g. `--replicas
@@ -152,7 +158,7 @@ pub struct BenchArgs {
             "objects", "phases", "objects_per_namespace", "concurrency", "size",
             "max_concurrent_reconciles", "failover_rounds", "outage_seconds",
             "min_measured_seconds", "timeout_seconds", "manager_binary", "manager_flag",
-            "also_manager", "replicas", "sharded_lists", "no_reference", "real_node", "output",
+            "also_manager", "variant", "replicas", "sharded_lists", "no_reference", "real_node", "output",
         ]
     )]
     pub report: Vec<PathBuf>,
@@ -241,13 +247,18 @@ impl BenchArgs {
         let sharded: Vec<String> = (self.replicas.iter())
             .flat_map(|r| [sharded_name(*r, true), sharded_name(*r, false)])
             .collect();
-        let mut names: Vec<&str> = self.also_manager.iter().map(|(n, _)| n.as_str()).collect();
+        let mut names: Vec<&str> = (self.also_manager.iter().map(|(n, _)| n.as_str()))
+            .chain(self.variant.iter().map(|(n, _)| n.as_str()))
+            .collect();
         if let Some(name) = names.iter().find(|name| sharded.iter().any(|s| s == *name)) {
-            anyhow::bail!("--also-manager: `{name}` names the replicas of --replicas");
+            anyhow::bail!("--also-manager, --variant: `{name}` names the replicas of --replicas");
         }
         names.sort_unstable();
         if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-            anyhow::bail!("--also-manager: the name `{}` is given twice", twice[0]);
+            anyhow::bail!(
+                "--also-manager, --variant: the name `{}` is given twice",
+                twice[0]
+            );
         }
         if self.max_concurrent_reconciles == 0 {
             anyhow::bail!("--max-concurrent-reconciles must be at least 1");
@@ -356,6 +367,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 sharded_lists,
             });
         }
+    }
+    for (name, flags) in &args.variant {
+        let mut extra_args = ours_args();
+        extra_args.extend(flags.iter().cloned());
+        contenders.push(Contender {
+            name: name.clone(),
+            binary: manager.clone(),
+            extra_args,
+            replicas: 1,
+            sharded_lists: true,
+        });
     }
     for (name, binary) in &args.also_manager {
         contenders.push(Contender {
@@ -672,6 +694,29 @@ fn parse_also_manager(value: &str) -> Result<(String, PathBuf), String> {
     Ok((name.to_owned(), path))
 }
 
+/// `--variant NAME=FLAGS`: a name of its own and at least one flag, each starting with `--`.
+fn parse_variant(value: &str) -> Result<(String, Vec<String>), String> {
+    let (name, flags) = value
+        .split_once('=')
+        .ok_or_else(|| format!("`{value}` is not NAME=FLAGS"))?;
+    let name = name.trim();
+    if name.is_empty() || name == OURS || name == REFERENCE {
+        return Err(format!(
+            "`{name}` cannot name a variant: it must be non-empty and neither `{OURS}` nor `{REFERENCE}`"
+        ));
+    }
+    let flags: Vec<String> = flags.split_whitespace().map(str::to_owned).collect();
+    if flags.is_empty() {
+        return Err(format!("the variant `{name}` names no flag"));
+    }
+    if let Some(flag) = flags.iter().find(|flag| !flag.starts_with("--")) {
+        return Err(format!(
+            "the variant `{name}`: `{flag}` is not a flag (flags start with `--`)"
+        ));
+    }
+    Ok((name.to_owned(), flags))
+}
+
 /// Benchmarks measure the optimised manager, as it ships.
 pub(crate) fn build_release_manager() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -716,7 +761,8 @@ mod tests {
     use clap::Parser;
 
     use super::{
-        BenchArgs, MAX_RUNS, StopSignals, parse_also_manager, percentile, runs_needed, sharded_name,
+        BenchArgs, MAX_RUNS, StopSignals, parse_also_manager, parse_variant, percentile,
+        runs_needed, sharded_name,
     };
 
     #[derive(Debug, Parser)]
@@ -896,6 +942,31 @@ mod tests {
         }
         let missing = parse_also_manager("x=/no/such/manager");
         assert!(missing.is_err_and(|e| e.contains("/no/such/manager is not a file")));
+    }
+
+    #[test]
+    fn a_variant_needs_a_distinct_name_and_flags() {
+        let variant = parse_variant("no-wait=--wait-for-own-writes=false --reconcile-debounce=0s");
+        assert_eq!(
+            variant,
+            Ok((
+                "no-wait".to_owned(),
+                vec![
+                    "--wait-for-own-writes=false".to_owned(),
+                    "--reconcile-debounce=0s".to_owned()
+                ]
+            ))
+        );
+        for bad in [
+            "no-equals-sign",
+            "=--x",
+            "ours=--x",
+            "controller-runtime=--x",
+            "v=",
+            "v=x",
+        ] {
+            assert!(parse_variant(bad).is_err(), "{bad} was accepted");
+        }
     }
 
     #[tokio::test]
