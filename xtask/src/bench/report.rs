@@ -657,17 +657,11 @@ fn push_shard_tables(out: &mut String, results: &Results) {
     if !sharded.is_empty() {
         let _ = writeln!(
             out,
-            "
-Sharded replicas over the single `{}` at the same count (below 1 is better for the replicas; of a count measured more than once, each value's median): each replica's peak RSS (the most any held), the time to converge and to scale, and the requests per object of all replicas together:
-",
+            "\nSharded replicas over the single `{}` at the same count (below 1 is better for the replicas; of a count measured more than once, each value's median): each replica's peak RSS (the most any held), the time to converge and to scale, and the requests per object of all replicas together:\n",
             super::OURS
         );
-        out.push_str("| manager | objects | runs | peak RSS per replica | converge | scale | req/obj | scale req/obj | CPU (all replicas) |
-");
-        out.push_str(
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|
-",
-        );
+        out.push_str("| manager | objects | runs | peak RSS per replica | converge | scale | req/obj | scale req/obj | CPU (all replicas) |\n");
+        out.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
         for (replicas, single) in sharded {
             let ratio = |value: fn(&Run) -> f64| replicas.median(value) / single.median(value);
             let _ = writeln!(
@@ -691,19 +685,12 @@ Sharded replicas over the single `{}` at the same count (below 1 is better for t
         .collect();
     if !crashes.is_empty() {
         out.push_str(
-            "
-One replica killed (SIGKILL) while the burst's objects are scaled again: from the crash until each object's Deployment had its new size (p50 / p99 / max, seconds), the dead replica's objects (taken over once its member Lease expired) and the survivors' own:
-
-",
+            "\nOne replica killed (SIGKILL) while the burst's objects are scaled again: from the crash until each object's Deployment had its new size (p50 / p99 / max, seconds), the dead replica's objects (taken over once its member Lease expired) and the survivors' own:\n\n",
         );
         out.push_str(
-            "| manager | objects | lease (s) | the dead replica's | the survivors' | missed |
-",
+            "| manager | objects | lease (s) | the dead replica's | the survivors' | missed |\n",
         );
-        out.push_str(
-            "|---|---:|---:|---|---|---:|
-",
-        );
+        out.push_str("|---|---:|---:|---|---|---:|\n");
         for (run, crash) in crashes {
             let _ = writeln!(
                 out,
