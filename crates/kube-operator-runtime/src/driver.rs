@@ -611,22 +611,36 @@ impl<K: Reconciled> Driver<K> {
     }
 }
 
-/// Queues with `priority` every cached object of `slots`; returns how many.
-fn queue_slots<K: Resource<DynamicType = ()> + Clone>(
+/// Queues with `priority` every cached object of `slots`; returns how many. Those whose spec
+/// no reconcile has acted on go first, then those not settled, then the converged: slots taken
+/// over from a replica that died hold the changes made while nobody reconciled them, which
+/// should not wait behind a share of objects that need nothing.
+fn queue_slots<K: Resource<DynamicType = ()> + Clone + serde::Serialize>(
     queue: &mut WorkQueue<ObjectRef<K>>,
     cache: &Store<K>,
     slots: Slots,
     priority: Priority,
 ) -> usize {
     let now = Instant::now();
-    let mut queued = 0;
-    for obj in cache.state() {
-        if slots.contains(slot_of(obj.meta())) {
-            queue.trigger_with(ObjectRef::from_obj(obj.as_ref()), now, priority);
-            queued += 1;
-        }
+    let rank = |standing| match standing {
+        Standing::Unobserved => 0,
+        Standing::Unsettled => 1,
+        Standing::Converged => 2,
+    };
+    let mut objects: Vec<(u8, ObjectRef<K>)> = (cache.state().iter())
+        .filter(|obj| slots.contains(slot_of(obj.meta())))
+        .map(|obj| {
+            (
+                rank(standing(obj.as_ref())),
+                ObjectRef::from_obj(obj.as_ref()),
+            )
+        })
+        .collect();
+    objects.sort_by_key(|(rank, _)| *rank);
+    for (_, key) in &objects {
+        queue.trigger_with(key.clone(), now, priority);
     }
-    queued
+    objects.len()
 }
 
 /// Completes once every cache of children in `listed` holds the list of the assignment of
@@ -1178,6 +1192,14 @@ mod tests {
                 if sharded {
                     mc.metadata.uid = Some((*name).to_owned());
                 }
+                // `edited-*` objects have a spec no reconcile has acted on yet.
+                if name.starts_with("edited-") {
+                    mc.metadata.generation = Some(2);
+                    mc.status = Some(crate::test_resource::MemcachedStatus {
+                        observed_generation: Some(1),
+                        ..Default::default()
+                    });
+                }
                 // `converged-*` objects look as their last reconcile left them, settled.
                 if name.starts_with("converged-") {
                     mc.metadata.generation = Some(1);
@@ -1552,6 +1574,25 @@ mod tests {
             [a, b],
             "c's slot was never this replica's"
         );
+    }
+
+    #[tokio::test]
+    async fn of_gained_slots_the_objects_changed_meanwhile_go_first() {
+        // Whatever order the cache holds them in, the edited one goes first.
+        let (control, shards) = crate::Shards::new();
+        let mut names: Vec<String> = (0..8).map(|i| format!("converged-{i}")).collect();
+        names.insert(4, "edited-x".to_owned());
+        let objects: Vec<&str> = names.iter().map(String::as_str).collect();
+        let r = Recording::start_sharded(&objects, Then::WaitForRelease, shards);
+        control.assign(Slots::ALL, Default::default());
+        r.settle(9, 1).await;
+        let seen = r.finish(9).await;
+        assert_eq!(
+            seen.first().map(String::as_str),
+            Some("edited-x"),
+            "{seen:?}"
+        );
+        assert_eq!(seen.len(), 9, "the converged follow");
     }
 
     #[tokio::test]
