@@ -571,7 +571,7 @@ impl<K: Reconciled> Builder<K> {
             }
         }
         let client = self.ctx.client.clone();
-        let driver = Driver::<K>::new(self.name, &self.ctx)
+        let mut driver = Driver::<K>::new(self.name, &self.ctx)
             .with_finalizer(self.finalizer)
             .with_own_writes(self.own_writes.clone())
             .with_children_listed(self.children_listed);

@@ -129,9 +129,10 @@ pub struct Driver<K: Resource<DynamicType = ()> + 'static> {
     /// In a sharded manager, the slots whose objects this replica reconciles
     /// ([`crate::RunOptions::shards`]); every object otherwise.
     shards: Option<ShardFollower>,
-    /// In a sharded replica, the assignment each cache of the controller's children has
-    /// listed for ([`Driver::with_children_listed`]).
-    children_listed: Vec<watch::Receiver<u64>>,
+    /// In a sharded replica, the assignment each cache that follows the assignments has listed
+    /// for: the caches of the controller's children ([`Driver::with_children_listed`]) and,
+    /// once [`Driver::watch_resources`] made it, the cache of the custom resources themselves.
+    caches_listed: Vec<watch::Receiver<u64>>,
     _resource: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -194,7 +195,7 @@ impl<K: Reconciled> Driver<K> {
             own_writes: OwnWrites::default(),
             wait_for_own_writes: ctx.options.wait_for_own_writes,
             shards: ctx.options.shards.as_ref().map(Shards::follow),
-            children_listed: Vec::new(),
+            caches_listed: Vec::new(),
             _resource: std::marker::PhantomData,
         }
     }
@@ -204,11 +205,9 @@ impl<K: Reconciled> Driver<K> {
     /// gained slots wait for their children to be cached (for up to [`CHILDREN_LIST_WAIT`]), so
     /// that no reconcile takes a child not yet listed for missing.
     #[must_use]
-    pub fn with_children_listed(self, listed: Vec<watch::Receiver<u64>>) -> Self {
-        Self {
-            children_listed: listed,
-            ..self
-        }
+    pub fn with_children_listed(mut self, listed: Vec<watch::Receiver<u64>>) -> Self {
+        self.caches_listed.extend(listed);
+        self
     }
 
     /// The same driver for a controller whose writes `own_writes` remembers: see
@@ -228,8 +227,13 @@ impl<K: Reconciled> Driver<K> {
     /// or changed in a way that asks for a reconcile ([`asks_for_reconcile`]). Every change
     /// reaches the cache `writer` fills. Watch errors are logged here and retried with backoff
     /// by the watcher.
+    ///
+    /// In a sharded replica this cache follows the assignments too (where the API server
+    /// selects by shard, each assignment starts a new watch of its slots): the objects of
+    /// gained slots then wait for its list of them, as for their children's, so that they are
+    /// queued from a cache that holds them (see [`Driver::run`]).
     pub fn watch_resources(
-        &self,
+        &mut self,
         client: &kube::Client,
         namespaces: &Namespaces,
         lists: &InitialLists,
@@ -252,6 +256,14 @@ impl<K: Reconciled> Driver<K> {
         // server selects by shard): the list of each new one catches up, as the first does.
         let starts = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut listed_starts = 0;
+        // The assignment the event in hand was listed for, published once the cache holds
+        // that list.
+        let list_generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let listed_for = self.shards.is_some().then(|| {
+            let (listed_for, listed) = watch::channel(0);
+            self.caches_listed.push(listed);
+            listed_for
+        });
         let events = match &self.shards {
             // A sharded replica's watch asks the API server for its slots only, where it can.
             Some(follower) => {
@@ -261,7 +273,8 @@ impl<K: Reconciled> Driver<K> {
                     lists.clone(),
                     cached.clone(),
                 );
-                let starts = starts.clone();
+                let (starts, list_generation) = (starts.clone(), list_generation.clone());
+                let by_shard = follower.by_shard();
                 shard_watch::restarting(follower.assignments(), follower.by_shard(), move |slots| {
                     starts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if let Some(slots) = slots {
@@ -271,7 +284,13 @@ impl<K: Reconciled> Driver<K> {
                         .map_or_else(|| client.clone(), |s| shard_watch::selecting(&client, s));
                     scope::watch(&client, &namespaces, &config, &lists, cached.clone())
                 })
-                .map(|(_, event)| event)
+                .map(move |(generation, event)| {
+                    // A watch that does not select holds every slot's objects, whatever
+                    // the assignment.
+                    let listed = if by_shard() { generation } else { u64::MAX };
+                    list_generation.store(listed, std::sync::atomic::Ordering::Relaxed);
+                    event
+                })
                 .boxed()
             }
             None => scope::watch(client, namespaces, &config, lists, cached.clone()),
@@ -304,6 +323,10 @@ impl<K: Reconciled> Driver<K> {
                         };
                         let triggers = relists.triggers(&event, &cached);
                         writer.apply_watcher_event(&event);
+                        if let Some(listed_for) = listed_for.as_ref().filter(|_| done) {
+                            let generation = list_generation.load(std::sync::atomic::Ordering::Relaxed);
+                            listed_for.send_replace(generation);
+                        }
                         triggers.into_iter().map(|key| (key, priority)).collect()
                     }
                     Err(e) => {
@@ -392,7 +415,7 @@ impl<K: Reconciled> Driver<K> {
         let mut lead = std::pin::pin!(self.leadership.clone().leading());
         // The keys held back for a cache to show the controller's own write, since when.
         let mut held_back: HashMap<ObjectRef<K>, Instant> = HashMap::new();
-        let mut children_listed = self.children_listed;
+        let mut caches_listed = self.caches_listed;
         // Gained slots whose children the caches have not listed yet: (slots, the assignment
         // that gained them, until when to wait), and the live changes to their objects meanwhile.
         let mut unlisted: Option<(Slots, u64, Instant)> = None;
@@ -548,7 +571,7 @@ impl<K: Reconciled> Driver<K> {
                     // them first; meanwhile, nothing of those slots is queued.
                     let waiting = unlisted.map_or(Slots::NONE, |(slots, ..)| slots);
                     let waiting = waiting.union(gained).intersection(owned);
-                    let listing = !children_listed.is_empty() && !waiting.is_empty();
+                    let listing = !caches_listed.is_empty() && !waiting.is_empty();
                     unlisted = listing.then(|| {
                         let until = Instant::now() + CHILDREN_LIST_WAIT;
                         (waiting, assignment.generation, until)
@@ -573,7 +596,7 @@ impl<K: Reconciled> Driver<K> {
                     }
                 }
                 listed = children_caught_up(
-                    &mut children_listed,
+                    &mut caches_listed,
                     unlisted.map_or(0, |(_, generation, _)| generation),
                     unlisted.map_or_else(Instant::now, |(.., until)| until),
                 ), if unlisted.is_some() => {
@@ -1628,6 +1651,79 @@ mod tests {
         listed.send_replace(generation);
         r.settle(3, 1).await;
         assert_eq!(r.finish(2).await, [b, a]);
+    }
+
+    /// A server whose lists of Memcacheds hold `names` (each its own uid) and whose watches
+    /// show nothing new.
+    fn listing(names: &'static [&'static str]) -> crate::fake::ApiServer {
+        crate::fake::ApiServer::answering(move |request| {
+            if request.query.contains("watch=true") {
+                let bookmark = serde_json::json!({
+                    "type": "BOOKMARK",
+                    "object": {
+                        "apiVersion": "cache.example.com/v1beta1", "kind": "Memcached",
+                        "metadata": {"resourceVersion": "2"}
+                    }
+                });
+                return (200, bookmark);
+            }
+            let items: Vec<_> = names
+                .iter()
+                .map(|name| {
+                    serde_json::json!({
+                        "apiVersion": "cache.example.com/v1beta1", "kind": "Memcached",
+                        "metadata": {
+                            "name": name, "namespace": "default", "uid": name,
+                            "resourceVersion": "1", "generation": 1
+                        },
+                        "spec": {"size": 1}
+                    })
+                })
+                .collect();
+            let list = serde_json::json!({
+                "apiVersion": "cache.example.com/v1beta1", "kind": "MemcachedList",
+                "metadata": {"resourceVersion": "1"}, "items": items
+            });
+            (200, list)
+        })
+    }
+
+    #[tokio::test]
+    async fn a_sharded_watch_of_the_resources_says_which_assignment_it_has_listed_for() {
+        for by_shard in [true, false] {
+            let server = listing(&["a", "b"]);
+            let (control, shards) = crate::Shards::new();
+            control.lists_by_shard(by_shard);
+            let mut ctx = run_context(1, CancellationToken::new());
+            ctx.options.shards = Some(shards);
+            let mut driver = Driver::<Memcached>::new("test", &ctx);
+            let (cache, writer) = kube::runtime::reflector::store::<Memcached>();
+            let triggers = driver.watch_resources(
+                &server.client(),
+                &crate::Namespaces::all(),
+                &InitialLists::paged(),
+                writer,
+            );
+            let mut listed = driver
+                .caches_listed
+                .last()
+                .cloned()
+                .expect("a cache to wait for");
+            let watching = tokio::spawn(triggers.for_each(|_| std::future::ready(())));
+            let generation = control.assign(Slots::ALL, Default::default());
+            let waited = tokio::time::timeout(
+                Duration::from_secs(5),
+                listed.wait_for(|listed| *listed >= generation),
+            );
+            let listed_for = *waited.await.expect("listed in time").expect("open");
+            // Published only once the cache holds the list.
+            assert_eq!(cache.state().len(), 2, "by shard: {by_shard}");
+            // A watch that selects by shard lists again for each assignment; one that does not
+            // holds every slot's objects for good.
+            let expected = if by_shard { generation } else { u64::MAX };
+            assert_eq!(listed_for, expected, "by shard: {by_shard}");
+            watching.abort();
+        }
     }
 
     #[tokio::test]
