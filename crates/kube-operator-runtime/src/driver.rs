@@ -416,8 +416,9 @@ impl<K: Reconciled> Driver<K> {
         // The keys held back for a cache to show the controller's own write, since when.
         let mut held_back: HashMap<ObjectRef<K>, Instant> = HashMap::new();
         let mut caches_listed = self.caches_listed;
-        // Gained slots whose children the caches have not listed yet: (slots, the assignment
-        // that gained them, until when to wait), and the live changes to their objects meanwhile.
+        // Gained slots whose objects or children the caches have not listed yet: (slots, the
+        // assignment that gained them, until when to wait), and the live changes to their
+        // objects meanwhile.
         let mut unlisted: Option<(Slots, u64, Instant)> = None;
         let mut held_live: Vec<ObjectRef<K>> = Vec::new();
         let cache_waits =
@@ -609,7 +610,7 @@ impl<K: Reconciled> Driver<K> {
                     if listed {
                         tracing::debug!(controller = name, %slots, queued, "children of gained slots cached");
                     } else {
-                        tracing::warn!(controller = name, %slots, queued, "the children of gained slots are not all cached yet; reconciling anyway");
+                        tracing::warn!(controller = name, %slots, queued, "the objects or children of gained slots are not all cached yet; reconciling anyway");
                     }
                 }
                 _ = tick.tick() => {
