@@ -504,13 +504,14 @@ impl ShardCoordinator {
             self.control.released(generation).await;
             self.metrics.own(keep);
         }
-        self.delete_left_behind(members).await;
         let plan = plan(&holders, &live, me);
         if !plan.release.is_empty() {
             self.release(plan.release).await?;
         } else if !plan.claim.is_empty() {
             self.claim(&lease, holders, plan.claim, &live).await;
         }
+        // After the slots moved, not before: a handover waits for no cleanup.
+        self.delete_left_behind(members).await;
         Ok(())
     }
 
