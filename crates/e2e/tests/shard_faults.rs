@@ -21,7 +21,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher;
-use kube_operator_runtime::slots::{Slots, slot_of_uid};
+use kube_operator_runtime::slots::{self, Slots, slot_of_uid};
+use manager::sharding::Holders;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use testkit::{AuditEvent, ManagerProcess, PrivateCluster, TestNamespace};
@@ -42,12 +43,15 @@ const GROUP: &str = "shard-faults";
 struct Replica {
     name: String,
     process: Option<ManagerProcess>,
+    /// The running process's identity in the group (its member Lease's holder).
+    identity: Option<String>,
     metrics: u16,
     probes: u16,
 }
 
 impl Replica {
-    /// Starts the replica's process and waits until `/readyz` answers 200.
+    /// Starts the replica's process and waits until `/readyz` answers 200 and it holds its
+    /// member Lease.
     async fn start(&mut self, kubeconfig: &std::path::Path) -> Result<()> {
         self.metrics = testkit::free_port()?;
         self.probes = testkit::free_port_other_than(&[self.metrics])?;
@@ -66,15 +70,20 @@ impl Replica {
             testkit::spawn_manager(kubeconfig, &args, &[("POD_NAME", &self.name)]).await?;
         println!("{}: log {}", self.name, process.log().display());
         self.process = Some(process);
+        self.identity = None;
         let started = Instant::now();
         loop {
             if let Some(status) = self.process()?.try_exit_status()? {
                 bail!("{} exited with {status} while starting", self.name);
             }
-            if http_get(self.probes, "/readyz")
+            self.identity = self
+                .identity
+                .take()
+                .or_else(|| member_identity(&self.process.as_ref()?.log_text()));
+            let ready = http_get(self.probes, "/readyz")
                 .await
-                .is_ok_and(|(code, _)| code == 200)
-            {
+                .is_ok_and(|(code, _)| code == 200);
+            if ready && self.identity.is_some() {
                 return Ok(());
             }
             ensure!(
@@ -83,6 +92,14 @@ impl Replica {
                 self.name
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The slots the holders' Lease gives this replica's running process.
+    fn held(&self, holders: &Holders) -> Slots {
+        match (&self.process, &self.identity) {
+            (Some(_), Some(identity)) => holders.of(identity),
+            _ => Slots::NONE,
         }
     }
 
@@ -139,22 +156,77 @@ async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
     Ok((code, body.to_owned()))
 }
 
-/// Waits until the running replicas at `indexes` each own some slots and all 64 together.
-async fn wait_shared(replicas: &[Replica], indexes: &[usize]) -> Result<Duration> {
+/// The identity a replica's log says it holds its member Lease as.
+fn member_identity(log: &str) -> Option<String> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["message"] == "acquired the member lease")
+        .find_map(|line| line["identity"].as_str().map(str::to_owned))
+}
+
+/// Waits until the running replicas at `indexes` each hold some slots and all 64 together,
+/// and returns how long that took as the holders' Lease says it (the moment the ranges
+/// moved). Then waits until the moves are over: each holds exactly its share, and its own
+/// metrics show it, so that the next fault starts from a settled group.
+async fn wait_shared(
+    leases: &Api<Lease>,
+    replicas: &[Replica],
+    indexes: &[usize],
+) -> Result<Duration> {
     let started = Instant::now();
-    loop {
-        let mut shares = Vec::new();
-        for &index in indexes {
-            shares.push(replicas[index].gauge("operator_manager_shard_slots").await);
-        }
-        if shares.iter().all(|s| *s > 0.0) && shares.iter().sum::<f64>() >= 64.0 {
-            return Ok(started.elapsed());
+    let moved = loop {
+        let holders = read_holders(leases).await?;
+        let held: Vec<Slots> = indexes
+            .iter()
+            .map(|&i| replicas[i].held(&holders))
+            .collect();
+        let all = held
+            .iter()
+            .fold(Slots::NONE, |all, slots| all.union(*slots));
+        if held.iter().all(|slots| !slots.is_empty()) && all == Slots::ALL {
+            break started.elapsed();
         }
         ensure!(
             started.elapsed() < SHARE_TIMEOUT,
-            "replicas {indexes:?} own {shares:?} slots after {SHARE_TIMEOUT:?}"
+            "replicas {indexes:?} hold {held:?} after {SHARE_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    loop {
+        let holders = read_holders(leases).await?;
+        let identities: Vec<&str> = indexes
+            .iter()
+            .filter_map(|&i| replicas[i].identity.as_deref())
+            .collect();
+        let shares = slots::assign(&identities, &holders.0);
+        let mut settled = true;
+        for &index in indexes {
+            let replica = &replicas[index];
+            let held = replica.held(&holders);
+            let share = (replica.identity.as_ref()).and_then(|identity| shares.get(identity));
+            settled = settled
+                && share == Some(&held)
+                && replica.gauge("operator_manager_shard_slots").await == f64::from(held.len());
+        }
+        if settled {
+            return Ok(moved);
+        }
+        ensure!(
+            started.elapsed() < SHARE_TIMEOUT,
+            "replicas {indexes:?} have not settled on their shares {shares:?} after \
+             {SHARE_TIMEOUT:?}: {holders:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Who holds which slots, as the holders' Lease says now (nobody while it cannot be read, as
+/// while the API server restarts).
+async fn read_holders(leases: &Api<Lease>) -> Result<Holders> {
+    let name = manager::sharding::holders_lease_name(GROUP);
+    match leases.get_opt(&name).await {
+        Ok(Some(lease)) => Ok(Holders::from_lease(&lease)?),
+        _ => Ok(Holders::default()),
     }
 }
 
@@ -308,12 +380,14 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
         &testkit::memcached_resource(),
     );
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace.name());
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &identity.namespace);
     let (uids, recording) = record_uids(api.clone());
 
     let mut replicas: Vec<Replica> = (0..4)
         .map(|index| Replica {
             name: format!("shard-{index}"),
             process: None,
+            identity: None,
             metrics: 0,
             probes: 0,
         })
@@ -321,7 +395,7 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
     for replica in &mut replicas[..3] {
         replica.start(&identity.path).await?;
     }
-    wait_shared(&replicas, &[0, 1, 2]).await?;
+    wait_shared(&leases, &replicas, &[0, 1, 2]).await?;
     for index in 0..MEMCACHEDS {
         testkit::create_memcached(&api, &format!("mc-{index}"), 1 + index % 3).await?;
     }
@@ -333,7 +407,7 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
 
     // SIGTERM: its slots move within a second, and it comes back.
     replicas[2].signal(Signal::SIGTERM)?;
-    let moved = wait_shared(&replicas, &[0, 1]).await?;
+    let moved = wait_shared(&leases, &replicas, &[0, 1]).await?;
     let status = replicas[2].wait_exit(Duration::from_secs(40)).await?;
     ensure!(
         status.success(),
@@ -345,7 +419,7 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
         "a graceful handover took {moved:?}"
     );
     replicas[2].start(&identity.path).await?;
-    let joined = wait_shared(&replicas, &[0, 1, 2]).await?;
+    let joined = wait_shared(&leases, &replicas, &[0, 1, 2]).await?;
     println!(
         "shard-2 back: slots shared again in {:.3} s",
         joined.as_secs_f64()
@@ -354,7 +428,7 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
     // SIGKILL: its slots move once its member Lease has expired.
     wait_members(&replicas, &[0, 1, 2]).await?;
     replicas[1].signal(Signal::SIGKILL)?;
-    let moved = wait_shared(&replicas, &[0, 2]).await?;
+    let moved = wait_shared(&leases, &replicas, &[0, 2]).await?;
     replicas[1].wait_exit(Duration::from_secs(10)).await?;
     println!(
         "SIGKILL: slots moved in {:.3} s (lease {LEASE_DURATION:?})",
@@ -365,14 +439,14 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
         "the takeover after a crash took {moved:?}"
     );
     replicas[1].start(&identity.path).await?;
-    wait_shared(&replicas, &[0, 1, 2]).await?;
+    wait_shared(&leases, &replicas, &[0, 1, 2]).await?;
 
     // SIGSTOP past the lease: the others take its slots; woken, it finds its member Lease
     // lost and exits without a write, and comes back.
     wait_members(&replicas, &[0, 1, 2]).await?;
     replicas[0].signal(Signal::SIGSTOP)?;
     let frozen = Instant::now();
-    let moved = wait_shared(&replicas, &[1, 2]).await?;
+    let moved = wait_shared(&leases, &replicas, &[1, 2]).await?;
     println!("SIGSTOP: slots moved in {:.3} s", moved.as_secs_f64());
     tokio::time::sleep(FREEZE.saturating_sub(frozen.elapsed())).await;
     replicas[0].signal(Signal::SIGCONT)?;
@@ -393,14 +467,13 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
         }
         None => println!("woken, shard-0 kept running"),
     }
-    wait_shared(&replicas, &[0, 1, 2]).await?;
+    wait_shared(&leases, &replicas, &[0, 1, 2]).await?;
 
     // Scale 3 → 2 → 4, once the Leases of the replicas that died are gone.
-    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &identity.namespace);
     wait_left_behind_gone(&leases, 3).await?;
     wait_members(&replicas, &[0, 1, 2]).await?;
     replicas[2].signal(Signal::SIGTERM)?;
-    let moved = wait_shared(&replicas, &[0, 1]).await?;
+    let moved = wait_shared(&leases, &replicas, &[0, 1]).await?;
     replicas[2].wait_exit(Duration::from_secs(40)).await?;
     println!("3 → 2: slots moved in {:.3} s", moved.as_secs_f64());
     ensure!(
@@ -413,7 +486,7 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
         replicas[index].start(&identity.path).await?;
     }
     let ready = asked.elapsed();
-    let shared = wait_shared(&replicas, &[0, 1, 2, 3]).await?;
+    let shared = wait_shared(&leases, &replicas, &[0, 1, 2, 3]).await?;
     println!(
         "2 → 4: ready in {:.3} s, slots shared {:.3} s later",
         ready.as_secs_f64(),
@@ -446,7 +519,7 @@ async fn one_writer_per_object_while_sharded_replicas_come_go_crash_and_freeze()
             replica.start(&identity.path).await?;
         }
     }
-    wait_shared(&replicas, &[0, 1, 2, 3]).await?;
+    wait_shared(&leases, &replicas, &[0, 1, 2, 3]).await?;
     println!(
         "API server restarted: slots shared {:.3} s after it was back",
         back.elapsed().as_secs_f64()
