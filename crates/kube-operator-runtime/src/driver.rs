@@ -596,7 +596,7 @@ impl<K: Reconciled> Driver<K> {
                         );
                     }
                 }
-                listed = children_caught_up(
+                listed = caches_caught_up(
                     &mut caches_listed,
                     unlisted.map_or(0, |(_, generation, _)| generation),
                     unlisted.map_or_else(Instant::now, |(.., until)| until),
@@ -667,10 +667,10 @@ fn queue_slots<K: Resource<DynamicType = ()> + Clone + serde::Serialize>(
     objects.len()
 }
 
-/// Completes once every cache of children in `listed` holds the list of the assignment of
-/// `generation` (or a later one), with `true`; with `false` at `until`. A cache whose watch
-/// has stopped counts as listed.
-async fn children_caught_up(
+/// Completes once every cache in `listed` (the objects' own, their children's) holds the list
+/// of the assignment of `generation` (or a later one), with `true`; with `false` at `until`. A
+/// cache whose watch has stopped counts as listed.
+async fn caches_caught_up(
     listed: &mut [watch::Receiver<u64>],
     generation: u64,
     until: Instant,
